@@ -1,0 +1,58 @@
+"""Processors: what each request code does, per server role.
+
+The NameServer and Broker roles each build a request-code table at start-up
+by calling ``rmq_processors_register`` with a registry for that role; plugins
+add handlers for the codes they serve (the bundled ``namesrv`` and ``broker``
+plugins, and later transactions, scheduling, admin). Unknown codes are
+answered REQUEST_CODE_NOT_SUPPORTED by the registry itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from rmq.kernel.markers import hookspec
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel.kernel import Kernel
+    from rmq.protocol.command import RemotingCommand
+
+Processor = Callable[["Connection", "RemotingCommand"], Awaitable["RemotingCommand | None"]]
+
+
+class ProcessorRegistry:
+    """Request code -> processor for one role; also a shared bag of role services.
+
+    ``services`` lets plugins of one role find each other's objects (the
+    broker's topic manager, the store...) without module globals.
+    """
+
+    def __init__(self, role: str, kernel: Kernel) -> None:
+        self.role = role
+        self.kernel = kernel
+        self.table: dict[int, Processor] = {}
+        self.owners: dict[int, str] = {}
+        self.services: dict[str, Any] = {}
+
+    def register(self, code: int, processor: Processor, *, owner: str = "", replace: bool = False) -> None:
+        """Claim ``code``; a second claim without ``replace`` is a start-up error naming both owners."""
+        code = int(code)
+        if code in self.table and not replace:
+            raise ValueError(
+                f"request code {code} of role {self.role} claimed by {self.owners[code] or '?'} and {owner or '?'}"
+            )
+        self.table[code] = processor
+        self.owners[code] = owner
+
+
+@hookspec
+def rmq_processors_register(kernel: Kernel, registry: ProcessorRegistry) -> None:
+    """Add request handlers for ``registry.role`` ("namesrv" or "broker").
+
+    Called once per role at start-up, before the role's server listens. Check
+    ``registry.role`` and register only codes of that role. Processors may be
+    bound methods of long-lived service objects; put such objects in
+    ``registry.services`` for other plugins of the role.
+    """

@@ -1,0 +1,135 @@
+"""Remoting: the transport that carries RocketMQ remoting commands.
+
+Sans-IO codecs live in ``rmq.protocol``; a remoting plugin is the thin I/O layer
+around them. The bundled ``tcp`` plugin uses anyio streams. The same plugin
+serves the NameServer and Broker roles (one server each) and the client side
+of ``rmq.client`` and of the broker's calls to name servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from rmq.kernel.markers import hookspec
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
+
+    from rmq.kernel.kernel import Kernel
+    from rmq.protocol.command import RemotingCommand
+
+
+@attrs.define
+class RemotingConfig:
+    """Transport settings of one server or client."""
+
+    host: str = "0.0.0.0"
+    port: int = 0  # server: 0 = any free port (tests); client: unused
+    max_frame_size: int = 16 * 1024 * 1024
+    idle_timeout: float = 120.0  # seconds without traffic before a connection is closed
+    connect_timeout: float = 3.0
+    name: str = "remoting"  # for log lines: "namesrv", "broker", "client"
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """One peer connection, shared by requests in both directions.
+
+    Ordering: frames are written whole and in call order; responses may
+    arrive in any order and are matched by opaque. Cancellation of a waiting
+    ``send_request`` forgets the opaque; a late response is dropped.
+    """
+
+    id: int
+    remote_addr: tuple[str, int]
+    local_addr: tuple[str, int]
+    attributes: dict[str, Any]  # per-connection state owned by processors (client id, groups...)
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response; raises on timeout or close."""
+        ...
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request marked oneway; never waits for an answer."""
+        ...
+
+    async def send_response(self, cmd: RemotingCommand) -> None:
+        """Send a response produced outside the handler's return path (held pulls)."""
+        ...
+
+    def on_close(self, callback: Callable[[Connection], None]) -> None:
+        """Run ``callback`` once when the connection closes, whoever closes it."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+RequestHandler = Callable[["Connection", "RemotingCommand"], Awaitable["RemotingCommand | None"]]
+"""Handles one request; returns the response, or None for none (oneway, or answered later).
+
+Each request runs in its own task, so a handler may wait (a held long-poll
+pull) without delaying other requests on the same connection.
+"""
+
+
+@runtime_checkable
+class RemotingServer(Protocol):
+    """A listening endpoint dispatching every request to one handler."""
+
+    @property
+    def port(self) -> int:
+        """The bound port (valid once ``serve`` reported started)."""
+        ...
+
+    async def serve(self, *, task_status: TaskStatus[int]) -> None:
+        """Bind, report the bound port through ``task_status.started(port)``, serve until cancelled."""
+        ...
+
+    def connections(self) -> list[Connection]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class RemotingClient(Protocol):
+    """Outbound connections, one per address, reused and re-opened on demand.
+
+    Server-initiated requests arriving on these connections go to the handler
+    given at construction.
+    """
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Request/response to ``addr`` ("host:port"); raises on connect failure or timeout."""
+        ...
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None: ...
+
+    async def connection(self, addr: str) -> Connection: ...
+
+    async def aclose(self) -> None: ...
+
+
+@hookspec(firstresult=True)
+def rmq_remoting_make_server(kernel: Kernel, config: RemotingConfig, handler: RequestHandler) -> RemotingServer | None:
+    """Build a server for one role.
+
+    Called once per role (namesrv, broker) at start-up. ``handler`` receives
+    every decoded request. Return None to defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
+def rmq_remoting_make_client(
+    kernel: Kernel, config: RemotingConfig, handler: RequestHandler | None
+) -> RemotingClient | None:
+    """Build an outbound client (broker -> namesrv, rmq.client -> cluster).
+
+    Called once per component at start-up. ``handler`` answers requests the
+    remote side initiates (None: answer REQUEST_CODE_NOT_SUPPORTED).
+    """

@@ -1,0 +1,43 @@
+"""Replication: copying a master's commitlog to slaves (RocketMQ HA).
+
+None is bundled yet: a broker with no replication plugin is standalone, which
+is RocketMQ's ASYNC_MASTER without slaves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from rmq.kernel.markers import hookspec
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.storage import MessageStore
+    from rmq.kernel.kernel import Kernel
+
+
+@runtime_checkable
+class ReplicationService(Protocol):
+    """Ships commitlog bytes to slaves and reports how far they got.
+
+    ``async with service:`` runs it. ``wait_replicated(end_offset)`` is awaited
+    by SYNC_MASTER puts: True once a slave acknowledged ``end_offset``, False on
+    timeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
+    slave is connected (SLAVE_NOT_AVAILABLE is decided by ``slave_available``).
+    """
+
+    async def __aenter__(self) -> ReplicationService: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    @property
+    def slave_available(self) -> bool: ...
+
+    async def wait_replicated(self, end_offset: int) -> bool: ...
+
+
+@hookspec(firstresult=True)
+def rmq_replication_make_service(kernel: Kernel, store: MessageStore) -> ReplicationService | None:
+    """Build the replication service of a broker's store, or None for standalone.
+
+    Called once when the broker role starts, after the store opened.
+    """

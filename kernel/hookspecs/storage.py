@@ -1,0 +1,123 @@
+"""Storage: where messages live. One store per broker, built once at start-up.
+
+The bundled ``mmap`` plugin writes Apache RocketMQ 4.9's on-disk format; ``memory``
+is a same-contract store for tests. A wrapper plugin may decorate the store of a
+plugin that ran before it by implementing the hook as a ``hookwrapper``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from rmq.kernel.markers import hookspec
+from rmq.kernel.model import GetResult, MessageRecord, PutResult
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.filtering import MessageFilter
+    from rmq.kernel.kernel import Kernel
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    """A broker's message store.
+
+    Lifecycle: ``async with store:`` loads and recovers (blocking until dispatch has
+    caught up, so queues are complete when the broker starts serving) and runs the
+    background services (reput/dispatch, flush, retention); leaving it flushes,
+    writes the checkpoint and removes the abort marker.
+
+    Concurrency: one event loop; puts are serialised by the store (one writer).
+    Reads never block the loop on I/O beyond page faults.
+    """
+
+    async def __aenter__(self) -> MessageStore: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def put_message(self, msg: MessageRecord) -> PutResult:
+        """Append one message.
+
+        Durability: returns once the record is in the commitlog and, under a sync
+        flush policy (or WAIT semantics of the policy), on disk; FLUSH_DISK_TIMEOUT
+        means stored but not yet known durable. Ordering: queue offsets are assigned
+        in call order. Not idempotent: a retried put stores a second copy.
+        Cancellation: cancelling after the append leaves the message stored.
+        """
+        ...
+
+    async def put_messages(self, batch: Sequence[MessageRecord]) -> PutResult:
+        """Append a batch for one (topic, queue) with one copy; consecutive queue offsets.
+
+        All-or-nothing: an illegal member rejects the whole batch (MESSAGE_ILLEGAL).
+        """
+        ...
+
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None = None,
+        max_bytes: int = 256 * 1024,
+    ) -> GetResult:
+        """Read up to ``max_count`` records from ``offset``; statuses as RocketMQ's GetMessageStatus.
+
+        Idempotent and side-effect free; returns at least one record if any matches.
+        """
+        ...
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written (0 for an empty or unknown queue)."""
+        ...
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """Queue offset whose store time is nearest ``timestamp`` (exact match preferred)."""
+        ...
+
+    def get_earliest_store_time(self, topic: str, queue_id: int) -> int: ...
+
+    def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store timestamp of the message at ``offset`` (-1 when absent)."""
+        ...
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The whole record starting at a commitlog offset (msgId lookups, send-back)."""
+        ...
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
+        """Records whose KEYS or UNIQ_KEY equal ``key``, stored within [begin, end] ms."""
+        ...
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    @property
+    def min_phy_offset(self) -> int: ...
+
+    def delete_topics(self, topics: Sequence[str]) -> None:
+        """Forget the consume queues of deleted topics (commitlog bytes age out normally)."""
+        ...
+
+    async def clean_expired_files(self, force: bool = False) -> int:
+        """Run one retention pass now (``force`` ignores age); returns files deleted."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring: puts, bytes, offsets, disk ratio; cheap to call."""
+        ...
+
+
+@hookspec(firstresult=True)
+def rmq_storage_make_store(kernel: Kernel, config: Any) -> MessageStore | None:
+    """Build the broker's message store.
+
+    Called once, when the broker role starts. ``config`` is the broker's
+    ``BrokerConfig`` (store path, segment sizes, flush type, retention...). Return a
+    store not yet entered, or None to let the next plugin decide. Bundled impls are
+    ``trylast`` so an installed third-party store selected in TOML wins.
+    """

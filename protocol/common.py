@@ -1,0 +1,99 @@
+"""Primitives every layer needs: magic codes, flag bits, property names, the Java hash.
+
+They live here (not in the store or the client) so that the broker, the store
+and the client agree on one definition of each fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+MAGIC_MESSAGE = -626843481  # 0xDAA320A7 as a signed int32
+MAGIC_BLANK = -875286124  # 0xCBD43194 as a signed int32
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+
+class SysFlag:
+    """Message sysFlag bits (record field 8)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TX_NOT = 0x0
+    TX_PREPARED = 0x4
+    TX_COMMIT = 0x8
+    TX_ROLLBACK = 0xC
+    TX_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+
+
+class Prop:
+    """System property names, spelled as RocketMQ 4.9 spells them."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    UNIQ_KEY = "UNIQ_KEY"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    CLUSTER = "CLUSTER"
+    MSG_REGION = "MSG_REGION"
+    TRACE_ON = "TRACE_ON"
+    SHARDING_KEY = "__SHARDINGKEY"
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode``: 31*h + unit over UTF-16 code units, signed int32."""
+    h = 0
+    if s.isascii():
+        for c in s.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=8192)
+def tags_code(tags: str | None) -> int:
+    """Consume-queue tags code of a TAGS value (0 when absent); cached, tags repeat."""
+    return java_hash(tags) if tags else 0
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """``k\\x01v\\x02...`` without a trailing separator (4.9.3+ style); empty values dropped."""
+    return PROPERTY_SEP.join(
+        f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if k and v is not None and v != ""
+    )
+
+
+def decode_properties(raw: str | bytes | memoryview) -> dict[str, str]:
+    """Parse both trailing styles; pairs with an empty name or value are dropped."""
+    if not isinstance(raw, str):
+        raw = bytes(raw).decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in raw.split(PROPERTY_SEP):
+        k, sep, v = item.partition(NAME_VALUE_SEP)
+        if sep and k and v:
+            out[k] = v
+    return out

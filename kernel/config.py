@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
+from cattrs.v import format_exception
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -126,3 +127,254 @@ class BrokerConfig:
         for tok in self.messageDelayLevel.split():
             out.append(int(tok[:-1]) * units[tok[-1]])
         return out
+
+
+NAMESPACES = (
+    "storage",
+    "dispatch",
+    "allocation",
+    "filters",
+    "flush",
+    "replication",
+    "remoting",
+    "processors",
+    "extensions",
+)
+ALL_ALLOCATORS = [
+    "averagely",
+    "averagely_by_circle",
+    "consistent_hash",
+    "machine_room",
+    "machine_room_nearby",
+    "by_config",
+]
+
+
+@attrs.define
+class LogConfig:
+    level: str = "INFO"
+
+
+@attrs.define
+class RootConfig:
+    """The whole TOML document. A ``[namesrv]`` / ``[broker]`` section present enables that role."""
+
+    namesrv: NamesrvConfig | None = None
+    broker: BrokerConfig | None = None
+    plugins: dict[str, list[str]] = attrs.field(factory=dict)
+    plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
+    log: LogConfig = attrs.field(factory=LogConfig)
+    source: str = attrs.field(default="<defaults>", metadata={"internal": True})
+
+    def roles(self) -> list[str]:
+        return [r for r in ("namesrv", "broker") if getattr(self, r) is not None]
+
+    def selected(self) -> dict[str, list[str]]:
+        """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
+        out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
+        out["remoting"] = ["tcp"]
+        out["processors"] = self.roles()
+        out["filters"] = ["tag", "sql92", "class"]
+        out["allocation"] = list(ALL_ALLOCATORS)
+        if self.broker is not None:
+            out["storage"] = ["mmap"]
+            out["flush"] = ["sync" if self.broker.flushDiskType.upper() == "SYNC_FLUSH" else "async"]
+        out.update({ns: list(names) for ns, names in self.plugins.items()})
+        return out
+
+    def plugin_options(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.plugin.get(namespace, {}).get(name, {}))
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def names_hook(value: Any, _: Any) -> list[str]:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ValueError("expected a plugin name or a list of names")
+
+    def plugins_hook(value: Any, _: Any) -> dict[str, list[str]]:
+        if not isinstance(value, dict):
+            raise ValueError("expected a table of namespace = name(s)")
+        out = {}
+        for ns, names in value.items():
+            if ns not in NAMESPACES:
+                hint = _did_you_mean(ns, NAMESPACES)
+                raise ValueError(f"unknown plugin namespace {ns!r}{hint}; namespaces: {', '.join(NAMESPACES)}")
+            try:
+                out[ns] = names_hook(names, None)
+            except ValueError as e:
+                raise ValueError(f"{ns}: {e}") from None
+        return out
+
+    def strict_scalar(kind: type) -> Any:
+        def hook(value: Any, _: Any) -> Any:
+            # TOML is typed: refuse silent coercions such as "10911" -> 10911 or 1 -> True.
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                return float(value)
+            if type(value) is not kind:
+                raise ValueError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            return value
+
+        return hook
+
+    for kind in (int, float, str, bool):
+        conv.register_structure_hook(kind, strict_scalar(kind))
+    conv.register_structure_hook_func(lambda t: t == dict[str, list[str]], plugins_hook)
+    for cls in (NamesrvConfig, BrokerConfig, LogConfig):
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
+    return conv
+
+
+CONVERTER = _make_converter()
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
+    """One line: file, key path, what was expected."""
+    def fmt(e: BaseException, kind: Any) -> str:
+        if type(e) is ValueError:  # our own hooks' precise words
+            return str(e)
+        return format_exception(e, kind)
+
+    msgs = (
+        cattrs.transform_error(exc, format_exception=fmt)
+        if isinstance(exc, cattrs.BaseValidationError)
+        else [str(exc)]
+    )
+    msg = msgs[0]
+    # cattrs says "... @ $.broker.listenPort"; turn the path into TOML's dotted form.
+    text, _, path = msg.partition(" @ ")
+    path = path.removeprefix("$").lstrip(".")
+    if text.startswith("extra fields found (") and text.endswith(")"):
+        extras = text[len("extra fields found (") : -1].split(", ")
+        section = path.split(".")[0] if path else ""
+        cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "log": LogConfig}.get(section, RootConfig)
+        known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
+        key = f"{path}.{extras[0]}" if path else extras[0]
+        return f"{source}: unknown key {key!r}{_did_you_mean(extras[0], known)}"
+    return f"{source}: {path or '(top level)'}: {text}"
+
+
+def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
+    """Apply ``--set section.key=value`` to the raw TOML dict, typed by the target field."""
+    parts = dotted.split(".")
+    if len(parts) < 2:
+        raise ConfigError(f"--set {dotted}={raw}: expected section.key=value")
+    section, key = parts[0], parts[-1]
+    value: Any = raw
+    cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "log": LogConfig}.get(section)
+    if cls is not None and len(parts) == 2:
+        fields = {f.name: f for f in attrs.fields(cls)}
+        if key not in fields:
+            raise ConfigError(f"--set {dotted}: unknown key {dotted!r}{_did_you_mean(key, fields)}")
+        kind = fields[key].type
+        try:
+            if kind in ("int", int):
+                value = int(raw)
+            elif kind in ("float", float):
+                value = float(raw)
+            elif kind in ("bool", bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value = raw.lower() in ("true", "1")
+        except ValueError:
+            raise ConfigError(f"--set {dotted}={raw}: expected {getattr(kind, '__name__', kind)}") from None
+    elif section not in ("plugins", "plugin"):
+        raise ConfigError(f"--set {dotted}: unknown section {section!r}; sections: namesrv, broker, plugins, plugin, log")
+    else:
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+    node = root
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {p!r} is not a table")
+    node[key] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RootConfig:
+    """Read, override and validate; raise ``ConfigError`` with one precise line on any problem.
+
+    With no file the embedded default applies: both roles on with defaults.
+    """
+    if path is None:
+        doc: dict[str, Any] = {"namesrv": {}, "broker": {}}
+        source = "<embedded default>"
+    else:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"{source}: cannot read: {e.strerror or e}") from None
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    for item in overrides:
+        dotted, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item}: expected section.key=value")
+        _coerce_override(doc, dotted.strip(), raw.strip())
+    return structure_config(doc, source)
+
+
+def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
+    try:
+        cfg = CONVERTER.structure(doc, RootConfig)
+    except Exception as e:  # cattrs wraps everything in validation groups
+        raise ConfigError(_render_error(e, source, doc)) from None
+    cfg.source = source
+    if not cfg.roles():
+        raise ConfigError(f"{source}: no role enabled: add a [namesrv] and/or a [broker] section")
+    for ns, tables in cfg.plugin.items():
+        if ns not in NAMESPACES:
+            raise ConfigError(f"{source}: plugin.{ns}: unknown plugin namespace{_did_you_mean(ns, NAMESPACES)}")
+        for name, table in tables.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")
+    return cfg
+
+
+def dump_config(cfg: RootConfig) -> str:
+    """The effective config as TOML (``rmqd config``)."""
+    lines: list[str] = [f"# effective configuration (source: {cfg.source})"]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {fmt(x)}" for k, x in v.items()) + " }"
+        raise TypeError(type(v))
+
+    for role in ("namesrv", "broker"):
+        section = getattr(cfg, role)
+        if section is not None:
+            lines.append(f"\n[{role}]")
+            lines += [f"{k} = {fmt(v)}" for k, v in attrs.asdict(section).items()]
+    lines.append("\n[plugins]")
+    lines += [f"{ns} = {fmt(names)}" for ns, names in cfg.selected().items()]
+    for ns, tables in cfg.plugin.items():
+        for name, table in tables.items():
+            lines.append(f"\n[plugin.{ns}.{name}]")
+            lines += [f"{k} = {fmt(v)}" for k, v in table.items()]
+    lines.append("\n[log]")
+    lines.append(f"level = {fmt(cfg.log.level)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,29 @@
+"""Helpers for testing rmq and its plugins without installing anything.
+
+``make_kernel`` builds a kernel from inline plugin objects; contract-test base
+classes per Protocol live beside it (``storage``, ``filtering``, ``allocation``)
+for third-party plugin authors to subclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rmq.kernel.config import RootConfig, structure_config
+from rmq.kernel.kernel import Kernel
+
+
+def make_kernel(plugins: Iterable[object] = (), config: dict[str, Any] | RootConfig | None = None) -> Kernel:
+    """A kernel with exactly ``plugins`` registered (no entry points consulted).
+
+    ``config`` is a TOML-shaped dict (default: a broker with default settings) or a
+    ``RootConfig``. The same fail-closed validation as the daemon applies.
+    """
+    if config is None:
+        config = {"broker": {}}
+    cfg = config if isinstance(config, RootConfig) else structure_config(config, "<make_kernel>")
+    kernel = Kernel(cfg)
+    for i, obj in enumerate(plugins):
+        kernel.add_plugin(obj, f"inline:{i}:{type(obj).__name__}")
+    return kernel

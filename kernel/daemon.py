@@ -1,0 +1,105 @@
+"""``rmqd``: one daemon for the NameServer role, the Broker role, or both.
+
+    rmqd                       embedded default: namesrv + broker, default ports, ./rmq-store
+    rmqd --config rmqd.toml    roles and plugins from TOML
+    rmqd plugins               every namespace, installed entry points, which are selected
+    rmqd config                the effective configuration as TOML
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+
+import anyio
+
+from rmq import __version__
+from rmq.kernel.config import ConfigError, RootConfig, dump_config, load_config
+from rmq.kernel.config import NAMESPACES
+from rmq.kernel.plugin_manager import PluginError, describe
+
+log = logging.getLogger("rmq.daemon")
+
+
+class _Formatter(logging.Formatter):
+    """One line per event: time, level, logger, message (exceptions folded onto the line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        t = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += " | " + self.formatException(record.exc_info).replace("\n", " | ")
+        return f"{t}.{int(record.msecs):03d} {record.levelname:<5} {record.name}: {msg}"
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    try:
+        root.setLevel(level.upper())
+    except ValueError:
+        raise ConfigError(f"log.level: unknown level {level!r}; use DEBUG, INFO, WARNING or ERROR") from None
+    logging.getLogger("stevedore").setLevel(logging.WARNING)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmqd", description="rmq daemon: RocketMQ NameServer and/or Broker")
+    p.add_argument("command", nargs="?", default="run", choices=["run", "plugins", "config"])
+    p.add_argument("-c", "--config", help="TOML file (default: embedded namesrv + broker)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="override one setting, e.g. --set broker.listenPort=10921 (repeatable)",
+    )
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (overrides [log] level)")
+    p.add_argument("--version", action="version", version=f"rmqd {__version__}")
+    return p
+
+
+async def _run(config: RootConfig) -> None:
+    from rmq.kernel.kernel import Kernel
+
+    kernel = Kernel.from_config(config)
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with kernel:
+            log.info("rmqd %s ready: roles %s, pid %d", __version__, "+".join(config.roles()), os.getpid())
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                break
+    log.info("rmqd stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+        setup_logging(args.log_level or config.log.level)
+        if args.command == "config":
+            sys.stdout.write(dump_config(config))
+            return 0
+        if args.command == "plugins":
+            print(describe(config.selected(), NAMESPACES))
+            return 0
+        backend_options = {}
+        try:
+            import uvloop  # noqa: F401
+
+            backend_options = {"use_uvloop": True}
+        except ImportError:
+            pass
+        anyio.run(_run, config, backend="asyncio", backend_options=backend_options)
+        return 0
+    except (ConfigError, PluginError) as e:
+        print(f"rmqd: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

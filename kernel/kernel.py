@@ -1,0 +1,131 @@
+"""The Kernel: one owner for the plugin manager, the config and the task group.
+
+No module globals: every daemon and every test builds its own kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pluggy
+
+from rmq.kernel import plugin_manager as pmod
+from rmq.kernel.config import RootConfig
+from rmq.kernel.hookspecs.processors import ProcessorRegistry
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
+    from rmq.protocol.command import RemotingCommand
+
+log = logging.getLogger("rmq.kernel")
+
+
+class Kernel:
+    """Plugins + config + lifetime. ``async with kernel:`` runs every lifespan; leaving stops them."""
+
+    def __init__(self, config: RootConfig, pm: pluggy.PluginManager | None = None) -> None:
+        self.config = config
+        self.pm = pm or pmod.new_plugin_manager()
+        self.hook = self.pm.hook
+        self.plugins: list[pmod.LoadedPlugin] = []
+        self.services: dict[str, Any] = {}  # role objects published for other plugins and tests
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+
+    @classmethod
+    def from_config(cls, config: RootConfig) -> Kernel:
+        """Load exactly the plugins the config selects, through their entry points."""
+        kernel = cls(config)
+        kernel.plugins = pmod.load_selected(kernel.pm, config.selected(), config.plugin_options)
+        kernel._check_required()
+        return kernel
+
+    def _check_required(self) -> None:
+        sel = self.config.selected()
+        required = ["remoting", "processors"] + (["storage", "flush"] if self.config.broker else [])
+        for ns in required:
+            if not sel.get(ns):
+                raise pmod.PluginError(
+                    f"namespace rmq.{ns} is empty but required by the enabled roles; "
+                    f"available: {', '.join(pmod.entry_point_names(ns)) or '(none installed)'}"
+                )
+
+    def add_plugin(self, obj: object, name: str | None = None) -> None:
+        """Register an inline plugin object (tests, embedding) with the same fail-closed checks."""
+        pmod.register(self.pm, obj, name or f"inline:{type(obj).__name__}:{id(obj):x}")
+        pmod.check_all(self.pm)
+
+    @property
+    def task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("kernel not running: use 'async with kernel:'")
+        return self._tg
+
+    async def __aenter__(self) -> Kernel:
+        self.hook.rmq_configure(kernel=self)
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)  # runs after every lifespan exited
+            # pluggy calls the most recently registered first; lifespans start in registration order.
+            for cm in reversed(self.hook.rmq_lifespan(kernel=self)):
+                if cm is not None:
+                    await stack.enter_async_context(cm)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            self._tg = None
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        try:
+            if stack is not None:
+                with anyio.CancelScope(shield=True):
+                    await stack.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            self.hook.rmq_unconfigure(kernel=self)
+
+    async def serve_role(self, role: str, config: RemotingConfig) -> tuple[RemotingServer, ProcessorRegistry]:
+        """Build the request table of ``role`` from every plugin, then listen (generic role plumbing)."""
+        registry = ProcessorRegistry(role, self)
+        self.hook.rmq_processors_register(kernel=self, registry=registry)
+        server = self.hook.rmq_remoting_make_server(kernel=self, config=config, handler=make_handler(registry))
+        if server is None:
+            raise pmod.PluginError("no rmq.remoting plugin built a server; select one under [plugins] remoting")
+        await self.task_group.start(server.serve)
+        log.info("%s listening on %s:%d (%d request codes)", role, config.host, server.port, len(registry.table))
+        return server, registry
+
+
+def make_handler(registry: ProcessorRegistry) -> Any:
+    """Dispatch by request code; unknown codes and failures become RocketMQ error responses."""
+    from rmq.protocol.codes import ResponseCode
+
+    table = registry.table
+    rlog = logging.getLogger(f"rmq.{registry.role}")
+
+    async def handle(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        proc = table.get(cmd.code)
+        if proc is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
+            )
+        try:
+            return await proc(conn, cmd)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as e:
+            rlog.warning("request code %d from %s:%d failed: %s", cmd.code, *conn.remote_addr[:2], e)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+
+    return handle

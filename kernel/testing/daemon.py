@@ -1,0 +1,179 @@
+"""Start real ``rmqd`` processes for tests: free loopback ports, a temp store, clean stop.
+
+Used by rmq's own suites and usable by plugin authors' integration tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now whose neighbours (port-2, port+1) are too (RocketMQ's VIP/HA)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 2000 or port > 64000:
+            continue
+        ok = True
+        for p in (port - 2, port + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError("no free port found")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def write_toml(path: Path, doc: dict[str, Any]) -> Path:
+    """A tiny TOML writer for test configs (tables of scalars/lists, nested plugin tables)."""
+    lines: list[str] = []
+
+    def table(prefix: str, d: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        subs = {k: v for k, v in d.items() if isinstance(v, dict)}
+        if scalars or not subs:
+            lines.append(f"[{prefix}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+        for k, v in subs.items():
+            table(f"{prefix}.{k}", v)
+
+    for section, body in doc.items():
+        table(section, body)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class RmqdProcess:
+    """One ``rmqd`` child process. ``start()`` returns once it logged ready (or raises with its log)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        namesrv: bool = True,
+        broker: bool = True,
+        broker_conf: dict[str, Any] | None = None,
+        namesrv_conf: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        namesrv_port: int | None = None,
+        broker_port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = namesrv_port or (free_port() if namesrv else None)
+        self.broker_port = broker_port or (free_port() if broker else None)
+        doc: dict[str, Any] = {}
+        if namesrv:
+            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1", **(namesrv_conf or {})}
+        if broker:
+            b = {
+                "listenPort": self.broker_port,
+                "listenHost": "127.0.0.1",
+                "brokerIP1": "127.0.0.1",
+                "storePathRootDir": str(self.workdir / "store"),
+                "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+            }
+            if namesrv and "namesrvAddr" not in (broker_conf or {}):
+                b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"
+            b.update(broker_conf or {})
+            doc["broker"] = b
+        doc.update(extra or {})
+        self.config_path = write_toml(self.workdir / "rmqd.toml", doc)
+        self.log_path = self.workdir / "rmqd.log"
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lines: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def namesrv_addr(self) -> str:
+        if self.namesrv_port is None:
+            raise RuntimeError("this rmqd runs no namesrv")
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def command(self, extra_args: Iterable[str] = ()) -> list[str]:
+        return [sys.executable, "-m", "rmq.kernel.daemon", "--config", str(self.config_path), *extra_args]
+
+    def start(self, timeout: float = 30.0, extra_args: Iterable[str] = ()) -> RmqdProcess:
+        self._ready.clear()
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the reader thread
+        self.proc = subprocess.Popen(
+            self.command(extra_args), stderr=subprocess.PIPE, stdout=logf, cwd=self.workdir, env=self.env
+        )
+
+        def pump(stream: Any) -> None:
+            for raw in stream:
+                logf.write(raw)
+                logf.flush()
+                line = raw.decode("utf-8", "replace").rstrip()
+                self._lines.append(line)
+                if " ready: " in line:
+                    self._ready.set()
+            logf.close()
+
+        threading.Thread(target=pump, args=(self.proc.stderr,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"rmqd did not start (exit {self.proc.returncode}):\n" + self.log_tail())
+        return self
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self._lines[-n:])
+
+    def log_lines(self) -> list[str]:
+        return list(self._lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """SIGTERM (clean shutdown) and wait; SIGKILL if it does not exit in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for recovery tests."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def __enter__(self) -> RmqdProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

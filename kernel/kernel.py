@@ -46,6 +46,17 @@ class Kernel:
         kernel._check_required()
         return kernel
 
+    @classmethod
+    def for_client(cls, selection: dict[str, list[str]] | None = None) -> Kernel:
+        """The small kernel a client builds: transport, allocation strategies and filters only."""
+        from rmq.kernel.config import ALL_ALLOCATORS
+
+        sel = {"remoting": ["tcp"], "allocation": list(ALL_ALLOCATORS), "filters": ["tag", "sql92", "class"]}
+        sel.update(selection or {})
+        kernel = cls(RootConfig())
+        kernel.plugins = pmod.load_selected(kernel.pm, sel, lambda ns, name: {})
+        return kernel
+
     def _check_required(self) -> None:
         sel = self.config.selected()
         required = ["remoting", "processors"] + (["storage", "flush"] if self.config.broker else [])

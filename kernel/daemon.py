@@ -16,11 +16,10 @@ import sys
 import time
 
 import anyio
+from rmq.kernel.config import NAMESPACES, ConfigError, RootConfig, dump_config, load_config
+from rmq.kernel.plugin_manager import PluginError, describe
 
 from rmq import __version__
-from rmq.kernel.config import ConfigError, RootConfig, dump_config, load_config
-from rmq.kernel.config import NAMESPACES
-from rmq.kernel.plugin_manager import PluginError, describe
 
 log = logging.getLogger("rmq.daemon")
 
@@ -45,7 +44,7 @@ def setup_logging(level: str) -> None:
         root.setLevel(level.upper())
     except ValueError:
         raise ConfigError(f"log.level: unknown level {level!r}; use DEBUG, INFO, WARNING or ERROR") from None
-    logging.getLogger("stevedore").setLevel(logging.WARNING)
+    logging.getLogger("stevedore").setLevel(logging.CRITICAL)  # we report plugin problems ourselves
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pluggy
-
 from rmq.kernel import plugin_manager as pmod
 from rmq.kernel.config import RootConfig
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
@@ -19,7 +18,6 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
-
     from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
     from rmq.protocol.command import RemotingCommand
 
@@ -42,8 +40,8 @@ class Kernel:
     def from_config(cls, config: RootConfig) -> Kernel:
         """Load exactly the plugins the config selects, through their entry points."""
         kernel = cls(config)
-        kernel.plugins = pmod.load_selected(kernel.pm, config.selected(), config.plugin_options)
         kernel._check_required()
+        kernel.plugins = pmod.load_selected(kernel.pm, config.selected(), config.plugin_options)
         return kernel
 
     @classmethod
@@ -100,8 +98,7 @@ class Kernel:
         stack, self._stack = self._stack, None
         try:
             if stack is not None:
-                with anyio.CancelScope(shield=True):
-                    await stack.__aexit__(None, None, None)
+                await stack.__aexit__(None, None, None)
         finally:
             self._tg = None
             self.hook.rmq_unconfigure(kernel=self)

@@ -17,12 +17,12 @@ from typing import Any
 import attrs
 import pluggy
 import stevedore
-from stevedore.exception import NoMatches
-
 from rmq.kernel import hookspecs
 from rmq.kernel.markers import PROJECT
+from stevedore.exception import NoMatches
 
 log = logging.getLogger("rmq.plugins")
+logging.getLogger("stevedore").setLevel(logging.CRITICAL)  # failures become PluginError lines instead
 
 
 class PluginError(Exception):
@@ -60,15 +60,15 @@ def _namespace(ns: str) -> str:
     return f"{PROJECT}.{ns}"
 
 
-def available(ns: str) -> dict[str, stevedore.extension.Extension]:
-    """Every installed entry point of a namespace, loaded (for listings and error hints)."""
+def available(ns: str) -> tuple[dict[str, stevedore.extension.Extension], dict[str, str]]:
+    """Every installed entry point of a namespace, loaded; and those that failed, with why."""
     failures: dict[str, str] = {}
 
     def on_fail(_mgr: Any, ep: Any, exc: BaseException) -> None:
-        failures[ep.name] = repr(exc)
+        failures[ep.name] = f"{getattr(ep, 'value', ep)}: {exc!r}"
 
     mgr = stevedore.ExtensionManager(_namespace(ns), invoke_on_load=False, on_load_failure_callback=on_fail)
-    return {ext.name: ext for ext in mgr}
+    return {ext.name: ext for ext in mgr}, failures
 
 
 def entry_point_names(ns: str) -> list[str]:
@@ -77,11 +77,15 @@ def entry_point_names(ns: str) -> list[str]:
     return sorted({ep.name for ep in entry_points(group=_namespace(ns))})
 
 
-def _distribution(ext: stevedore.extension.Extension) -> str:
-    dist = getattr(ext.entry_point, "dist", None)
-    if dist is None:
-        return "?"
-    return f"{dist.name} {dist.version}"
+def _distribution(ns: str, name: str) -> str:
+    """Which installed distribution declares ``name`` in ``ns`` (stevedore's cache drops it)."""
+    from importlib.metadata import distributions
+
+    for dist in distributions():
+        for ep in dist.entry_points:
+            if ep.group == _namespace(ns) and ep.name == name:
+                return f"{dist.metadata['Name']} {dist.version}"
+    return "?"
 
 
 def load_plugin(ns: str, name: str, options: dict[str, Any]) -> LoadedPlugin:
@@ -109,7 +113,7 @@ def load_plugin(ns: str, name: str, options: dict[str, Any]) -> LoadedPlugin:
         raise
     except Exception as e:
         raise PluginError(f"plugin {_namespace(ns)}:{name} ({target}) rejected its options: {e}") from None
-    return LoadedPlugin(ns, name, obj, target, _distribution(ext))
+    return LoadedPlugin(ns, name, obj, target, _distribution(ns, name))
 
 
 class _LoadFailure(Exception):
@@ -170,17 +174,19 @@ def describe(selection: dict[str, list[str]], namespaces: Iterable[str]) -> str:
     lines = []
     for ns in namespaces:
         lines.append(f"{_namespace(ns)}:")
-        exts = available(ns)
+        exts, failures = available(ns)
         chosen = selection.get(ns, [])
-        if not exts and not chosen:
+        if not exts and not chosen and not failures:
             lines.append("    (none installed)")
-        for name in sorted(set(exts) | set(chosen)):
+        for name in sorted(set(exts) | set(chosen) | set(failures)):
             ext = exts.get(name)
             mark = "*" if name in chosen else " "
-            if ext is None:
+            if name in failures:
+                lines.append(f"  {mark} {name:<22} LOAD FAILED {failures[name]}")
+            elif ext is None:
                 lines.append(f"  {mark} {name:<22} MISSING (selected but not installed)")
             else:
-                lines.append(f"  {mark} {name:<22} {ext.entry_point_target:<52} [{_distribution(ext)}]")
+                lines.append(f"  {mark} {name:<22} {ext.entry_point_target:<52} [{_distribution(ns, name)}]")
     lines.append("(* = selected by the configuration)")
     return "\n".join(lines)
 

@@ -15,7 +15,6 @@ from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     import pluggy
-
     from rmq.kernel.kernel import Kernel
 
 

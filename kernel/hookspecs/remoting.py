@@ -12,12 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
-
 from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
-
     from rmq.kernel.kernel import Kernel
     from rmq.protocol.command import RemotingCommand
 

@@ -1,0 +1,125 @@
+"""Plugins a third party could publish; each proves one extension point needs no kernel change."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rmq.kernel.hookspecs.allocation import StrategyRegistry
+from rmq.kernel.markers import hookimpl
+from rmq.kernel.model import DispatchRequest, MessageQueue, MessageRecord, PutResult
+
+
+class ReverseStrategy:
+    """Like averagely, but over the queues in reverse order: easy to tell apart in a test."""
+
+    name = "fake_reverse"
+
+    def allocate(
+        self, group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    ) -> list[MessageQueue]:
+        if current_cid not in cid_all:
+            return []
+        i, n = cid_all.index(current_cid), len(cid_all)
+        return [mq for k, mq in enumerate(reversed(mq_all)) if k % n == i]
+
+
+class ReverseAllocationPlugin:
+    def __init__(self, options: dict[str, Any]) -> None:
+        if options:
+            raise ValueError(f"takes no options, got {sorted(options)}")
+
+    @hookimpl
+    def rmq_allocation_register_strategies(self, registry: StrategyRegistry) -> None:
+        registry.register("fake_reverse", ReverseStrategy)
+
+
+class CountingStore:
+    """Wraps whatever store the next plugin built; counts puts into a JSON file at close."""
+
+    def __init__(self, inner: Any, report: Path) -> None:
+        self._inner = inner
+        self._report = report
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> CountingStore:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._inner.__aexit__(*exc)
+        self._report.write_text(json.dumps({"puts": self.puts, "inner": type(self._inner).__name__}))
+
+    async def put_message(self, msg: MessageRecord) -> PutResult:
+        self.puts += 1
+        return await self._inner.put_message(msg)
+
+    async def put_messages(self, batch: Sequence[MessageRecord]) -> PutResult:
+        self.puts += len(batch)
+        return await self._inner.put_messages(batch)
+
+
+class CountingStorePlugin:
+    """A storage *wrapper*: selected alongside a real store, it decorates that store."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.report_name = str(options.pop("report", "counting-store.json"))
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+
+    @hookimpl(wrapper=True)
+    def rmq_storage_make_store(self, kernel: Any, config: Any) -> Any:
+        inner = yield
+        if inner is None:
+            return None
+        return CountingStore(inner, config.store_root() / self.report_name)
+
+
+class AuditDispatcher:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        with self.path.open("a") as f:
+            for r in requests:
+                f.write(f"{r.topic} {r.queue_id} {r.consume_queue_offset} {r.commit_log_offset}\n")
+
+
+class AuditDispatchPlugin:
+    """A third-party dispatcher: appends one line per stored message to a file in the store."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.file = str(options.pop("file", "audit.log"))
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+
+    @hookimpl
+    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[AuditDispatcher]:
+        return [AuditDispatcher(kernel.config.broker.store_root() / self.file)]
+
+
+class AsyncHookPlugin:
+    """Wrong on purpose: an async hookimpl must be refused at start-up."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        pass
+
+    @hookimpl
+    async def rmq_configure(self, kernel: Any) -> None:  # pragma: no cover - refused before use
+        pass
+
+
+class MisspelledHookPlugin:
+    """Wrong on purpose: an impl matching no spec must be refused at start-up."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        pass
+
+    @hookimpl
+    def rmq_storage_make_stor(self, kernel: Any, config: Any) -> None:  # pragma: no cover
+        pass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -190,6 +189,3 @@ def describe(selection: dict[str, list[str]], namespaces: Iterable[str]) -> str:
     lines.append("(* = selected by the configuration)")
     return "\n".join(lines)
 
-
-if sys.version_info < (3, 11):  # pragma: no cover - guarded by requires-python
-    raise RuntimeError("rmq needs Python 3.11+")

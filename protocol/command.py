@@ -459,11 +459,14 @@ def _decode_payload(buf: bytes | bytearray, start: int, end: int) -> RemotingCom
 
 
 def decode(frame: bytes | bytearray) -> RemotingCommand:
-    """Decode exactly one whole frame (including its 4-byte length)."""
-    cmds = FrameDecoder(max_frame_size=max(len(frame), 8)).feed(frame)
-    if len(cmds) != 1 or len(frame) != _I32.unpack_from(frame, 0)[0] + 4:
-        raise FrameError(f"expected exactly one frame in {len(frame)} bytes, got {len(cmds)}")
-    return cmds[0]
+    """Decode exactly one whole frame (including its 4-byte length), no size limit."""
+    n = len(frame)
+    if n < 8:
+        raise FrameError(f"expected exactly one frame, got {n} bytes")
+    (length,) = _I32.unpack_from(frame, 0)
+    if length + 4 != n:
+        raise FrameError(f"expected exactly one frame: its length word says {length + 4} bytes, got {n}")
+    return _decode_payload(frame, 4, n)
 
 
 class FrameDecoder:

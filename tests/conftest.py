@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
 from rmq.kernel.testing.daemon import RmqdProcess
 
 

@@ -439,7 +439,7 @@ def encode_message(
     props_b = props.encode()
     if len(props_b) > 32767:
         raise ValueError(f"properties of {len(props_b)} bytes exceed 32767")
-    total = 79 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props_b)
+    total = 75 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props_b)
     return b"".join(
         (
             _HEAD.pack(

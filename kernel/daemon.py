@@ -16,10 +16,10 @@ import sys
 import time
 
 import anyio
-from rmq.kernel.config import NAMESPACES, ConfigError, RootConfig, dump_config, load_config
-from rmq.kernel.plugin_manager import PluginError, describe
 
 from rmq import __version__
+from rmq.kernel.config import NAMESPACES, ConfigError, RootConfig, dump_config, load_config
+from rmq.kernel.plugin_manager import PluginError, describe
 
 log = logging.getLogger("rmq.daemon")
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pluggy
+
 from rmq.kernel import plugin_manager as pmod
 from rmq.kernel.config import RootConfig
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
@@ -18,6 +19,7 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
+
     from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
     from rmq.protocol.command import RemotingCommand
 
@@ -35,6 +37,8 @@ class Kernel:
         self.services: dict[str, Any] = {}  # role objects published for other plugins and tests
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+        # Historic: every plugin registered from now on gets to add its own hook specs at once.
+        self.hook.rmq_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
 
     @classmethod
     def from_config(cls, config: RootConfig) -> Kernel:

@@ -16,9 +16,10 @@ from typing import Any
 import attrs
 import pluggy
 import stevedore
+from stevedore.exception import NoMatches
+
 from rmq.kernel import hookspecs
 from rmq.kernel.markers import PROJECT
-from stevedore.exception import NoMatches
 
 log = logging.getLogger("rmq.plugins")
 logging.getLogger("stevedore").setLevel(logging.CRITICAL)  # failures become PluginError lines instead

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from rmq.kernel.testing.daemon import RmqdProcess
 
 

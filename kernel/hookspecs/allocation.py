@@ -61,4 +61,7 @@ def rmq_allocation_register_strategies(registry: StrategyRegistry) -> None:
     Called once per kernel, when a client or tool first needs a strategy.
     ``factory(**options)`` builds the strategy (options such as ``virtual_nodes``
     or ``idc`` come from the caller). Registering a taken name is an error.
+
+    Arguments:
+    - ``registry``: the ``StrategyRegistry`` to add strategies to.
     """

@@ -40,4 +40,8 @@ def rmq_dispatch_make_dispatchers(kernel: Kernel, store: MessageStore) -> list[C
     Called once when the store starts, before recovery replays records. Return a
     list (possibly empty); results of all plugins are concatenated in plugin order
     (the store's own builders first, as ``tryfirst`` impls).
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``store``: the ``MessageStore`` whose records will be dispatched.
     """

@@ -50,4 +50,8 @@ def rmq_filter_make_filter(expression_type: str, expression: str) -> MessageFilt
     None when the type is not yours. Raise ``FilterExpressionError`` when the
     type is yours but the expression is invalid. Called once per subscription
     change (the broker caches by group, topic and expression).
+
+    Arguments:
+    - ``expression_type``: ``TAG``, ``SQL92`` or a name a plugin claims (case-insensitive).
+    - ``expression``: the subscription expression as the client sent it.
     """

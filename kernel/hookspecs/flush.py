@@ -63,6 +63,11 @@ def rmq_flush_make_policy(kernel: Kernel, store: Flushable, config: Any) -> Flus
     Called once by the store as it starts. ``config`` is the broker config
     (flushIntervalCommitLog, flushCommitLogLeastPages, syncFlushTimeout...).
     Return None to defer to the next plugin.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``store``: the ``Flushable`` store to flush.
+    - ``config``: the broker's ``BrokerConfig`` (flush intervals, pages, timeouts).
     """
 
 

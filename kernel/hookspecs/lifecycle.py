@@ -15,6 +15,7 @@ from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     import pluggy
+
     from rmq.kernel.kernel import Kernel
 
 
@@ -23,6 +24,9 @@ def rmq_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     """Let a plugin add hook specs of its own (``pluginmanager.add_hookspecs(module)``).
 
     Historic: a plugin registered later still sees the call. Called once per plugin.
+
+    Arguments:
+    - ``pluginmanager``: the kernel's ``pluggy.PluginManager``.
     """
 
 
@@ -31,12 +35,19 @@ def rmq_configure(kernel: Kernel) -> None:
     """All plugins are registered and the config is final; validate and prepare.
 
     Called once, before any lifespan. Raise ``ConfigError`` to refuse start-up.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
     """
 
 
 @hookspec
 def rmq_unconfigure(kernel: Kernel) -> None:
-    """The daemon stopped; release what ``rmq_configure`` prepared. Called once."""
+    """The daemon stopped; release what ``rmq_configure`` prepared. Called once.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    """
 
 
 @hookspec
@@ -47,4 +58,7 @@ def rmq_lifespan(kernel: Kernel) -> AbstractAsyncContextManager[None] | None:
     (roles: namesrv before broker) and exited in reverse; use
     ``kernel.task_group`` for background tasks. Entering must return once the
     component serves (a server bound its port); exiting must stop it cleanly.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
     """

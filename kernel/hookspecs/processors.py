@@ -55,4 +55,8 @@ def rmq_processors_register(kernel: Kernel, registry: ProcessorRegistry) -> None
     ``registry.role`` and register only codes of that role. Processors may be
     bound methods of long-lived service objects; put such objects in
     ``registry.services`` for other plugins of the role.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``registry``: the role's ``ProcessorRegistry`` (``role``, ``register``, ``services``).
     """

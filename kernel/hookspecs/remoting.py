@@ -12,10 +12,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+
 from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
+
     from rmq.kernel.kernel import Kernel
     from rmq.protocol.command import RemotingCommand
 
@@ -119,6 +121,11 @@ def rmq_remoting_make_server(kernel: Kernel, config: RemotingConfig, handler: Re
 
     Called once per role (namesrv, broker) at start-up. ``handler`` receives
     every decoded request. Return None to defer to the next plugin.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``config``: a ``RemotingConfig`` (bind address or client settings, frame limit).
+    - ``handler``: the request handler every decoded request is given to.
     """
 
 
@@ -130,4 +137,9 @@ def rmq_remoting_make_client(
 
     Called once per component at start-up. ``handler`` answers requests the
     remote side initiates (None: answer REQUEST_CODE_NOT_SUPPORTED).
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``config``: a ``RemotingConfig`` (bind address or client settings, frame limit).
+    - ``handler``: the request handler every decoded request is given to.
     """

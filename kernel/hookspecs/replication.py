@@ -40,4 +40,8 @@ def rmq_replication_make_service(kernel: Kernel, store: MessageStore) -> Replica
     """Build the replication service of a broker's store, or None for standalone.
 
     Called once when the broker role starts, after the store opened.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``store``: the broker's opened ``MessageStore``.
     """

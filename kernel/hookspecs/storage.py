@@ -120,4 +120,8 @@ def rmq_storage_make_store(kernel: Kernel, config: Any) -> MessageStore | None:
     ``BrokerConfig`` (store path, segment sizes, flush type, retention...). Return a
     store not yet entered, or None to let the next plugin decide. Bundled impls are
     ``trylast`` so an installed third-party store selected in TOML wins.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (config, hook relay, services).
+    - ``config``: the broker's ``BrokerConfig`` (store paths, sizes, flush, retention).
     """

@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from rmq.kernel.config import ConfigError, dump_config, load_config
 
 

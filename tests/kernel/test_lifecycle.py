@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+
 from rmq.kernel import hookimpl
 from rmq.kernel.testing import make_kernel
 

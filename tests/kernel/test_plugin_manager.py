@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rmq.kernel import hookimpl
 from rmq.kernel.config import load_config
 from rmq.kernel.kernel import Kernel

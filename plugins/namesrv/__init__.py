@@ -1,0 +1,91 @@
+"""The bundled ``namesrv`` processors plugin: RocketMQ's NameServer role.
+
+Entry point ``rmq.processors: namesrv``. Runs when the config has a
+``[namesrv]`` section: serves route registration and lookup on
+``listenHost:listenPort``. Options (``[plugin.processors.namesrv]``):
+``kv_config_path`` — persist the KV config there (default: memory only).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+import cattrs
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.kernel.markers import hookimpl
+from rmq.plugins.namesrv.service import NamesrvService
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.processors import ProcessorRegistry
+    from rmq.kernel.kernel import Kernel
+
+__all__ = ["NamesrvOptions", "NamesrvPlugin", "NamesrvService"]
+
+log = logging.getLogger("rmq.namesrv")
+
+
+@attrs.define(frozen=True)
+class NamesrvOptions:
+    kv_config_path: str = ""
+
+
+def structure_options(cls: type, options: dict[str, Any] | None, table: str) -> Any:
+    """A plugin's TOML table into its attrs class; unknown keys or wrong types raise ValueError."""
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    try:
+        return conv.structure(dict(options or {}), cls)
+    except Exception as e:
+        msgs = cattrs.transform_error(e) if isinstance(e, cattrs.BaseValidationError) else [str(e)]
+        known = ", ".join(f.name for f in attrs.fields(cls))
+        raise ValueError(f"[{table}]: {'; '.join(msgs)} (known keys: {known or 'none'})") from None
+
+
+class NamesrvPlugin:
+    """Starts the NameServer role when ``[namesrv]`` is configured."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options: NamesrvOptions = structure_options(NamesrvOptions, options, "plugin.processors.namesrv")
+        self.service: NamesrvService | None = None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        if registry.role == "namesrv" and self.service is not None:
+            self.service.register(registry, owner="namesrv")
+            registry.services["namesrv"] = self.service
+
+    @hookimpl
+    def rmq_lifespan(self, kernel: Kernel) -> Any:
+        if kernel.config.namesrv is None:
+            return None
+        return self._run(kernel)
+
+    @asynccontextmanager
+    async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
+        cfg = kernel.config.namesrv
+        assert cfg is not None
+        self.service = svc = NamesrvService(cfg, self.options.kv_config_path)
+        kernel.services["namesrv"] = svc
+        server, _ = await kernel.serve_role(
+            "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, name="namesrv")
+        )
+        svc.server = server
+        scope = anyio.CancelScope()
+
+        async def scanner() -> None:
+            with scope:
+                await svc.run_scanner()
+
+        kernel.task_group.start_soon(scanner)
+        try:
+            yield
+        finally:
+            scope.cancel()
+            await server.aclose()
+            kernel.services.pop("namesrv", None)
+            log.info("namesrv stopped")

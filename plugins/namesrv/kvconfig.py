@@ -1,0 +1,69 @@
+"""The NameServer's namespaced key/value store (PUT/GET/DELETE_KV_CONFIG, order-topic config).
+
+In memory, optionally persisted as RocketMQ's ``kvConfig.json`` shape
+(``{"configTable":{ns:{k:v}}}``) with the .tmp/.bak protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("rmq.namesrv")
+
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+class KVConfigManager:
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path).expanduser() if path else None
+        self.table: dict[str, dict[str, str]] = {}
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        for candidate in (self.path, self.path.with_name(self.path.name + ".bak")):
+            try:
+                text = candidate.read_text(encoding="utf-8")
+                if not text.strip():
+                    continue
+                doc = json.loads(text)
+            except (OSError, ValueError):
+                continue
+            table = doc.get("configTable") or {}
+            self.table = {str(ns): {str(k): str(v) for k, v in kv.items()} for ns, kv in table.items()}
+            log.info("loaded %d KV namespaces from %s", len(self.table), candidate)
+            return
+
+    def persist(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"configTable": self.table}, indent="\t", sort_keys=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        if self.path.exists():
+            os.replace(self.path, self.path.with_name(self.path.name + ".bak"))
+        os.replace(tmp, self.path)
+
+    def put(self, namespace: str, key: str, value: str) -> None:
+        self.table.setdefault(namespace, {})[key] = value
+        log.info("KV config put: %s %s=%s", namespace, key, value)
+        self.persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self.table.get(namespace, {}).get(key)
+
+    def delete(self, namespace: str, key: str) -> None:
+        kv = self.table.get(namespace)
+        if kv is not None and kv.pop(key, None) is not None:
+            if not kv:
+                del self.table[namespace]
+            log.info("KV config deleted: %s %s", namespace, key)
+            self.persist()
+
+    def namespace(self, namespace: str) -> dict[str, str] | None:
+        kv = self.table.get(namespace)
+        return dict(kv) if kv else None

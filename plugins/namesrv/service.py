@@ -1,0 +1,206 @@
+"""The NameServer role: request processors over the route table and the KV store."""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rmq.plugins.namesrv.routes import (
+    PERM_WRITE,
+    DataVersion,
+    RouteInfoManager,
+    decode_register_body,
+    dumps,
+    loads_lenient,
+)
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+
+if TYPE_CHECKING:
+    from rmq.kernel.config import NamesrvConfig
+    from rmq.kernel.hookspecs.processors import ProcessorRegistry
+    from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
+
+log = logging.getLogger("rmq.namesrv")
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+_WATCHED = "namesrv.watched"
+
+
+class NamesrvService:
+    """State and handlers of one NameServer; ``run_scanner`` expires silent brokers."""
+
+    def __init__(self, config: NamesrvConfig, kv_config_path: str = "") -> None:
+        self.config = config
+        self.routes = RouteInfoManager()
+        self.kv = KVConfigManager(kv_config_path or None)
+        self.kv.load()
+        self.server: RemotingServer | None = None
+
+    def register(self, registry: ProcessorRegistry, owner: str) -> None:
+        rc = RequestCode
+        for code, proc in (
+            (rc.PUT_KV_CONFIG, self.put_kv_config),
+            (rc.GET_KV_CONFIG, self.get_kv_config),
+            (rc.DELETE_KV_CONFIG, self.delete_kv_config),
+            (rc.GET_KVLIST_BY_NAMESPACE, self.get_kv_list),
+            (rc.REGISTER_BROKER, self.register_broker),
+            (rc.UNREGISTER_BROKER, self.unregister_broker),
+            (rc.GET_ROUTEINFO_BY_TOPIC, self.get_route),
+            (rc.GET_BROKER_CLUSTER_INFO, self.get_cluster_info),
+            (rc.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics),
+            (rc.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster),
+            (rc.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topics),
+            (rc.DELETE_TOPIC_IN_NAMESRV, self.delete_topic),
+            (rc.QUERY_DATA_VERSION, self.query_data_version),
+            (rc.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm),
+            (rc.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm),
+        ):
+            registry.register(code, proc, owner=owner)
+
+    async def run_scanner(self) -> None:
+        """Drop brokers silent for brokerChannelExpiredTime; first scan after 5 s, then every interval."""
+        first = min(5.0, self.config.scanNotActiveBrokerInterval / 1000)
+        await anyio.sleep(first)
+        while True:
+            dead = self.routes.scan_not_active(time.monotonic(), self.config.brokerChannelExpiredTime / 1000)
+            for addr in dead:
+                log.warning("broker %s expired after %d ms without registration", addr,
+                            self.config.brokerChannelExpiredTime)
+            await anyio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+
+    def _on_close(self, conn: Connection) -> None:
+        self.routes.on_connection_closed(conn)
+
+    # ------------------------------------------------------------------ KV config
+
+    async def put_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.kv.put(ext_str(cmd, "namespace"), ext_str(cmd, "key"), ext_str(cmd, "value"))
+        return cmd.response()
+
+    async def get_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key = ext_str(cmd, "namespace"), ext_str(cmd, "key")
+        value = self.kv.get(ns, key)
+        if value is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+        return cmd.response(ext={"value": value})
+
+    async def delete_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.kv.delete(ext_str(cmd, "namespace"), ext_str(cmd, "key"))
+        return cmd.response()
+
+    async def get_kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns = ext_str(cmd, "namespace")
+        table = self.kv.namespace(ns)
+        if table is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+        return cmd.response(body=dumps({"table": table}))
+
+    # ------------------------------------------------------------------ brokers
+
+    async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        crc = ext_int(cmd, "bodyCrc32", 0)
+        if crc and cmd.body and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
+            log.warning("register from %s:%d rejected: body crc32 mismatch", *conn.remote_addr[:2])
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        try:
+            body = decode_register_body(cmd.body, ext_bool(cmd, "compressed", False))
+        except (ValueError, zlib.error, UnicodeDecodeError) as e:
+            log.warning("register from %s:%d rejected: undecodable body: %s", *conn.remote_addr[:2], e)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {e}")
+        if not conn.attributes.get(_WATCHED):
+            conn.attributes[_WATCHED] = True
+            conn.on_close(self._on_close)
+        ha, master = self.routes.register_broker(
+            ext_str(cmd, "clusterName"),
+            ext_str(cmd, "brokerAddr"),
+            ext_str(cmd, "brokerName"),
+            ext_int(cmd, "brokerId"),
+            ext_str(cmd, "haServerAddr", ""),
+            body,
+            conn,
+            time.monotonic(),
+        )
+        ext = {}
+        if ha:
+            ext["haServerAddr"] = ha
+        if master:
+            ext["masterAddr"] = master
+        order = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return cmd.response(ext=ext, body=dumps({"table": order}) if order else b"")
+
+    async def unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.routes.unregister_broker(
+            ext_str(cmd, "clusterName"), ext_str(cmd, "brokerAddr"), ext_str(cmd, "brokerName"),
+            ext_int(cmd, "brokerId"),
+        )
+        return cmd.response()
+
+    async def query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            version = DataVersion.from_json(loads_lenient(cmd.body)) if cmd.body else DataVersion()
+        except ValueError:
+            version = DataVersion()
+        changed, held = self.routes.is_data_version_changed(ext_str(cmd, "brokerAddr"), version, time.monotonic())
+        return cmd.response(
+            ext={"changed": "true" if changed else "false"}, body=dumps(held) if held is not None else b""
+        )
+
+    async def wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return self._change_write_perm(cmd, wipe=True)
+
+    async def add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return self._change_write_perm(cmd, wipe=False)
+
+    def _change_write_perm(self, cmd: RemotingCommand, wipe: bool) -> RemotingCommand:
+        name = ext_str(cmd, "brokerName")
+        count = 0
+        for qds in self.routes.topic_queue_table.values():
+            qd = qds.get(name)
+            if qd is not None:
+                qd["perm"] = (qd["perm"] & ~PERM_WRITE) if wipe else (qd["perm"] | PERM_WRITE)
+                count += 1
+        log.info("%s write permission of broker %s on %d topics", "wiped" if wipe else "added", name, count)
+        key = "wipeTopicCount" if wipe else "addTopicCount"
+        return cmd.response(ext={key: str(count)})
+
+    # ------------------------------------------------------------------ routes and lists
+
+    async def get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = ext_str(cmd, "topic")
+        order = None
+        if self.config.orderMessageEnable:
+            order = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        route = self.routes.pickup_route(topic, order)
+        if route is None:
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}{FAQ}"
+            )
+        return cmd.response(body=dumps(route))
+
+    async def get_cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=dumps(self.routes.cluster_info()))
+
+    async def get_all_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=dumps({"topicList": self.routes.all_topics()}))
+
+    async def get_topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=dumps({"topicList": self.routes.topics_by_cluster(ext_str(cmd, "cluster"))}))
+
+    async def get_system_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topics: set[str] = set()
+        for cluster, names in self.routes.cluster_addr_table.items():
+            topics.add(cluster)
+            topics.update(names)
+        return cmd.response(body=dumps({"topicList": sorted(topics)}))
+
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.routes.delete_topic(ext_str(cmd, "topic"), ext_str(cmd, "clusterName", "") or None)
+        return cmd.response()
+
+

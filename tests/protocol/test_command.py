@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rmq.protocol.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from rmq.protocol.command import (
     FrameDecoder,

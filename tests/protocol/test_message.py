@@ -9,6 +9,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rmq.protocol.common import MAGIC_MESSAGE, Prop, SysFlag, java_hash, tags_code
 from rmq.protocol.message import (
     BatchError,

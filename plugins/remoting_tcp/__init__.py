@@ -1,0 +1,92 @@
+"""The bundled ``tcp`` remoting plugin: a thin anyio layer around the sans-IO codec in ``rmq.protocol``.
+
+Entry point: ``rmq.remoting: tcp = rmq.plugins.remoting_tcp:TcpRemotingPlugin``.
+Its TOML table (``[remoting.tcp]``) accepts ``max_frame_size`` and
+``idle_timeout``; they override the role's ``RemotingConfig`` defaults.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rmq.kernel.markers import hookimpl
+from rmq.plugins.remoting_tcp.client import TcpRemotingClient
+from rmq.plugins.remoting_tcp.connection import TcpConnection
+from rmq.plugins.remoting_tcp.server import TcpRemotingServer
+from rmq.protocol.command import (
+    RemotingClosedError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
+
+__all__ = [
+    "RemotingClosedError",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingTimeoutError",
+    "TcpConnection",
+    "TcpOptions",
+    "TcpRemotingClient",
+    "TcpRemotingPlugin",
+    "TcpRemotingServer",
+]
+
+
+@attrs.define(frozen=True)
+class TcpOptions:
+    """The plugin's own TOML table; unset keys keep the role's RemotingConfig values."""
+
+    max_frame_size: int | None = attrs.field(default=None)
+    idle_timeout: float | None = attrs.field(default=None)
+
+    @max_frame_size.validator
+    def _check_frame(self, _a: Any, v: int | None) -> None:
+        if v is not None and (not isinstance(v, int) or v < 64):
+            raise ValueError(f"remoting.tcp.max_frame_size must be an integer >= 64, got {v!r}")
+
+    @idle_timeout.validator
+    def _check_idle(self, _a: Any, v: float | None) -> None:
+        if v is not None and (not isinstance(v, (int, float)) or v < 0):
+            raise ValueError(f"remoting.tcp.idle_timeout must be a number of seconds >= 0, got {v!r}")
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any]) -> TcpOptions:
+        unknown = sorted(set(options) - {"max_frame_size", "idle_timeout"})
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) in [remoting.tcp]: {', '.join(unknown)}; known: idle_timeout, max_frame_size"
+            )
+        return cls(**options)
+
+
+class TcpRemotingPlugin:
+    """Builds TCP servers and clients; ``trylast`` so any third-party transport wins."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = TcpOptions.from_dict(dict(options or {}))
+
+    def _apply(self, config: RemotingConfig) -> RemotingConfig:
+        changes: dict[str, Any] = {}
+        if self.options.max_frame_size is not None:
+            changes["max_frame_size"] = self.options.max_frame_size
+        if self.options.idle_timeout is not None:
+            changes["idle_timeout"] = float(self.options.idle_timeout)
+        return attrs.evolve(config, **changes) if changes else config
+
+    @hookimpl(trylast=True)
+    def rmq_remoting_make_server(
+        self, kernel: Any, config: RemotingConfig, handler: RequestHandler
+    ) -> TcpRemotingServer:
+        return TcpRemotingServer(self._apply(config), handler)
+
+    @hookimpl(trylast=True)
+    def rmq_remoting_make_client(
+        self, kernel: Any, config: RemotingConfig, handler: RequestHandler | None
+    ) -> TcpRemotingClient:
+        return TcpRemotingClient(self._apply(config), handler, kernel=kernel)

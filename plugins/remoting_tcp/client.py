@@ -1,0 +1,164 @@
+"""TCP remoting client: one pooled connection per "host:port", reopened on demand."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from rmq.plugins.remoting_tcp.connection import TcpConnection
+from rmq.protocol.command import RemotingCommand, RemotingConnectError, RemotingTimeoutError
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
+
+log = logging.getLogger("rmq.remoting")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """"host:port" or "[v6]:port" → (host, port), with a clear error for anything else."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"remoting address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class TcpRemotingClient:
+    """Satisfies ``rmq.kernel.hookspecs.remoting.RemotingClient``.
+
+    Connection reader tasks need a task group: ``async with client:`` gives the
+    client its own; otherwise the running kernel's task group is used.
+    """
+
+    def __init__(
+        self,
+        config: RemotingConfig,
+        handler: RequestHandler | None = None,
+        *,
+        kernel: Any = None,
+    ) -> None:
+        self.config = config
+        self._handler = handler
+        self._kernel = kernel
+        self._conns: dict[str, TcpConnection] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._ids = itertools.count(1)
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> TcpRemotingClient:
+        stack = AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _task_group(self) -> TaskGroup:
+        if self._tg is not None:
+            return self._tg
+        if self._kernel is not None:
+            try:
+                tg: TaskGroup = self._kernel.task_group
+                return tg
+            except RuntimeError:
+                pass
+        raise RuntimeError("TcpRemotingClient needs 'async with client:' or a running kernel")
+
+    async def connection(self, addr: str, connect_timeout: float | None = None) -> TcpConnection:
+        """The live connection to ``addr``, connecting (once, whatever the concurrency) if needed."""
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        if self._closed:
+            raise RemotingConnectError(f"client is closed; cannot connect to {addr}")
+        lock = self._locks.get(addr)
+        if lock is None:
+            lock = self._locks[addr] = anyio.Lock()
+        async with lock:
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            conn = await self._connect(addr, connect_timeout)
+            self._conns[addr] = conn
+            return conn
+
+    async def _connect(self, addr: str, connect_timeout: float | None) -> TcpConnection:
+        host, port = split_addr(addr)
+        cfg = self.config
+        tg = self._task_group()
+        limit = cfg.connect_timeout if connect_timeout is None else min(connect_timeout, cfg.connect_timeout)
+        try:
+            with anyio.fail_after(limit):
+                stream = await anyio.connect_tcp(host, port)
+        except TimeoutError:
+            raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
+        except OSError as exc:
+            raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
+        conn = TcpConnection(
+            stream,
+            self._handler,
+            conn_id=next(self._ids),
+            max_frame_size=cfg.max_frame_size,
+            idle_timeout=cfg.idle_timeout,
+            name=cfg.name,
+        )
+        conn.on_close(lambda c: self._forget(addr, c))
+        tg.start_soon(conn.run)
+        log.debug("%s: connected #%d to %s", cfg.name, conn.id, addr)
+        return conn
+
+    def _forget(self, addr: str, conn: TcpConnection) -> None:
+        if self._conns.get(addr) is conn:
+            del self._conns[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        """Request/response; ``timeout`` covers connecting and waiting, as Java's invokeSync."""
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return await conn.send_request(cmd, timeout)
+        start = time.monotonic()
+        conn = await self.connection(addr, timeout)
+        remaining = timeout - (time.monotonic() - start)
+        try:
+            if remaining <= 0:
+                raise RemotingTimeoutError("connect used the whole budget")
+            return await conn.send_request(cmd, remaining)
+        except RemotingTimeoutError:
+            raise RemotingTimeoutError(
+                f"request code {cmd.code} (opaque {cmd.opaque}) to {addr} got no response in {timeout:g}s"
+                " (including connect)"
+            ) from None
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        await conn.send_oneway(cmd)
+
+    def connections(self) -> list[TcpConnection]:
+        return [c for c in self._conns.values() if not c.closed]
+
+    async def close_connection(self, addr: str) -> None:
+        """Drop the pooled connection to ``addr`` (the next call reconnects)."""
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            await conn.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            await conn.aclose()
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                tg.cancel_scope.cancel()
+            await stack.aclose()

@@ -1,0 +1,323 @@
+"""One TCP connection carrying remoting commands both ways (anyio).
+
+Shape: ``run()`` owns a per-connection task group with the read loop, the idle
+watchdog and one task per incoming request (so a held long-poll never delays
+other requests). Outgoing frames go through one write buffer: the first writer
+becomes the flusher and drains whatever others appended meanwhile in a single
+``send`` — serialised writes, batched under load, no extra writer task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup
+
+from rmq.protocol.codes import ResponseCode
+from rmq.protocol.command import (
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
+    FrameDecoder,
+    FrameError,
+    HeaderError,
+    RemotingClosedError,
+    RemotingCommand,
+    RemotingTimeoutError,
+    encode_parts,
+)
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import RequestHandler
+
+log = logging.getLogger("rmq.remoting")
+
+RECEIVE_SIZE = 256 * 1024
+WRITE_HIGH_WATER = 4 * 1024 * 1024  # senders wait for the flusher beyond this many buffered bytes
+_OPAQUE_MASK = 0x7FFFFFFF
+_IO_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+
+
+class _Waiter:
+    __slots__ = ("event", "response")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.response: RemotingCommand | None = None
+
+
+def _addr(raw: Any) -> tuple[str, int]:
+    if isinstance(raw, tuple) and len(raw) >= 2:
+        return str(raw[0]), int(raw[1])
+    return (str(raw), 0)
+
+
+class TcpConnection:
+    """A peer connection; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
+
+    def __init__(
+        self,
+        stream: SocketStream,
+        handler: RequestHandler | None,
+        *,
+        conn_id: int,
+        max_frame_size: int,
+        idle_timeout: float,
+        name: str = "remoting",
+    ) -> None:
+        self.id = conn_id
+        self.name = name
+        self.remote_addr = _addr(stream.extra(SocketAttribute.remote_address, ("?", 0)))
+        self.local_addr = _addr(stream.extra(SocketAttribute.local_address, ("?", 0)))
+        self.attributes: dict[str, Any] = {}
+        self._stream = stream
+        self._handler = handler
+        self._decoder = FrameDecoder(max_frame_size)
+        self._idle_timeout = idle_timeout
+        self._last_activity = time.monotonic()
+        self._pending: dict[int, _Waiter] = {}
+        self._next_opaque = 0
+        self._wbuf: list[bytes] = []
+        self._wsize = 0
+        self._flushing = False
+        self._drained: anyio.Event | None = None
+        self._closed = False
+        self._close_reason: str | None = None
+        self._callbacks: list[Callable[[Any], None]] = []
+        self._tg: TaskGroup | None = None
+        self._done = anyio.Event()
+        try:
+            sock = stream.extra(SocketAttribute.raw_socket)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, anyio.TypedAttributeLookupError):
+            pass
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def peer(self) -> str:
+        return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
+
+    def on_close(self, callback: Callable[[Any], None]) -> None:
+        if self._closed and self._done.is_set():
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _alloc_opaque(self) -> int:
+        op = self._next_opaque
+        self._next_opaque = (op + 1) & _OPAQUE_MASK
+        return op
+
+    async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        if self._closed:
+            raise RemotingClosedError(f"connection to {self.peer} is closed")
+        opaque = self._alloc_opaque()
+        cmd.opaque = opaque
+        cmd.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
+        waiter = _Waiter()
+        self._pending[opaque] = waiter
+        try:
+            await self._write(cmd)
+            with anyio.move_on_after(timeout):
+                await waiter.event.wait()
+        finally:
+            self._pending.pop(opaque, None)
+        resp = waiter.response
+        if resp is not None:
+            return resp
+        if waiter.event.is_set():  # woken by close
+            raise RemotingClosedError(
+                f"connection to {self.peer} closed before the response to request code {cmd.code}"
+                f" (opaque {opaque}): {self._close_reason or 'closed'}"
+            )
+        raise RemotingTimeoutError(
+            f"request code {cmd.code} (opaque {opaque}) to {self.peer} got no response in {timeout:g}s"
+        )
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None:
+        if self._closed:
+            raise RemotingClosedError(f"connection to {self.peer} is closed")
+        cmd.opaque = self._alloc_opaque()
+        cmd.flag = (cmd.flag | ONEWAY_FLAG) & ~RESPONSE_FLAG
+        await self._write(cmd)
+
+    async def send_response(self, cmd: RemotingCommand) -> None:
+        """Write a response; dropped quietly when the peer is gone (a held pull outlived it)."""
+        if self._closed:
+            log.debug("%s: dropping response opaque %d for closed %s", self.name, cmd.opaque, self.peer)
+            return
+        cmd.flag |= RESPONSE_FLAG
+        try:
+            await self._write(cmd)
+        except RemotingClosedError:
+            log.debug("%s: dropping response opaque %d for closed %s", self.name, cmd.opaque, self.peer)
+
+    async def aclose(self) -> None:
+        self._close("closed locally")
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(Exception):  # a broken socket may fail to close any way; it is gone
+                await self._stream.aclose()
+
+    async def wait_closed(self) -> None:
+        """Return once ``run`` has finished and close callbacks ran."""
+        await self._done.wait()
+
+    # ------------------------------------------------------------------ writing
+
+    async def _write(self, cmd: RemotingCommand) -> None:
+        head, body = encode_parts(cmd)
+        wbuf = self._wbuf
+        wbuf.append(head)
+        self._wsize += len(head)
+        if body:
+            wbuf.append(body)
+            self._wsize += len(body)
+        if self._flushing:
+            if self._wsize > WRITE_HIGH_WATER:
+                if self._drained is None:
+                    self._drained = anyio.Event()
+                await self._drained.wait()
+                if self._closed:
+                    raise RemotingClosedError(f"connection to {self.peer} closed while writing")
+            return
+        self._flushing = True
+        try:
+            with anyio.CancelScope(shield=True):  # others' frames are in this batch: never half-send it
+                while self._wbuf:
+                    chunks = self._wbuf
+                    self._wbuf = []
+                    self._wsize = 0
+                    await self._stream.send(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                    if self._drained is not None:
+                        self._drained.set()
+                        self._drained = None
+        except _IO_ERRORS as exc:
+            self._close(f"write failed: {exc!r}")
+            raise RemotingClosedError(f"connection to {self.peer} failed while writing: {exc!r}") from None
+        finally:
+            self._flushing = False
+        self._last_activity = time.monotonic()
+
+    # ------------------------------------------------------------------ reading and serving
+
+    async def run(self) -> None:
+        """Serve the connection until EOF, error, idle timeout or ``aclose``; then clean up."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self._closed:
+                    tg.cancel_scope.cancel()
+                if self._idle_timeout and self._idle_timeout > 0:
+                    tg.start_soon(self._idle_watch)
+                await self._read_loop(tg)
+                tg.cancel_scope.cancel()
+        finally:
+            self._close(self._close_reason or "closed")
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(Exception):
+                    await self._stream.aclose()
+            callbacks, self._callbacks = self._callbacks, []
+            self._done.set()
+            for cb in callbacks:
+                try:
+                    cb(self)
+                except Exception:
+                    log.exception("%s: close callback of %s failed", self.name, self.peer)
+
+    async def _read_loop(self, tg: TaskGroup) -> None:
+        receive = self._stream.receive
+        feed = self._decoder.feed
+        pending = self._pending
+        while True:
+            try:
+                data = await receive(RECEIVE_SIZE)
+            except anyio.EndOfStream:
+                self._close_reason = self._close_reason or "peer closed"
+                return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self._close_reason = self._close_reason or f"read failed: {exc!r}"
+                return
+            self._last_activity = time.monotonic()
+            try:
+                cmds = feed(data)
+            except FrameError as exc:
+                self._close_reason = f"bad frame: {exc}"
+                log.warning(
+                    "%s: closing connection #%d from %s: bad frame: %s", self.name, self.id, self.peer, exc
+                )
+                return
+            for cmd in cmds:
+                if cmd.flag & RESPONSE_FLAG:
+                    waiter = pending.pop(cmd.opaque, None)
+                    if waiter is None:
+                        log.debug("%s: response opaque %d from %s matches no request", self.name,
+                                  cmd.opaque, self.peer)
+                        continue
+                    waiter.response = cmd
+                    waiter.event.set()
+                else:
+                    tg.start_soon(self._serve_request, cmd)
+
+    async def _serve_request(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        try:
+            if handler is None:
+                resp: RemotingCommand | None = cmd.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
+                )
+            else:
+                resp = await handler(self, cmd)
+        except HeaderError as exc:
+            resp = cmd.response(exc.code, remark=str(exc))
+        except Exception as exc:
+            log.warning("%s: request code %d from %s failed: %r", self.name, cmd.code, self.peer, exc)
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        if resp is None or cmd.flag & ONEWAY_FLAG:
+            return
+        resp.opaque = cmd.opaque
+        await self.send_response(resp)
+
+    async def _idle_watch(self) -> None:
+        idle = self._idle_timeout
+        while True:
+            remaining = self._last_activity + idle - time.monotonic()
+            if remaining <= 0:
+                log.info("%s: closing connection #%d with %s idle for %gs", self.name, self.id,
+                         self.peer, idle)
+                self._close(f"idle for {idle:g}s")
+                await self.aclose()
+                return
+            await anyio.sleep(remaining)
+
+    # ------------------------------------------------------------------ closing
+
+    def _close(self, reason: str) -> None:
+        """Mark closed, stop the task group, wake every waiter (synchronous, idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._close_reason = self._close_reason or reason
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+        if self._pending:
+            waiters = list(self._pending.values())
+            self._pending.clear()
+            for w in waiters:
+                w.event.set()
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<TcpConnection #{self.id} {self.name} {self.peer} {state}>"

@@ -1,0 +1,441 @@
+"""The tcp remoting plugin over real loopback sockets (127.0.0.1, port 0), asyncio and uvloop."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
+from rmq.kernel.testing import make_kernel
+from rmq.plugins.remoting_tcp import (
+    RemotingClosedError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    TcpRemotingClient,
+    TcpRemotingPlugin,
+    TcpRemotingServer,
+)
+from rmq.protocol.codes import RequestCode, ResponseCode, SerializeType
+from rmq.protocol.command import FrameDecoder, HeaderError, RemotingCommand, encode, ext_int
+
+try:
+    import uvloop  # noqa: F401
+
+    _BACKENDS: list[Any] = ["asyncio", pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
+except ImportError:  # pragma: no cover
+    _BACKENDS = ["asyncio"]
+
+LOG = "rmq.remoting"
+
+
+@pytest.fixture(params=_BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+def cfg(**kw: Any) -> RemotingConfig:
+    kw.setdefault("host", "127.0.0.1")
+    kw.setdefault("port", 0)
+    kw.setdefault("name", "test")
+    return RemotingConfig(**kw)
+
+
+async def echo_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    """Test handler: ext "sleep" (ms) delays, "close" drops the connection, "fail" raises."""
+    delay = ext_int(cmd, "sleep", 0)
+    if delay:
+        await anyio.sleep(delay / 1000)
+    if cmd.ext.get("close"):
+        await conn.aclose()
+        return None
+    if cmd.ext.get("fail"):
+        raise RuntimeError("handler exploded")
+    if cmd.ext.get("header"):
+        ext_int(cmd, "requiredField")
+    return cmd.response(ext={"echo": cmd.ext.get("id", ""), "conn": str(conn.id)}, body=cmd.body)
+
+
+@asynccontextmanager
+async def serving(handler: Any = echo_handler, **kw: Any) -> AsyncIterator[TcpRemotingServer]:
+    server = TcpRemotingPlugin({}).rmq_remoting_make_server(kernel=None, config=cfg(**kw), handler=handler)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.serve)
+        assert port == server.port and port > 0
+        try:
+            yield server
+        finally:
+            await server.aclose()
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client(handler: Any = None, **kw: Any) -> AsyncIterator[TcpRemotingClient]:
+    c = TcpRemotingPlugin({}).rmq_remoting_make_client(kernel=None, config=cfg(**kw), handler=handler)
+    async with c:
+        yield c
+
+
+def req(code: int = RequestCode.HEART_BEAT, body: bytes = b"", **ext: str) -> RemotingCommand:
+    return RemotingCommand.request(code, dict(ext), body=body)
+
+
+# --------------------------------------------------------------------------- basics
+
+
+@pytest.mark.anyio
+async def test_protocols_and_hookimpls_through_pluggy() -> None:
+    with anyio.fail_after(10):
+        kernel = make_kernel([TcpRemotingPlugin({})])
+        server = kernel.hook.rmq_remoting_make_server(kernel=kernel, config=cfg(), handler=echo_handler)
+        cl = kernel.hook.rmq_remoting_make_client(kernel=kernel, config=cfg(), handler=None)
+        assert isinstance(server, RemotingServer) and isinstance(server, TcpRemotingServer)
+        assert isinstance(cl, RemotingClient) and isinstance(cl, TcpRemotingClient)
+        async with serving() as srv, client() as c:
+            conn = await c.connection(f"127.0.0.1:{srv.port}")
+            assert isinstance(conn, Connection)
+
+
+@pytest.mark.anyio
+async def test_request_response_round_trip_json_and_binary() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            resp = await c.invoke(addr, req(body=b"ping", id="1"), timeout=5)
+            assert resp.is_response and resp.code == ResponseCode.SUCCESS
+            assert resp.ext["echo"] == "1" and resp.body == b"ping" and resp.language == "JAVA"
+            breq = RemotingCommand.request(10, {"id": "2"}, body=b"bin", serialize_type=SerializeType.ROCKETMQ)
+            resp = await c.invoke(addr, breq, timeout=5)
+            assert resp.serialize_type == SerializeType.ROCKETMQ and resp.ext["echo"] == "2"
+            big = bytes(range(256)) * 16384  # 4 MiB: many reads, one frame
+            resp = await c.invoke(addr, req(body=big, id="3"), timeout=5)
+            assert resp.body == big
+            assert len(c.connections()) == 1 and len(srv.connections()) == 1
+
+
+@pytest.mark.anyio
+async def test_opaques_are_per_connection_and_increasing() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            conn = await c.connection(f"127.0.0.1:{srv.port}")
+            cmds = [req(id=str(i)) for i in range(3)]
+            for cmd in cmds:
+                await conn.send_request(cmd, 5)
+            assert [cmd.opaque for cmd in cmds] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_answered_out_of_order() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            n = 20
+            finished: list[int] = []
+            results: dict[int, RemotingCommand] = {}
+
+            async def one(i: int) -> None:
+                resp = await c.invoke(addr, req(id=str(i), sleep=str((n - i) * 15), body=str(i).encode()), 5)
+                results[i] = resp
+                finished.append(i)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(one, i)
+            assert all(results[i].ext["echo"] == str(i) and results[i].body == str(i).encode() for i in range(n))
+            assert finished[0] == n - 1 and finished[-1] == 0  # served concurrently, answered out of order
+            assert len({r.ext["conn"] for r in results.values()}) == 1  # all on one connection
+
+
+@pytest.mark.anyio
+async def test_slow_handler_does_not_block_others_on_the_same_connection() -> None:
+    release = anyio.Event()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.code == RequestCode.PULL_MESSAGE:
+            await release.wait()  # a held long-poll
+        return cmd.response()
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            held: list[RemotingCommand] = []
+
+            async def pull() -> None:
+                held.append(await c.invoke(addr, req(RequestCode.PULL_MESSAGE), 8))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pull)
+                await anyio.sleep(0.05)
+                for _ in range(50):  # heartbeats and sends keep flowing
+                    assert (await c.invoke(addr, req(RequestCode.HEART_BEAT), 2)).code == 0
+                assert not held
+                release.set()
+            assert held[0].code == 0
+
+
+# --------------------------------------------------------------------------- oneway, timeout, close
+
+
+@pytest.mark.anyio
+async def test_oneway_is_delivered_and_never_answered() -> None:
+    got: list[RemotingCommand] = []
+    seen = anyio.Event()
+    seen_twice = anyio.Event()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        got.append(cmd)
+        (seen_twice if seen.is_set() else seen).set()
+        return cmd.response()  # returned anyway: the transport must not send it
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                ow = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"commitOffset": "5"},
+                                             oneway=True, opaque=77)
+                await stream.send(encode(ow))
+                await seen.wait()
+                assert got[0].is_oneway and got[0].opaque == 77 and got[0].ext == {"commitOffset": "5"}
+                with anyio.move_on_after(0.3) as scope:
+                    await stream.receive()
+                assert scope.cancelled_caught  # nothing came back
+            async with client() as c:
+                await c.invoke_oneway(f"127.0.0.1:{srv.port}", req(id="x"))
+                await seen_twice.wait()
+                assert got[1].is_oneway
+
+
+@pytest.mark.anyio
+async def test_timeout_raises_clear_error_and_connection_stays_usable() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            with pytest.raises(RemotingTimeoutError, match=r"request code 34 \(opaque 0\) to 127\.0\.0\.1:\d+ got no response in 0\.2s"):
+                await c.invoke(addr, req(sleep="800"), timeout=0.2)
+            assert isinstance(RemotingTimeoutError("x"), TimeoutError)
+            resp = await c.invoke(addr, req(id="after"), timeout=5)
+            assert resp.ext["echo"] == "after"
+            await anyio.sleep(0.8)  # the late response to the timed-out request is dropped quietly
+            assert (await c.invoke(addr, req(id="again"), timeout=5)).ext["echo"] == "again"
+
+
+@pytest.mark.anyio
+async def test_close_fails_pending_requests_and_client_reconnects() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            first = await c.connection(addr)
+            closed: list[Connection] = []
+            first.on_close(closed.append)
+            with pytest.raises(RemotingClosedError, match="closed before the response"):
+                await c.invoke(addr, req(close="1"), timeout=5)
+            await first.wait_closed()
+            assert closed == [first] and first.closed
+            with pytest.raises(RemotingClosedError):
+                await first.send_request(req(), 1)
+            resp = await c.invoke(addr, req(id="new"), timeout=5)  # a fresh connection
+            assert resp.ext["echo"] == "new" and (await c.connection(addr)) is not first
+
+
+@pytest.mark.anyio
+async def test_connect_failure() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv:
+            port = srv.port
+        async with client() as c:
+            with pytest.raises(RemotingConnectError, match=f"connect to 127.0.0.1:{port} failed"):
+                await c.invoke(f"127.0.0.1:{port}", req(), timeout=2)
+            with pytest.raises(ValueError, match="not host:port"):
+                await c.invoke("nohost", req(), timeout=2)
+
+
+@pytest.mark.anyio
+async def test_handler_errors_become_error_responses(caplog: pytest.LogCaptureFixture) -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            with caplog.at_level(logging.WARNING, logger=LOG):
+                resp = await c.invoke(addr, req(fail="1"), timeout=5)
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "handler exploded" in (resp.remark or "")
+            resp = await c.invoke(addr, req(header="1"), timeout=5)
+            assert resp.code == HeaderError("x", "").code
+            assert resp.remark == "the custom header field 'requiredField' is missing"
+            assert (await c.invoke(addr, req(id="ok"), timeout=5)).ext["echo"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_idle_connection_closed_and_reopened() -> None:
+    with anyio.fail_after(10):
+        async with serving(idle_timeout=0.3) as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            conn = await c.connection(addr)
+            await c.invoke(addr, req(), timeout=5)
+            await conn.wait_closed()
+            assert srv.connections() == []
+            assert (await c.invoke(addr, req(id="z"), timeout=5)).ext["echo"] == "z"
+
+
+# --------------------------------------------------------------------------- bad peers
+
+
+async def _assert_closed_by_server(stream: anyio.abc.SocketStream) -> None:
+    with anyio.fail_after(3):
+        try:
+            while True:
+                await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOG and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad frame: frame of 1195725860 bytes exceeds"),
+        (struct.pack(">iI", 12, 100) + b"{}" + b"\x00" * 6, "header length 100 exceeds the 12-byte frame"),
+        (struct.pack(">iI", 8, 4) + b"{x:1", "bad JSON header"),
+        (struct.pack(">i", 20 * 1024 * 1024 + 4) + b"\x00" * 1024, "frame of 20971528 bytes exceeds the 16777216"),
+        (struct.pack(">iI", 6, 0x05000002) + b"{}", "unknown serialize type 5"),
+    ],
+    ids=["garbage", "truncated-header", "bad-json", "20MiB", "serialize-type"],
+)
+async def test_bad_frame_closes_only_that_connection(
+    payload: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as good:
+            addr = f"127.0.0.1:{srv.port}"
+            assert (await good.invoke(addr, req(id="before"), timeout=5)).ext["echo"] == "before"
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger=LOG):
+                bad = await anyio.connect_tcp("127.0.0.1", srv.port)
+                async with bad:
+                    local_port = bad.extra(anyio.abc.SocketAttribute.local_port)
+                    await bad.send(payload)
+                    await _assert_closed_by_server(bad)
+                await anyio.sleep(0.05)
+            warnings = _warnings(caplog)
+            assert len(warnings) == 1, [r.getMessage() for r in warnings]
+            line = warnings[0].getMessage()
+            assert f"127.0.0.1:{local_port}" in line and reason in line
+            assert (await good.invoke(addr, req(id="after"), timeout=5)).ext["echo"] == "after"
+            assert len(srv.connections()) == 1
+
+
+@pytest.mark.anyio
+async def test_oversized_frame_rejected_before_its_body_arrives() -> None:
+    with anyio.fail_after(10):
+        async with serving(max_frame_size=64 * 1024) as srv:
+            bad = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with bad:
+                await bad.send(struct.pack(">iI", 1024 * 1024, 2) + b"{}")  # announces 1 MiB, sends 10 B
+                await _assert_closed_by_server(bad)
+
+
+@pytest.mark.anyio
+async def test_peer_closing_mid_frame_affects_nobody(caplog: pytest.LogCaptureFixture) -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as good:
+            addr = f"127.0.0.1:{srv.port}"
+            frame = encode(req(id="cut", body=b"x" * 100))
+            bad = await anyio.connect_tcp("127.0.0.1", srv.port)
+            with caplog.at_level(logging.WARNING, logger=LOG):
+                await bad.send(frame[: len(frame) // 2])
+                await bad.aclose()
+                await anyio.sleep(0.1)
+            assert _warnings(caplog) == []
+            assert (await good.invoke(addr, req(id="fine"), timeout=5)).ext["echo"] == "fine"
+            assert len(srv.connections()) == 1
+
+
+# --------------------------------------------------------------------------- server → client
+
+
+@pytest.mark.anyio
+async def test_server_to_client_oneway_and_request() -> None:
+    notified = anyio.Event()
+    client_got: list[RemotingCommand] = []
+
+    async def client_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        client_got.append(cmd)
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            notified.set()
+            return None
+        return cmd.response(body=b"running-info")
+
+    server_side: list[Connection] = []
+
+    async def server_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        server_side.append(conn)
+        return cmd.response()
+
+    with anyio.fail_after(10):
+        async with serving(server_handler) as srv, client(client_handler) as c:
+            await c.invoke(f"127.0.0.1:{srv.port}", req(RequestCode.HEART_BEAT), timeout=5)
+            (conn,) = srv.connections()
+            assert conn is server_side[0]
+            assert conn.remote_addr[0] == "127.0.0.1" and conn.local_addr[1] == srv.port
+            conn.attributes["clientId"] = "c1"
+            notify = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "G"})
+            notify.language = "JAVA"
+            await conn.send_oneway(notify)
+            await notified.wait()
+            assert client_got[0].is_oneway and client_got[0].ext == {"consumerGroup": "G"}
+            resp = await conn.send_request(req(RequestCode.GET_CONSUMER_RUNNING_INFO), timeout=5)
+            assert resp.code == 0 and resp.body == b"running-info"
+
+
+@pytest.mark.anyio
+async def test_client_without_handler_answers_not_supported() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            await c.invoke(f"127.0.0.1:{srv.port}", req(), timeout=5)
+            (conn,) = srv.connections()
+            resp = await conn.send_request(req(RequestCode.GET_CONSUMER_RUNNING_INFO), timeout=5)
+            assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            assert resp.remark == " request type 307 not supported"
+
+
+@pytest.mark.anyio
+async def test_cpp_style_oneway_with_flag_zero_is_answered_and_client_drops_unknown_opaque() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"id": "cpp"}, opaque=5)
+                cmd.language = "CPP"
+                await stream.send(encode(cmd))
+                dec = FrameDecoder()
+                got: list[RemotingCommand] = []
+                while not got:
+                    got = dec.feed(await stream.receive())
+                assert got[0].opaque == 5 and got[0].is_response and got[0].ext["echo"] == "cpp"
+
+
+# --------------------------------------------------------------------------- plugin options
+
+
+def test_plugin_options() -> None:
+    plugin = TcpRemotingPlugin({"max_frame_size": 1024, "idle_timeout": 5})
+    server = plugin.rmq_remoting_make_server(kernel=None, config=cfg(), handler=echo_handler)
+    assert server.config.max_frame_size == 1024 and server.config.idle_timeout == 5.0
+    assert TcpRemotingPlugin().rmq_remoting_make_server(kernel=None, config=cfg(), handler=echo_handler) \
+        .config.max_frame_size == 16 * 1024 * 1024
+    with pytest.raises(ValueError, match=r"unknown key\(s\) in \[remoting.tcp\]: idle"):
+        TcpRemotingPlugin({"idle": 1})
+    with pytest.raises(ValueError, match="idle_timeout must be"):
+        TcpRemotingPlugin({"idle_timeout": -1})
+    with pytest.raises(ValueError, match="max_frame_size must be"):
+        TcpRemotingPlugin({"max_frame_size": "big"})

@@ -1,0 +1,362 @@
+"""Admin: topics, clusters, group progress, message lookup, offset resets.
+
+Everything here is plain request/response against the name server and brokers,
+usable from scripts (see ``rmq.client.blocking.Admin``) and tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import anyio
+import attrs
+
+from rmq.client.base import ClientBase
+from rmq.client.errors import BrokerError, ClientError
+from rmq.client.instance import parse_offset_table
+from rmq.client.options import ClientOptions, build
+from rmq.client.route import PERM_READ, PERM_WRITE, TopicRoute, loads_lenient
+from rmq.kernel.model import MessageQueue
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingError
+from rmq.protocol.message import MessageExt, decode_messages, decode_offset_msg_id
+
+log = logging.getLogger("rmq.client.admin")
+
+
+@attrs.frozen(slots=True)
+class ClusterInfo:
+    """brokers: broker name -> {broker id: addr}; clusters: cluster name -> broker names."""
+
+    brokers: dict[str, dict[int, str]]
+    clusters: dict[str, list[str]]
+
+    def master_addrs(self, cluster: str | None = None) -> list[str]:
+        names = self.clusters.get(cluster, []) if cluster else list(self.brokers)
+        return [a for n in sorted(names) if (a := self.brokers.get(n, {}).get(0))]
+
+
+@attrs.frozen(slots=True)
+class QueueProgress:
+    queue: MessageQueue
+    committed: int  # -1: the group never committed on this queue
+    max_offset: int
+    last_timestamp: int = 0
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.max_offset - max(self.committed, 0))
+
+
+@attrs.frozen(slots=True)
+class TopicQueueStats:
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int = 0
+
+
+class Admin(ClientBase):
+    """``Admin(namesrv_addr)``: ``async with Admin("127.0.0.1:9876") as admin: await admin.create_topic("T")``."""
+
+    def __init__(self, namesrv_addr: str | list[str] | None = None, *, kernel: Any = None, **options: Any) -> None:
+        self._options = build(ClientOptions, options, "Admin")
+        super().__init__(namesrv_addr, self._options, kernel)
+
+    # ------------------------------------------------------------------ cluster and topics
+    async def cluster_info(self) -> ClusterInfo:
+        self._check_running()
+        resp = await self.instance.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, "cluster info", "namesrv")
+        doc = loads_lenient(resp.body) if resp.body else {}
+        brokers = {
+            name: {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+            for name, bd in (doc.get("brokerAddrTable") or {}).items()
+        }
+        clusters = {c: sorted(names) for c, names in (doc.get("clusterAddrTable") or {}).items()}
+        for name, addrs in brokers.items():
+            self.instance.brokers.setdefault(name, addrs)
+        return ClusterInfo(brokers, clusters)
+
+    async def list_topics(self) -> list[str]:
+        self._check_running()
+        resp = await self.instance.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, "topic list", "namesrv")
+        return sorted(loads_lenient(resp.body).get("topicList") or []) if resp.body else []
+
+    async def topic_route(self, topic: str) -> TopicRoute:
+        self._check_running()
+        return await self.instance.route(topic, refresh=True)
+
+    async def create_topic(
+        self,
+        topic: str,
+        queue_nums: int = 8,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        wait: float = 5.0,
+    ) -> None:
+        """Create or update ``topic`` on every master of ``cluster`` (or all, or one broker).
+
+        Waits up to ``wait`` seconds for the name server to publish the route, so a
+        producer or consumer started right after finds it.
+        """
+        self._check_running()
+        ext = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(read_queue_nums or queue_nums),
+            "writeQueueNums": str(write_queue_nums or queue_nums),
+            "perm": str(perm),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "true" if order else "false",
+        }
+        addrs = [broker_addr] if broker_addr else (await self.cluster_info()).master_addrs(cluster)
+        if not addrs:
+            raise ClientError(f"no master broker found{' in cluster ' + cluster if cluster else ''}")
+        for addr in addrs:
+            await self.instance.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"create topic {topic}")
+        deadline = time.monotonic() + wait
+        want = read_queue_nums or queue_nums
+        while True:
+            try:
+                route = await self.instance.fetch_route(topic)
+            except (ClientError, RemotingError):
+                route = None
+            if route is not None and route.queue_datas and all(
+                q.read_queue_nums == want for q in route.queue_datas
+            ):
+                return
+            if time.monotonic() >= deadline:
+                log.info("route of %s not (yet) published by the name server", topic)
+                return
+            await anyio.sleep(0.1)
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """Delete on the brokers, then on the name servers."""
+        self._check_running()
+        info = await self.cluster_info()
+        for addr in info.master_addrs(cluster):
+            await self.instance.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+                                       what=f"delete topic {topic}")
+        ext = {"topic": topic}
+        if cluster:
+            ext["clusterName"] = cluster
+        for ns in self.instance.namesrv_addrs:
+            try:
+                await self.instance.invoke(ns, RequestCode.DELETE_TOPIC_IN_NAMESRV, ext, what="delete topic")
+            except (ClientError, RemotingError) as exc:
+                log.warning("delete of %s on name server %s failed: %s", topic, ns, exc)
+        self.instance.routes.pop(topic, None)
+
+    async def topic_stats(self, topic: str) -> list[TopicQueueStats]:
+        """Min/max offset per queue (GET_TOPIC_STATS_INFO, or per-queue offset calls)."""
+        self._check_running()
+        route = await self.instance.route(topic, refresh=True)
+        out: list[TopicQueueStats] = []
+        for bd in route.broker_datas:
+            addr = bd.master_addr or bd.any_addr()
+            if addr is None:
+                continue
+            try:
+                resp = await self.instance.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+                for mq, stats in _parse_mq_objects(resp.body).items():
+                    out.append(TopicQueueStats(mq, int(stats.get("minOffset", 0)), int(stats.get("maxOffset", 0)),
+                                               int(stats.get("lastUpdateTimestamp", 0))))
+                continue
+            except BrokerError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    raise
+            for mq in route.subscribe_queues(topic):
+                if mq.broker_name == bd.broker_name:
+                    out.append(TopicQueueStats(mq, await self.instance.min_offset(mq),
+                                               await self.instance.max_offset(mq)))
+        return sorted(out, key=lambda s: s.queue)
+
+    # ------------------------------------------------------------------ groups
+    async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """Committed offset, max offset and lag per queue for ``group``.
+
+        Uses GET_CONSUME_STATS; with ``topic`` given and a broker lacking it, falls back
+        to QUERY_CONSUMER_OFFSET + GET_MAX_OFFSET per queue.
+        """
+        self._check_running()
+        inst = self.instance
+        out: list[QueueProgress] = []
+        if topic is not None:
+            route = await inst.route(topic, refresh=True)
+            addrs = [(bd.broker_name, bd.master_addr or bd.any_addr()) for bd in route.broker_datas]
+        else:
+            info = await self.cluster_info()
+            addrs = [(n, a.get(0)) for n, a in sorted(info.brokers.items())]
+        for broker, addr in addrs:
+            if addr is None:
+                continue
+            ext = {"consumerGroup": group}
+            if topic:
+                ext["topic"] = topic
+            try:
+                resp = await inst.invoke(addr, RequestCode.GET_CONSUME_STATS, ext, what="consume stats")
+                for mq, st in _parse_mq_objects(resp.body).items():
+                    out.append(QueueProgress(mq, int(st.get("consumerOffset", -1)), int(st.get("brokerOffset", 0)),
+                                             int(st.get("lastTimestamp", 0))))
+                continue
+            except BrokerError as exc:
+                if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and topic is None:
+                    raise ClientError(f"broker {broker} has no GET_CONSUME_STATS; pass topic=") from exc
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    if exc.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.CONSUMER_NOT_ONLINE):
+                        continue  # this broker knows nothing of the group
+                    raise
+            assert topic is not None
+            for mq in (await inst.route(topic)).subscribe_queues(topic):
+                if mq.broker_name != broker:
+                    continue
+                committed = await inst.query_consumer_offset(group, mq)
+                out.append(QueueProgress(mq, -1 if committed is None else committed, await inst.max_offset(mq)))
+        return sorted(out, key=lambda p: p.queue)
+
+    async def consumer_lag(self, group: str, topic: str | None = None) -> int:
+        return sum(p.lag for p in await self.consumer_progress(group, topic))
+
+    async def consumer_ids(self, group: str, topic: str) -> list[str]:
+        self._check_running()
+        return await self.instance.consumer_ids(group, topic)
+
+    async def reset_offset_by_timestamp(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """Move ``group`` on ``topic`` back (or forward) to ``timestamp_ms``.
+
+        Asks each broker to reset and notify online consumers
+        (INVOKE_BROKER_TO_RESET_OFFSET); where a broker lacks that, the offsets are
+        searched and committed directly (takes effect for consumers that (re)start).
+        """
+        self._check_running()
+        inst = self.instance
+        route = await inst.route(topic, refresh=True)
+        result: dict[MessageQueue, int] = {}
+        for bd in route.broker_datas:
+            addr = bd.master_addr
+            if addr is None:
+                continue
+            ext = {"topic": topic, "group": group, "timestamp": str(int(timestamp_ms)),
+                   "isForce": "true" if force else "false"}
+            try:
+                resp = await inst.invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext, timeout=10.0,
+                                         what="reset offset")
+                result.update(parse_offset_table(resp.body) if resp.body else {})
+                continue
+            except BrokerError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    raise
+            for mq in route.subscribe_queues(topic):
+                if mq.broker_name != bd.broker_name:
+                    continue
+                off = await inst.search_offset(mq, int(timestamp_ms))
+                if not force:
+                    cur = await inst.query_consumer_offset(group, mq)
+                    if cur is not None and cur < off:
+                        continue
+                await inst.update_consumer_offset(group, mq, off, oneway=False)
+                result[mq] = off
+        return result
+
+    # ------------------------------------------------------------------ messages
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message at an offset id (the broker address is inside the id)."""
+        self._check_running()
+        ip, port, offset = decode_offset_msg_id(offset_msg_id)
+        resp = await self.instance.invoke(f"{ip}:{port}", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)},
+                                          what="view message")
+        msgs = decode_messages(resp.body)
+        if not msgs:
+            raise ClientError(f"no message at {offset_msg_id}")
+        return msgs[0]
+
+    async def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        unique_key: bool = False,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` indexed under ``key`` (one of their KEYS, or their UNIQ_KEY)."""
+        self._check_running()
+        inst = self.instance
+        route = await inst.route(topic, refresh=True)
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin_ms),
+            "endTimestamp": str(end_ms if end_ms is not None else int(time.time() * 1000) + 60_000),
+        }
+        if unique_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        out: list[MessageExt] = []
+        for bd in route.broker_datas:
+            addr = bd.master_addr or bd.any_addr()
+            if addr is None:
+                continue
+            resp = await inst.invoke(addr, RequestCode.QUERY_MESSAGE, ext,
+                                     ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND), what="query message")
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                for m in decode_messages(resp.body):
+                    if m.topic != topic:
+                        continue
+                    if unique_key and m.msg_id != key:
+                        continue
+                    if not unique_key and key not in (m.keys or "").split(" "):
+                        continue
+                    out.append(m)
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num] if not unique_key else out
+
+    async def query_message_by_id(self, topic: str, msg_id: str) -> MessageExt:
+        """By client id (UNIQ_KEY, what ``SendResult.msg_id`` holds) or offset id."""
+        if len(msg_id) in (32, 56):
+            found = await self.query_message(topic, msg_id, unique_key=True)
+            if found:
+                return found[0]
+            try:
+                return await self.view_message(msg_id)
+            except (ClientError, RemotingError, ValueError):
+                pass
+        raise ClientError(f"message {msg_id} not found in {topic!r}")
+
+
+def _parse_mq_objects(body: bytes) -> dict[MessageQueue, dict[str, Any]]:
+    """``{"offsetTable":{<MessageQueue as key>:{...}}}`` (fastjson form) -> {mq: stats dict}."""
+    import json
+    import re
+
+    if not body:
+        return {}
+    text = body.decode("utf-8", "replace")
+    out: dict[MessageQueue, dict[str, Any]] = {}
+    pattern = re.compile(r'\{([^{}]*"queueId"[^{}]*)\}\s*:\s*(\{[^{}]*\})')
+    field = re.compile(r'"(brokerName|queueId|topic)"\s*:\s*(?:"([^"]*)"|(-?\d+))')
+    for m in pattern.finditer(text):
+        f = {k: (num if num else s) for k, s, num in field.findall(m.group(1))}
+        if len(f) != 3:
+            continue
+        try:
+            stats = json.loads(m.group(2))
+        except ValueError:
+            continue
+        out[MessageQueue(f["topic"], f["brokerName"], int(f["queueId"]))] = stats
+    return out

@@ -1,0 +1,402 @@
+"""What every consumer shares: pulling one batch, start offsets, rebalancing, offset timers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from rmq.client.base import ClientBase
+from rmq.client.errors import BrokerError, ClientError
+from rmq.client.instance import ClientInstance, parse_offset_table
+from rmq.client.message import PullResult, PullStatus
+from rmq.client.offsets import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from rmq.client.options import ConsumerOptions
+from rmq.client.process_queue import ProcessQueue
+from rmq.client.subscription import Subscription, retry_topic
+from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
+from rmq.kernel.model import MessageQueue
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.common import Prop
+from rmq.protocol.message import MessageExt, decode_messages
+
+log = logging.getLogger("rmq.client.consumer")
+
+# PullSysFlag bits
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+
+CLUSTERING = "CLUSTERING"
+BROADCASTING = "BROADCASTING"
+FROM_WHERE = {
+    "LAST_OFFSET": "CONSUME_FROM_LAST_OFFSET",
+    "FIRST_OFFSET": "CONSUME_FROM_FIRST_OFFSET",
+    "TIMESTAMP": "CONSUME_FROM_TIMESTAMP",
+}
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+_PULL = int(RequestCode.PULL_MESSAGE)
+
+
+def pull_ext(
+    group: str,
+    mq: MessageQueue,
+    offset: int,
+    max_nums: int,
+    sub: Subscription | None,
+    *,
+    suspend_ms: int = 0,
+    commit_offset: int = 0,
+    sys_flag: int = 0,
+) -> dict[str, str]:
+    flag = sys_flag
+    if suspend_ms:
+        flag |= PULL_SUSPEND
+    if commit_offset > 0:
+        flag |= PULL_COMMIT_OFFSET
+    ext = {
+        "consumerGroup": group,
+        "topic": mq.topic,
+        "queueId": str(mq.queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": "0",
+        "commitOffset": str(max(commit_offset, 0)),
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subVersion": "0",
+        "bname": mq.broker_name,
+    }
+    if sub is not None:
+        flag |= PULL_SUBSCRIPTION
+        ext["subscription"] = sub.expression
+        ext["expressionType"] = sub.expression_type
+        ext["subVersion"] = str(sub.version)
+    ext["sysFlag"] = str(flag)
+    return ext
+
+
+def pull_result(resp: RemotingCommand, refilter: frozenset[str] | None, what: str = "pull") -> PullResult:
+    """Map a PULL_MESSAGE response; FOUND bodies are decoded and re-filtered by exact tag."""
+    status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise BrokerError(resp.code, resp.remark, what)
+    ext = resp.ext
+    msgs: list[MessageExt] = []
+    if status is PullStatus.FOUND and resp.body:
+        msgs = decode_messages(resp.body)
+        if refilter is not None:
+            msgs = [m for m in msgs if m.properties.get(Prop.TAGS) in refilter]
+    return PullResult(
+        status,
+        int(ext.get("nextBeginOffset", "0") or 0),
+        int(ext.get("minOffset", "0") or 0),
+        int(ext.get("maxOffset", "0") or 0),
+        msgs,
+        int(ext.get("suggestWhichBrokerId", "0") or 0),
+    )
+
+
+async def pull_once(
+    inst: ClientInstance,
+    group: str,
+    mq: MessageQueue,
+    offset: int,
+    max_nums: int,
+    sub: Subscription | None,
+    *,
+    suspend_ms: int = 0,
+    timeout: float = 10.0,
+    commit_offset: int = 0,
+    sys_flag: int = 0,
+) -> PullResult:
+    addr = inst.broker_addr(mq.broker_name) or await inst.find_broker_addr(mq.broker_name, mq.topic)
+    ext = pull_ext(group, mq, offset, max_nums, sub, suspend_ms=suspend_ms, commit_offset=commit_offset,
+                   sys_flag=sys_flag)
+    resp = await inst.remoting.invoke(addr, RemotingCommand.request(_PULL, ext), timeout)
+    return pull_result(resp, sub.refilter if sub is not None else None, f"pull {mq}")
+
+
+def make_strategy(allocation: str | AllocateStrategy, inst_kernel: Any, options: dict[str, Any]) -> AllocateStrategy:
+    if not isinstance(allocation, str):
+        return allocation
+    reg = StrategyRegistry()
+    inst_kernel.hook.rmq_allocation_register_strategies(registry=reg)
+    return reg.create(allocation, **options)
+
+
+class ConsumerBase(ClientBase):
+    """Subscriptions, offset store, rebalance, heartbeat data and the timers around them.
+
+    Subclasses implement ``_queue_added`` / ``_queue_removed`` (start or stop pulling).
+    """
+
+    _options: ConsumerOptions
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None,
+        options: ConsumerOptions,
+        *,
+        message_model: str = CLUSTERING,
+        consume_from_where: str = "LAST_OFFSET",
+        allocation: str | AllocateStrategy = "averagely",
+        kernel: Any = None,
+    ) -> None:
+        super().__init__(namesrv_addr, options, kernel)
+        if not group:
+            raise ValueError("a consumer needs a group")
+        self.group = group
+        self.options = options
+        mm = message_model.upper()
+        if mm not in (CLUSTERING, BROADCASTING):
+            raise ValueError(f"message_model must be CLUSTERING or BROADCASTING, got {message_model!r}")
+        self.message_model = mm
+        cfw = consume_from_where.upper().removeprefix("CONSUME_FROM_")
+        if cfw not in FROM_WHERE:
+            raise ValueError(f"consume_from_where must be one of {', '.join(FROM_WHERE)}, got {consume_from_where!r}")
+        self.consume_from_where = cfw
+        self._allocation = allocation
+        self.strategy: AllocateStrategy | None = None
+        self.subscriptions: dict[str, Subscription] = {}
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self.offset_store: OffsetStore | None = None
+        self._rebalance_now = anyio.Event()
+        self._rebalance_lock = anyio.Lock()
+        self.rebalance_count = 0
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """Subscribe ``topic`` with a TAG (``"*"``, ``"a || b"``) or SQL92 expression (before or after start)."""
+        sub = Subscription.parse(topic, expression, expression_type)
+        self.subscriptions[topic] = sub
+        if self._state == "running":
+            self.instance.topics.add(topic)
+            assert self._tg is not None
+            self._tg.start_soon(self._after_subscription_change)
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        if self._state == "running":
+            self.trigger_rebalance()
+
+    async def _after_subscription_change(self) -> None:
+        await self.instance.send_heartbeat()
+        self.trigger_rebalance()
+
+    def _all_subscriptions(self) -> list[Subscription]:
+        subs = list(self.subscriptions.values())
+        if self.message_model == CLUSTERING and self.consume_type == "CONSUME_PASSIVELY":
+            rt = retry_topic(self.group)
+            if rt not in self.subscriptions:
+                subs.append(Subscription.parse(rt, "*"))
+        return subs
+
+    def _heartbeat_data(self) -> dict[str, Any]:
+        return {
+            "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
+            "consumerDataSet": [
+                {
+                    "groupName": self.group,
+                    "consumeType": self.consume_type,
+                    "messageModel": self.message_model,
+                    "consumeFromWhere": FROM_WHERE[self.consume_from_where],
+                    "subscriptionDataSet": [s.to_json() for s in self._all_subscriptions()],
+                    "unitMode": False,
+                }
+            ],
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _start_consumer(self, rebalance: bool = True) -> None:
+        inst = self.instance
+        self.strategy = make_strategy(self._allocation, inst.kernel, self.options.allocation_options)
+        if self.message_model == CLUSTERING:
+            self.offset_store = RemoteOffsetStore(inst, self.group)
+        else:
+            key = f"{inst.client_ip}@{self.options.instance_name or 'DEFAULT'}"
+            self.offset_store = LocalFileOffsetStore(self.options.offset_store_dir, key, self.group)
+        await self.offset_store.load()
+        inst.heartbeat_data = self._heartbeat_data
+        inst.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
+        inst.handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
+        inst.handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
+        for sub in self._all_subscriptions():
+            inst.topics.add(sub.topic)
+            try:
+                await inst.fetch_route(sub.topic)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.warning("%s: route of %s: %s", self.group, sub.topic, exc)
+        await inst.send_heartbeat()
+        assert self._tg is not None
+        if rebalance:
+            self._tg.start_soon(self._rebalance_loop)
+        self._tg.start_soon(self._persist_loop)
+
+    async def _on_ids_changed(self, conn: Any, cmd: RemotingCommand) -> None:
+        log.debug("%s: broker says the members of %s changed", self.client_id, cmd.ext.get("consumerGroup"))
+        self.trigger_rebalance()
+        return None
+
+    async def _on_reset_offset(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Broker-driven reset (admin resetOffsetByTime): adopt the offsets, drop what was pulled."""
+        topic = cmd.ext.get("topic", "")
+        table = {mq: off for mq, off in parse_offset_table(cmd.body).items() if mq.topic == topic}
+        await self._reset_offsets(table)
+        return None if cmd.is_oneway else cmd.response()
+
+    async def _reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+        store = self.offset_store
+        assert store is not None
+        for mq, off in table.items():
+            pq = self.process_queues.get(mq)
+            store.update(mq, off)
+            if pq is not None:
+                await self._queue_removed(mq, pq, persist=False)
+                self.process_queues.pop(mq, None)
+        await store.persist(table.keys(), sync=True)
+        self.trigger_rebalance()
+
+    async def _on_running_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        import json
+
+        info = {
+            "properties": {"consumeType": self.consume_type, "messageModel": self.message_model,
+                           "clientId": self.instance.client_id, "language": "PYTHON"},
+            "subscriptionSet": [s.to_json() for s in self._all_subscriptions()],
+            "mqTable": {},
+            "statusTable": {},
+        }
+        return cmd.response(body=json.dumps(info).encode())
+
+    def trigger_rebalance(self) -> None:
+        self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            try:
+                await self.rebalance()
+            except Exception:
+                log.exception("%s: rebalance failed", self.group)
+            with anyio.move_on_after(self.options.rebalance_interval):
+                await self._rebalance_now.wait()
+            self._rebalance_now = anyio.Event()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.options.persist_interval)
+            await self.persist_offsets()
+
+    async def persist_offsets(self, sync: bool = False) -> None:
+        if self.offset_store is not None:
+            await self.offset_store.persist(list(self.process_queues), sync=sync)
+
+    # ------------------------------------------------------------------ rebalance
+    async def allocated_queues(self, topic: str) -> list[MessageQueue] | None:
+        """This member's share of ``topic`` now (None: could not tell, keep what we have)."""
+        inst = self.instance
+        try:
+            route = await inst.route(topic)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("%s: no route for %s yet: %s", self.group, topic, exc)
+            return None
+        mq_all = route.subscribe_queues(topic)
+        if self.message_model == BROADCASTING:
+            return mq_all
+        try:
+            cids = await inst.consumer_ids(self.group, topic)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("%s: member list for %s unavailable: %s", self.group, topic, exc)
+            return None
+        if inst.client_id not in cids:
+            return []
+        assert self.strategy is not None
+        return sorted(self.strategy.allocate(self.group, inst.client_id, mq_all, cids))
+
+    async def rebalance(self) -> None:
+        async with self._rebalance_lock:
+            if self._state != "running":
+                return
+            self.rebalance_count += 1
+            wanted: dict[str, set[MessageQueue] | None] = {}
+            for sub in self._all_subscriptions():
+                got = await self.allocated_queues(sub.topic)
+                wanted[sub.topic] = None if got is None else set(got)
+            for mq, pq in list(self.process_queues.items()):
+                target = wanted.get(mq.topic, set())
+                if target is None:  # unknown this round: keep
+                    continue
+                if mq not in target:
+                    await self._queue_removed(mq, pq)
+                    self.process_queues.pop(mq, None)
+            added = []
+            for target in wanted.values():
+                if not target:
+                    continue
+                for mq in sorted(target):
+                    if mq not in self.process_queues and self._state == "running":
+                        if await self._queue_added(mq):
+                            added.append(mq)
+            if added:
+                log.debug("%s: %s took %s", self.group, self.instance.client_id, added)
+
+    async def start_offset(self, mq: MessageQueue) -> int | None:
+        """Where a newly assigned queue starts: the committed offset, else per consume_from_where."""
+        store = self.offset_store
+        assert store is not None
+        inst = self.instance
+        try:
+            stored = await store.read_stored(mq)
+            if stored is not None and stored >= 0:
+                return stored
+            is_retry = mq.topic.startswith("%RETRY%")
+            cfw = self.consume_from_where
+            if cfw == "LAST_OFFSET":
+                return 0 if is_retry else await inst.max_offset(mq)
+            if cfw == "FIRST_OFFSET":
+                return await inst.min_offset(mq)
+            if is_retry:
+                return await inst.max_offset(mq)
+            ts = self.options.consume_timestamp
+            if ts is None:
+                ts = int(time.time() * 1000) - 30 * 60 * 1000
+            return await inst.search_offset(mq, int(ts))
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("%s: start offset of %s unknown this round: %s", self.group, mq, exc)
+            return None
+
+    async def _queue_added(self, mq: MessageQueue) -> bool:
+        raise NotImplementedError
+
+    async def _queue_removed(self, mq: MessageQueue, pq: ProcessQueue, persist: bool = True) -> None:
+        raise NotImplementedError
+
+    async def _shutdown_consumer(self) -> None:
+        for pq in list(self.process_queues.values()):
+            pq.dropped = True
+        await self.persist_offsets(sync=True)
+        await self.instance.unregister(consumer_group=self.group)
+
+    # ------------------------------------------------------------------ queries useful to users
+    def assignment(self) -> list[MessageQueue]:
+        """Queues this member is consuming now."""
+        return sorted(self.process_queues)
+
+    async def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        self._check_running()
+        route = await self.instance.route(topic, refresh=True)
+        return route.subscribe_queues(topic)
+
+    async def fetch_consumer_ids(self, topic: str) -> Sequence[str]:
+        return await self.instance.consumer_ids(self.group, topic)

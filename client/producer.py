@@ -1,0 +1,628 @@
+"""Producer and TransactionProducer.
+
+Sends use SEND_MESSAGE_V2 (310) and batches SEND_BATCH_MESSAGE (320), as the Java
+client does. Sync sends retry on another broker (``retry_times``, default 2) within
+``send_timeout`` (3 s); brokers that were slow or unreachable are avoided for a while
+(latency fault tolerance).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import attrs
+
+from rmq.client.base import ClientBase
+from rmq.client.errors import BrokerError, ClientError, MessageTooLargeError, NoRouteError, SendError
+from rmq.client.message import LocalTransactionState, Message, SendResult, SendStatus
+from rmq.client.options import ProducerOptions, build
+from rmq.client.route import TopicRoute
+from rmq.client.selector import (
+    DefaultQueuePicker,
+    HashSelector,
+    LatencyFaultTolerance,
+    QueueSelector,
+)
+from rmq.kernel.model import MessageQueue
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.common import Prop, SysFlag, encode_properties
+from rmq.protocol.message import (
+    MessageExt,
+    compress_body,
+    create_uniq_id,
+    decode_message,
+    decode_offset_msg_id,
+    encode_batch,
+)
+
+log = logging.getLogger("rmq.client.producer")
+
+SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# broker answers worth another attempt (Java's list plus SYSTEM_BUSY, which is transient)
+RETRY_CODES = frozenset(
+    (
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    )
+)
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+
+
+@attrs.define(slots=True)
+class _Prepared:
+    """A message encoded once for every attempt."""
+
+    topic: str
+    body: bytes
+    flag: int
+    sys_flag: int
+    properties: str
+    uniq_id: str
+    reconsume_times: int | None = None
+    max_reconsume_times: int | None = None
+    code: int = _SEND_V2
+
+
+@attrs.define(slots=True)
+class _PublishInfo:
+    queues: list[MessageQueue]
+    from_default_topic: bool
+
+
+def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str) -> SendResult:
+    status = _STATUS.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise BrokerError(resp.code, resp.remark, f"send to {mq.topic}")
+    ext = resp.ext
+    qid = ext.get("queueId")
+    queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
+    return SendResult(
+        status=status,
+        msg_id=msg_id,
+        offset_msg_id=ext.get("msgId", ""),
+        queue=queue,
+        queue_offset=int(ext.get("queueOffset", "-1") or -1),
+        transaction_id=ext.get("transactionId") or None,
+        region_id=ext.get("MSG_REGION") or None,
+    )
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a user callback: await coroutine functions, run plain ones inline."""
+    res = fn(*args)
+    if inspect.isawaitable(res):
+        res = await res
+    return res
+
+
+class Producer(ClientBase):
+    """Sends messages to a topic's queues.
+
+    ``Producer(group, namesrv_addr="host:port;host:port", **options)``; options are
+    :class:`rmq.client.options.ProducerOptions` fields (``send_timeout=3.0``,
+    ``retry_times=2``, ``compress_over=4096``, ``latency_fault_tolerance=True``...).
+    ``selector`` replaces round robin for every send: a callable
+    ``(queues, message, arg) -> MessageQueue``.
+    """
+
+    def __init__(
+        self,
+        group: str = "DEFAULT_PRODUCER",
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        kernel: Any = None,
+        **options: Any,
+    ) -> None:
+        self._options = build(ProducerOptions, options, type(self).__name__)
+        super().__init__(namesrv_addr, self._options, kernel)
+        self.group = group
+        self.options: ProducerOptions = self._options
+        self._selector = selector
+        self._fault = LatencyFaultTolerance() if self._options.latency_fault_tolerance else None
+        self._picker = DefaultQueuePicker(self._fault)
+        self._publish: dict[str, _PublishInfo] = {}
+        self._async_slots = anyio.Semaphore(self._options.max_async_in_flight)
+        self._hash_selector = HashSelector()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _on_start(self) -> None:
+        inst = self.instance
+        inst.heartbeat_data = self._heartbeat_data
+        inst.route_listeners.append(self._on_route)
+
+    def _heartbeat_data(self) -> dict[str, Any]:
+        groups = [self.group] if self.group == INNER_PRODUCER_GROUP else [self.group, INNER_PRODUCER_GROUP]
+        return {"producerDataSet": [{"groupName": g} for g in groups], "consumerDataSet": []}
+
+    async def _on_shutdown(self) -> None:
+        await self.instance.unregister(producer_group=self.group)
+
+    def _on_route(self, topic: str, route: TopicRoute | None) -> None:
+        if topic in self._publish:
+            if route is None:
+                self._publish.pop(topic, None)
+            else:
+                queues = route.publish_queues(topic)
+                if queues:
+                    self._publish[topic] = _PublishInfo(queues, False)
+
+    # ------------------------------------------------------------------ routes
+    async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to ``topic`` may go to (route fetched if needed)."""
+        self._check_running()
+        return list((await self._publish_info(topic)).queues)
+
+    async def _publish_info(self, topic: str) -> _PublishInfo:
+        info = self._publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        inst = self.instance
+        route = await inst.fetch_route(topic)
+        queues = route.publish_queues(topic) if route is not None else []
+        if queues:
+            info = _PublishInfo(queues, False)
+        else:
+            # unknown topic: publish to the template's queues; the broker auto-creates it
+            tmpl = await inst.fetch_route(self.options.create_topic_key)
+            queues = (
+                tmpl.publish_queues(topic, max_queue_nums=self.options.default_topic_queue_nums) if tmpl else []
+            )
+            if not queues:
+                raise NoRouteError(topic)
+            info = _PublishInfo(queues, True)
+        inst.topics.add(topic)
+        self._publish[topic] = info
+        return info
+
+    # ------------------------------------------------------------------ message preparation
+    def _prepare(self, msg: Message, *, transactional: bool = False) -> _Prepared:
+        if not isinstance(msg, Message):
+            raise TypeError(f"send() takes an rmq.client.Message, got {type(msg).__name__}")
+        props = msg.properties
+        uniq = props.get(Prop.UNIQ_KEY)
+        if uniq is None:
+            uniq = create_uniq_id()
+            props = {**props, Prop.UNIQ_KEY: uniq}
+        body = msg.body
+        sys_flag = 0
+        opts = self.options
+        if len(body) >= opts.compress_over:
+            body = compress_body(body, opts.compress_level)
+            sys_flag |= SysFlag.COMPRESSED
+        if transactional:
+            props = {k: v for k, v in props.items() if k != Prop.DELAY}
+            props[Prop.TRAN_MSG] = "true"
+            props[Prop.PGROUP] = self.group
+            sys_flag |= SysFlag.TX_PREPARED
+        if len(body) > opts.max_message_size:
+            raise MessageTooLargeError(
+                f"message body of {len(body)} bytes exceeds max_message_size {opts.max_message_size}"
+            )
+        prepared = _Prepared(msg.topic, body, msg.flag, sys_flag, encode_properties(props), uniq)
+        if msg.topic.startswith("%RETRY%"):
+            rt = props.get(Prop.RECONSUME_TIME)
+            mrt = props.get(Prop.MAX_RECONSUME_TIMES)
+            prepared.reconsume_times = int(rt) if rt else None
+            prepared.max_reconsume_times = int(mrt) if mrt else None
+        return prepared
+
+    def _ext(self, p: _Prepared, mq: MessageQueue) -> dict[str, str]:
+        ext = {
+            "a": self.group,
+            "b": p.topic,
+            "c": self.options.create_topic_key,
+            "d": str(self.options.default_topic_queue_nums),
+            "e": str(mq.queue_id),
+            "f": str(p.sys_flag),
+            "g": str(time.time_ns() // 1_000_000),
+            "h": str(p.flag),
+            "i": p.properties,
+            "j": str(p.reconsume_times or 0),
+            "k": "false",
+            "m": "true" if p.code == _SEND_BATCH else "false",
+            "n": mq.broker_name,
+        }
+        if p.max_reconsume_times is not None:
+            ext["l"] = str(p.max_reconsume_times)
+        return ext
+
+    # ------------------------------------------------------------------ sending
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        sharding_key: Any = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send and wait for the broker's answer.
+
+        Queue choice, first match wins: ``queue``; ``sharding_key`` (stable hash, same
+        key → same queue: per-key order); ``selector(queues, msg, arg)``; the producer's
+        selector; round robin with broker fault avoidance (the only mode that retries
+        on another broker).
+        """
+        self._check_running()
+        return await self._send(self._prepare(msg), queue, selector, sharding_key, arg, timeout,
+                                self.options.retry_times)
+
+    async def _send(
+        self,
+        p: _Prepared,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        sharding_key: Any,
+        arg: Any,
+        timeout: float | None,
+        retries: int,
+    ) -> SendResult:
+        timeout = self.options.send_timeout if timeout is None else timeout
+        begin = time.monotonic()
+        if queue is not None:
+            return await self._send_to(p, queue, timeout)
+        info = await self._publish_info(p.topic)
+        if sharding_key is not None:
+            mq = self._hash_selector(info.queues, None, sharding_key)
+            return await self._send_to(p, mq, timeout - (time.monotonic() - begin))
+        sel = selector or self._selector
+        if sel is not None:
+            mq = sel(info.queues, p, arg)
+            if not isinstance(mq, MessageQueue):
+                raise TypeError(f"selector returned {mq!r}, not a MessageQueue")
+            return await self._send_to(p, mq, timeout - (time.monotonic() - begin))
+        last_broker: str | None = None
+        last_exc: BaseException | None = None
+        attempts = 1 + max(0, retries)
+        fault = self._fault
+        for attempt in range(attempts):
+            remaining = timeout - (time.monotonic() - begin)
+            if remaining <= 0:
+                break
+            mq = self._picker.pick(info.queues, last_broker)
+            t0 = time.monotonic()
+            try:
+                result = await self._send_to(p, mq, remaining)
+            except BrokerError as exc:
+                if fault is not None:
+                    fault.update(mq.broker_name, 0, failed=True)
+                if exc.code not in RETRY_CODES:
+                    raise
+                last_exc, last_broker = exc, mq.broker_name
+            except (RemotingError, OSError) as exc:
+                if fault is not None:
+                    fault.update(mq.broker_name, 0, failed=True)
+                last_exc, last_broker = exc, mq.broker_name
+            else:
+                if fault is not None:
+                    fault.update(mq.broker_name, (time.monotonic() - t0) * 1000.0)
+                if result.status is not SendStatus.SEND_OK and self.options.retry_another_broker_when_not_store_ok \
+                        and attempt + 1 < attempts:
+                    last_broker = mq.broker_name
+                    continue
+                return result
+            if isinstance(last_exc, BrokerError) and last_exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                self._publish.pop(p.topic, None)
+                info = await self._publish_info(p.topic)
+        elapsed = time.monotonic() - begin
+        raise SendError(
+            f"send to topic {p.topic!r} failed after {attempt + 1} attempt(s) in {elapsed:.3f}s: {last_exc}"
+        ) from last_exc
+
+    async def _send_to(self, p: _Prepared, mq: MessageQueue, timeout: float) -> SendResult:
+        if timeout <= 0:
+            raise SendError(f"send to {mq} timed out before it started")
+        inst = self.instance
+        addr = inst.master_addr(mq.broker_name) or await inst.find_broker_addr(mq.broker_name, mq.topic)
+        cmd = RemotingCommand.request(p.code, self._ext(p, mq), p.body)
+        resp = await inst.remoting.invoke(addr, cmd, timeout)
+        if resp.code not in _STATUS:
+            raise BrokerError(resp.code, resp.remark, f"send to {mq.topic}", addr)
+        return parse_send_response(resp, mq, p.uniq_id)
+
+    async def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        sharding_key: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Start a send and return at once; ``callback(result, error)`` runs when it completes.
+
+        Exactly one of ``result``/``error`` is None. The callback may be a plain function
+        or a coroutine function. At most ``max_async_in_flight`` sends are outstanding:
+        beyond that this call waits (back-pressure instead of unbounded memory).
+        """
+        self._check_running()
+        p = self._prepare(msg)
+        await self._async_slots.acquire()
+        assert self._tg is not None
+        self._tg.start_soon(self._async_send, p, callback, queue, sharding_key, timeout)
+
+    async def _async_send(
+        self, p: _Prepared, callback: SendCallback | None, queue: MessageQueue | None, key: Any, timeout: float | None
+    ) -> None:
+        try:
+            try:
+                result = await self._send(p, queue, None, key, None, timeout, self.options.retry_times_async)
+            except Exception as exc:
+                if callback is not None:
+                    await _call(callback, None, exc)
+                else:
+                    log.warning("async send to %s failed: %s", p.topic, exc)
+                return
+            if callback is not None:
+                await _call(callback, result, None)
+        except Exception:
+            log.exception("send callback failed")
+        finally:
+            self._async_slots.release()
+
+    async def send_oneway(
+        self, msg: Message, *, queue: MessageQueue | None = None, sharding_key: Any = None
+    ) -> None:
+        """Fire and forget: no answer, no retry (fastest, may lose messages)."""
+        self._check_running()
+        p = self._prepare(msg)
+        if queue is None:
+            info = await self._publish_info(p.topic)
+            if sharding_key is not None:
+                queue = self._hash_selector(info.queues, None, sharding_key)
+            elif self._selector is not None:
+                queue = self._selector(info.queues, p, None)
+            else:
+                queue = self._picker.pick(info.queues)
+        inst = self.instance
+        addr = inst.master_addr(queue.broker_name) or await inst.find_broker_addr(queue.broker_name, queue.topic)
+        await inst.oneway(addr, p.code, self._ext(p, queue), p.body)
+
+    async def wait_async_sends(self) -> None:
+        """Wait until every ``send_async`` started so far has completed."""
+        n = self.options.max_async_in_flight
+        for _ in range(n):
+            await self._async_slots.acquire()
+        for _ in range(n):
+            self._async_slots.release()
+
+    # ------------------------------------------------------------------ batches
+    def _batch_chunks(self, msgs: Sequence[Message]) -> list[tuple[list[str], bytes]]:
+        if not msgs:
+            raise ValueError("send_batch needs at least one message")
+        topic = msgs[0].topic
+        if topic.startswith("%RETRY%"):
+            raise ValueError("batches cannot be sent to retry topics")
+        chunks: list[tuple[list[str], bytes]] = []
+        items: list[tuple[bytes, int, str]] = []
+        ids: list[str] = []
+        size = 0
+        limit = self.options.batch_max_bytes
+        for m in msgs:
+            if m.topic != topic:
+                raise ValueError(f"a batch goes to one topic; got {topic!r} and {m.topic!r}")
+            if m.delay_level:
+                raise ValueError("batched messages cannot have a delay level")
+            props = m.properties
+            uniq = props.get(Prop.UNIQ_KEY)
+            if uniq is None:
+                uniq = create_uniq_id()
+                props = {**props, Prop.UNIQ_KEY: uniq}
+            ps = encode_properties(props)
+            item_size = 22 + len(m.body) + len(ps.encode())
+            if item_size > limit:
+                raise MessageTooLargeError(f"one batched message of {item_size} bytes exceeds {limit}")
+            if items and size + item_size > limit:
+                chunks.append((ids, encode_batch(items)))
+                items, ids, size = [], [], 0
+            items.append((m.body, m.flag, ps))
+            ids.append(uniq)
+            size += item_size
+        chunks.append((ids, encode_batch(items)))
+        return chunks
+
+    async def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        sharding_key: Any = None,
+        timeout: float | None = None,
+    ) -> list[SendResult]:
+        """Send messages of one topic as batches (code 320), split to stay under 4 MiB each.
+
+        Returns one SendResult per batch sent (usually one); ``msg_id`` joins the
+        members' ids with commas and ``queue_offset`` is the first member's offset.
+        """
+        self._check_running()
+        topic = msgs[0].topic if msgs else ""
+        results = []
+        for ids, body in self._batch_chunks(msgs):
+            p = _Prepared(topic, body, 0, 0, "", ",".join(ids), code=_SEND_BATCH)
+            results.append(
+                await self._send(p, queue, None, sharding_key, None, timeout, self.options.retry_times)
+            )
+        return results
+
+    # ------------------------------------------------------------------ internal: consumer retries
+    async def send_raw(self, p: _Prepared, timeout: float | None = None) -> SendResult:
+        return await self._send(p, None, None, None, None, timeout, self.options.retry_times)
+
+
+# ====================================================================== transactions
+
+LocalTransaction = Callable[[Message, Any], "LocalTransactionState | bool | None | Awaitable[Any]"]
+TransactionChecker = Callable[[MessageExt], "LocalTransactionState | bool | None | Awaitable[Any]"]
+
+_END_CODES = {
+    LocalTransactionState.COMMIT_MESSAGE: SysFlag.TX_COMMIT,
+    LocalTransactionState.ROLLBACK_MESSAGE: SysFlag.TX_ROLLBACK,
+    LocalTransactionState.UNKNOW: SysFlag.TX_NOT,
+}
+
+
+@attrs.frozen(slots=True)
+class TransactionSendResult:
+    send_result: SendResult
+    state: LocalTransactionState
+
+    @property
+    def msg_id(self) -> str:
+        return self.send_result.msg_id
+
+
+def end_transaction_header(
+    group: str,
+    state: LocalTransactionState,
+    *,
+    queue_offset: int,
+    offset_msg_id: str,
+    msg_id: str,
+    transaction_id: str | None,
+    from_check: bool,
+    commit_log_offset: int | None = None,
+) -> dict[str, str]:
+    """EndTransactionRequestHeader for a half message (commit log offset from the offset msg id)."""
+    if commit_log_offset is None:
+        commit_log_offset = decode_offset_msg_id(offset_msg_id)[2]
+    return {
+        "producerGroup": group,
+        "tranStateTableOffset": str(queue_offset),
+        "commitLogOffset": str(commit_log_offset),
+        "commitOrRollback": str(_END_CODES[state]),
+        "fromTransactionCheck": "true" if from_check else "false",
+        "msgId": msg_id,
+        "transactionId": transaction_id or msg_id,
+    }
+
+
+class TransactionProducer(Producer):
+    """Half message → local transaction → commit/rollback; answers the broker's checks.
+
+    ``checker(message)`` is asked by the broker (CHECK_TRANSACTION_STATE) about half
+    messages whose outcome it never learned; it returns a LocalTransactionState
+    (or True/False/None for commit/rollback/unknown), sync or async.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        checker: TransactionChecker | None = None,
+        check_concurrency: int = 4,
+        **options: Any,
+    ) -> None:
+        super().__init__(group, namesrv_addr, **options)
+        self.checker = checker
+        self._check_limiter = anyio.CapacityLimiter(check_concurrency)
+
+    async def _on_start(self) -> None:
+        await super()._on_start()
+        self.instance.handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
+
+    async def send_in_transaction(
+        self,
+        msg: Message,
+        local_transaction: LocalTransaction,
+        arg: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> TransactionSendResult:
+        """Send ``msg`` as a half message, run ``local_transaction(msg, arg)``, then commit or roll back.
+
+        If the local transaction raises, the outcome is reported UNKNOW (as Java does):
+        the broker asks the checker later; the exception is re-raised.
+        """
+        self._check_running()
+        p = self._prepare(msg, transactional=True)
+        result = await self._send(p, None, None, None, None, timeout, self.options.retry_times)
+        error: BaseException | None = None
+        if result.status is SendStatus.SEND_OK:
+            try:
+                state = LocalTransactionState.coerce(await _call(local_transaction, msg, arg))
+            except Exception as exc:
+                state, error = LocalTransactionState.UNKNOW, exc
+        else:
+            state = LocalTransactionState.ROLLBACK_MESSAGE
+        await self._end_transaction(result, state)
+        if error is not None:
+            raise error
+        return TransactionSendResult(result, state)
+
+    async def _end_transaction(self, result: SendResult, state: LocalTransactionState) -> None:
+        inst = self.instance
+        ext = end_transaction_header(
+            self.group,
+            state,
+            queue_offset=result.queue_offset,
+            offset_msg_id=result.offset_msg_id or result.msg_id,
+            msg_id=result.msg_id,
+            transaction_id=result.transaction_id,
+            from_check=False,
+        )
+        try:
+            addr = await inst.find_broker_addr(result.queue.broker_name, result.queue.topic)
+            await inst.oneway(addr, RequestCode.END_TRANSACTION, ext)
+        except (ClientError, RemotingError, OSError) as exc:  # the broker's check recovers the outcome
+            log.warning("END_TRANSACTION for %s failed (the broker will check back): %s", result.msg_id, exc)
+
+    async def _on_check(self, conn: Any, cmd: RemotingCommand) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(self._answer_check, conn, cmd)
+        return None
+
+    async def _answer_check(self, conn: Any, cmd: RemotingCommand) -> None:
+        try:
+            msg = decode_message(cmd.body)
+        except ValueError as exc:
+            log.warning("CHECK_TRANSACTION_STATE with an undecodable message: %s", exc)
+            return
+        ext = cmd.ext
+        async with self._check_limiter:
+            if self.checker is None:
+                log.warning("broker asks about transaction %s but no checker is set", msg.msg_id)
+                state = LocalTransactionState.UNKNOW
+            else:
+                try:
+                    state = LocalTransactionState.coerce(await _call(self.checker, msg))
+                except Exception:
+                    log.exception("transaction checker failed for %s", msg.msg_id)
+                    state = LocalTransactionState.UNKNOW
+        uniq = msg.properties.get(Prop.UNIQ_KEY) or ext.get("msgId") or msg.offset_msg_id
+        header = end_transaction_header(
+            msg.properties.get(Prop.PGROUP) or self.group,
+            state,
+            queue_offset=int(ext.get("tranStateTableOffset", "0") or 0),
+            offset_msg_id=ext.get("offsetMsgId") or msg.offset_msg_id,
+            msg_id=uniq,
+            transaction_id=ext.get("transactionId") or uniq,
+            from_check=True,
+            commit_log_offset=int(ext["commitLogOffset"]) if ext.get("commitLogOffset") else None,
+        )
+        try:
+            await conn.send_oneway(RemotingCommand.request(RequestCode.END_TRANSACTION, header, oneway=True))
+        except (RemotingError, OSError) as exc:
+            log.warning("answering the transaction check for %s failed: %s", uniq, exc)

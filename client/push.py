@@ -1,0 +1,538 @@
+"""PushConsumer: a listener called for every message of the subscribed topics.
+
+Shape: one pull loop per assigned queue (long polling), messages cached in the
+queue's ProcessQueue (flow control: count, bytes, offset span), consumed by tasks
+gated by ``consume_concurrency``; the committed offset is the lowest message still
+in flight. Failures go back to the broker for a delayed retry (%RETRY%<group>), or
+are re-tried in place when orderly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from rmq.client.consumer import BROADCASTING, CLUSTERING, ConsumerBase, pull_once
+from rmq.client.errors import BrokerError, ClientError, NoRouteError
+from rmq.client.message import ConsumeResult, PullStatus
+from rmq.client.options import ConsumerOptions, build
+from rmq.client.process_queue import ProcessQueue
+from rmq.client.subscription import Subscription, retry_topic
+from rmq.kernel.hookspecs.allocation import AllocateStrategy
+from rmq.kernel.model import MessageQueue
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingError
+from rmq.protocol.common import Prop, encode_properties
+from rmq.protocol.message import MessageExt, create_uniq_id
+
+log = logging.getLogger("rmq.client.push")
+
+Listener = Callable[[Any], Any]
+_FAIL = (ConsumeResult.RECONSUME_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
+MIB = 1024 * 1024
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+class PushConsumer(ConsumerBase):
+    """Calls ``listener`` for each message (a list when ``consume_batch_size`` > 1).
+
+    Returning normally means consumed; raising or returning
+    ``ConsumeResult.RECONSUME_LATER`` means retry later (clustering: redelivered via
+    ``%RETRY%<group>`` after 10 s, 30 s, 1 min, ...; orderly: the queue pauses
+    ``suspend_current_queue_time`` and the same messages are retried in order).
+    Async listeners run on the event loop; plain functions run in a thread pool of
+    ``consume_concurrency`` threads (default 20).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        listener: Listener | None = None,
+        message_model: str = CLUSTERING,
+        consume_from_where: str = "LAST_OFFSET",
+        orderly: bool = False,
+        allocation: str | AllocateStrategy = "averagely",
+        kernel: Any = None,
+        **options: Any,
+    ) -> None:
+        opts = build(ConsumerOptions, options, "PushConsumer")
+        super().__init__(
+            group,
+            namesrv_addr,
+            opts,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
+            allocation=allocation,
+            kernel=kernel,
+        )
+        self.listener = listener
+        self.orderly = orderly
+        self._consume_limiter = anyio.CapacityLimiter(opts.consume_concurrency)
+        self._thread_limiter = anyio.CapacityLimiter(opts.consume_concurrency)
+        self._pull_scopes: dict[MessageQueue, anyio.CancelScope] = {}
+        self._workers_done: dict[MessageQueue, anyio.Event] = {}
+        self._inflight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._paused = False
+        self.consumed = 0  # messages handed to the listener (stats)
+        self.failed = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _on_start(self) -> None:
+        if self.listener is None:
+            raise ValueError("PushConsumer needs listener=callable(message)")
+        self._async_listener = _is_async(self.listener)
+        if not self.subscriptions:
+            log.warning("%s: started without subscriptions; call subscribe(topic, expression)", self.group)
+        await self._start_consumer()
+        if self.orderly and self.message_model == CLUSTERING:
+            assert self._tg is not None
+            self._tg.start_soon(self._lock_loop)
+
+    async def _on_shutdown(self) -> None:
+        for pq in self.process_queues.values():
+            pq.dropped = True
+            pq.data_ready.set()
+        for scope in self._pull_scopes.values():
+            scope.cancel()
+        with anyio.move_on_after(self.options.shutdown_timeout):
+            while self._inflight:
+                self._idle = anyio.Event() if self._idle.is_set() else self._idle
+                await self._idle.wait()
+        await self.persist_offsets(sync=True)
+        if self.orderly and self.message_model == CLUSTERING:
+            await self._unlock_all(list(self.process_queues))
+        await self.instance.unregister(consumer_group=self.group)
+
+    def pause(self) -> None:
+        """Stop pulling (in-flight messages still finish); ``resume()`` continues."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    # ------------------------------------------------------------------ queue assignment
+    async def _queue_added(self, mq: MessageQueue) -> bool:
+        pq = ProcessQueue()
+        if self.orderly and self.message_model == CLUSTERING:
+            addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+            try:
+                locked = await self.instance.lock_batch(self.group, [mq], addr)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("%s: lock of %s failed: %s", self.group, mq, exc)
+                return False
+            if mq not in locked:
+                return False
+            pq.locked = True
+            pq.last_lock_time = time.monotonic()
+        offset = await self.start_offset(mq)
+        if offset is None:
+            return False
+        self.process_queues[mq] = pq
+        scope = anyio.CancelScope()
+        self._pull_scopes[mq] = scope
+        assert self._tg is not None
+        self._tg.start_soon(self._pull_loop, mq, pq, offset, scope)
+        if self.orderly:
+            done = anyio.Event()
+            self._workers_done[mq] = done
+            self._tg.start_soon(self._orderly_worker, mq, pq, done)
+        return True
+
+    async def _queue_removed(self, mq: MessageQueue, pq: ProcessQueue, persist: bool = True) -> None:
+        pq.dropped = True
+        pq.data_ready.set()
+        scope = self._pull_scopes.pop(mq, None)
+        if scope is not None:
+            scope.cancel()
+        done = self._workers_done.pop(mq, None)
+        if done is not None:  # orderly: let the message being consumed finish before unlocking
+            with anyio.move_on_after(self.options.shutdown_timeout):
+                await done.wait()
+        store = self.offset_store
+        assert store is not None
+        if persist:
+            await store.persist([mq])
+        store.remove(mq)
+        if self.orderly and self.message_model == CLUSTERING:
+            await self._unlock_all([mq])
+
+    # ------------------------------------------------------------------ pulling
+    def _pull_subscription(self, mq: MessageQueue) -> Subscription:
+        sub = self.subscriptions.get(mq.topic)
+        if sub is None:
+            sub = Subscription.parse(mq.topic, "*")
+        return sub
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int, scope: anyio.CancelScope) -> None:
+        opts = self.options
+        inst = self.instance
+        store = self.offset_store
+        assert store is not None
+        clustering = self.message_model == CLUSTERING
+        orderly = self.orderly
+        max_count = opts.pull_threshold_for_queue
+        max_bytes = opts.pull_threshold_size_for_queue * MIB
+        suspend_ms = int(opts.suspend_timeout * 1000)
+        rt = retry_topic(self.group)
+        with scope:
+            while not pq.dropped:
+                if self._paused or pq.paused:
+                    await anyio.sleep(0.2)
+                    continue
+                if pq.count > max_count or pq.msg_size > max_bytes or (not orderly and pq.span() > opts.max_span):
+                    await anyio.sleep(0.05)
+                    continue
+                if orderly and clustering and not self._lock_valid(pq):
+                    await anyio.sleep(0.5)
+                    continue
+                sub = self._pull_subscription(mq)
+                commit = (store.get(mq) or 0) if clustering else 0
+                try:
+                    res = await pull_once(
+                        inst,
+                        self.group,
+                        mq,
+                        offset,
+                        opts.pull_batch_size,
+                        sub if opts.post_subscription_when_pull else None,
+                        suspend_ms=suspend_ms,
+                        timeout=opts.pull_timeout,
+                        commit_offset=commit,
+                    )
+                except BrokerError as exc:
+                    delay = 0.02 if exc.code == ResponseCode.FLOW_CONTROL else opts.pull_retry_delay
+                    log.info("%s: pull %s failed: %s", self.group, mq, exc)
+                    await anyio.sleep(delay)
+                    continue
+                except (ClientError, RemotingError, OSError) as exc:
+                    log.info("%s: pull %s failed: %s", self.group, mq, exc)
+                    await anyio.sleep(opts.pull_retry_delay)
+                    continue
+                if pq.dropped:
+                    return
+                pq.last_pull_time = time.monotonic()
+                status = res.status
+                if status is PullStatus.FOUND:
+                    offset = res.next_begin_offset
+                    msgs = res.messages
+                    if msgs:
+                        if mq.topic == rt:
+                            for m in msgs:
+                                orig = m.properties.get(Prop.RETRY_TOPIC)
+                                if orig:
+                                    m.topic = orig
+                        self._dispatch(mq, pq, msgs)
+                    elif pq.count == 0:  # all filtered out client-side: move the committed offset on
+                        pq.max_offset = max(pq.max_offset, offset - 1)
+                        store.update(mq, offset, increase_only=True)
+                elif status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning("%s: offset %d of %s is illegal; continuing at %d", self.group, offset, mq,
+                                res.next_begin_offset)
+                    offset = res.next_begin_offset
+                    pq.max_offset = offset - 1 if pq.count == 0 else pq.max_offset
+                    store.update(mq, offset)
+                    await store.persist([mq])
+                else:
+                    if status is PullStatus.NO_MATCHED_MSG and pq.count == 0 and res.next_begin_offset > offset:
+                        store.update(mq, res.next_begin_offset, increase_only=True)
+                    offset = res.next_begin_offset
+                if opts.pull_interval:
+                    await anyio.sleep(opts.pull_interval)
+
+    def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        pq.put(msgs)
+        if self.orderly:
+            return
+        assert self._tg is not None
+        self._inflight += 1
+        pq.inflight += 1
+        self._tg.start_soon(self._consume_concurrently, mq, pq, msgs)
+
+    # ------------------------------------------------------------------ concurrent consumption
+    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        try:
+            async with self._consume_limiter:
+                if pq.dropped:
+                    return
+                failed = await self._run_listener(msgs)
+            done = msgs
+            if failed:
+                self.failed += len(failed)
+                if self.message_model == BROADCASTING:
+                    log.warning("%s: %d message(s) failed; broadcasting drops them", self.group, len(failed))
+                else:
+                    kept = await self._send_back_all(mq, failed)
+                    if kept:
+                        ids = {id(m) for m in kept}
+                        done = [m for m in msgs if id(m) not in ids]
+                        self._inflight += 1
+                        pq.inflight += 1
+                        assert self._tg is not None
+                        self._tg.start_soon(self._consume_later, mq, pq, kept)
+            offset = pq.remove(done)
+            if offset >= 0 and not pq.dropped:
+                store = self.offset_store
+                assert store is not None
+                store.update(mq, offset, increase_only=True)
+        finally:
+            self._inflight -= 1
+            pq.inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _consume_later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Messages that could neither be consumed nor sent back: try again here in a while."""
+        try:
+            await anyio.sleep(self.options.send_back_retry_delay)
+        finally:
+            self._inflight -= 1
+            pq.inflight -= 1
+        if pq.dropped or self._state != "running":
+            return
+        self._inflight += 1
+        pq.inflight += 1
+        await self._consume_concurrently(mq, pq, msgs)
+
+    async def _run_listener(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """Consume ``msgs``; return those that failed."""
+        self.consumed += len(msgs)
+        if not self._async_listener:
+            return await anyio.to_thread.run_sync(self._run_sync, msgs, limiter=self._thread_limiter)
+        listener = self.listener
+        assert listener is not None
+        failed: list[MessageExt] = []
+        bs = self.options.consume_batch_size
+        if bs == 1:
+            for m in msgs:
+                try:
+                    r = await listener(m)
+                except Exception:
+                    log.warning("%s: listener raised on %s", self.group, m.msg_id, exc_info=True)
+                    failed.append(m)
+                    continue
+                if r in _FAIL:
+                    failed.append(m)
+            return failed
+        for i in range(0, len(msgs), bs):
+            chunk = msgs[i : i + bs]
+            try:
+                r = await listener(chunk)
+            except Exception:
+                log.warning("%s: listener raised on a batch of %d", self.group, len(chunk), exc_info=True)
+                failed.extend(chunk)
+                continue
+            if r in _FAIL:
+                failed.extend(chunk)
+        return failed
+
+    def _run_sync(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        listener = self.listener
+        assert listener is not None
+        failed: list[MessageExt] = []
+        bs = self.options.consume_batch_size
+        if bs == 1:
+            for m in msgs:
+                try:
+                    r = listener(m)
+                except Exception:
+                    log.warning("%s: listener raised on %s", self.group, m.msg_id, exc_info=True)
+                    failed.append(m)
+                    continue
+                if r in _FAIL:
+                    failed.append(m)
+            return failed
+        for i in range(0, len(msgs), bs):
+            chunk = msgs[i : i + bs]
+            try:
+                r = listener(chunk)
+            except Exception:
+                log.warning("%s: listener raised on a batch of %d", self.group, len(chunk), exc_info=True)
+                failed.extend(chunk)
+                continue
+            if r in _FAIL:
+                failed.extend(chunk)
+        return failed
+
+    # ------------------------------------------------------------------ retries
+    def _max_reconsume(self) -> int:
+        mrt = self.options.max_reconsume_times
+        if mrt >= 0:
+            return mrt
+        return 2**31 - 1 if self.orderly else 16
+
+    async def _send_back_all(self, mq: MessageQueue, msgs: Sequence[MessageExt]) -> list[MessageExt]:
+        """CONSUMER_SEND_MSG_BACK each; fall back to re-sending to %RETRY%. Returns the ones that failed both."""
+        kept = []
+        for m in msgs:
+            if not await self.send_back(mq, m):
+                kept.append(m)
+        return kept
+
+    async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
+        inst = self.instance
+        max_rt = self._max_reconsume()
+        origin = msg.properties.get(Prop.ORIGIN_MESSAGE_ID) or msg.msg_id
+        ext = {
+            "offset": str(msg.commit_log_offset),
+            "group": self.group,
+            "delayLevel": str(delay_level),
+            "originMsgId": origin,
+            "originTopic": msg.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": str(max_rt),
+            "bname": mq.broker_name,
+        }
+        try:
+            addr = inst.broker_addr(mq.broker_name) or msg.store_host
+            await inst.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout=5.0, what="send back")
+            return True
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("%s: send back of %s failed (%s); re-sending to the retry topic", self.group, msg.msg_id, exc)
+        try:
+            await self.resend_to_retry(msg, max_rt)
+            return True
+        except (ClientError, RemotingError, OSError) as exc:
+            log.warning("%s: re-sending %s to the retry topic failed: %s", self.group, msg.msg_id, exc)
+            return False
+
+    async def resend_to_retry(self, msg: MessageExt, max_rt: int) -> None:
+        """Produce ``msg`` to %RETRY%<group> ourselves (the broker moves it to the DLQ past max)."""
+        inst = self.instance
+        rt = retry_topic(self.group)
+        props = {
+            k: v
+            for k, v in msg.properties.items()
+            if k not in (Prop.RECONSUME_TIME, Prop.MAX_RECONSUME_TIMES, Prop.TRAN_MSG, Prop.CLUSTER)
+        }
+        props.setdefault(Prop.RETRY_TOPIC, msg.topic)
+        props[Prop.ORIGIN_MESSAGE_ID] = props.get(Prop.ORIGIN_MESSAGE_ID) or msg.msg_id
+        props[Prop.DELAY] = str(3 + msg.reconsume_times)
+        props.setdefault(Prop.UNIQ_KEY, create_uniq_id())
+        try:
+            route = await inst.route(rt)
+        except NoRouteError:
+            route = await inst.route(rt, refresh=True)
+        queues = route.publish_queues(rt)
+        if not queues:
+            raise NoRouteError(rt)
+        mq = random.choice(queues)
+        ext = {
+            "a": "CLIENT_INNER_PRODUCER",
+            "b": rt,
+            "c": "TBW102",
+            "d": "4",
+            "e": str(mq.queue_id),
+            "f": "0",
+            "g": str(msg.born_timestamp),
+            "h": str(msg.flag),
+            "i": encode_properties(props),
+            "j": str(msg.reconsume_times + 1),
+            "k": "false",
+            "l": str(max_rt),
+            "n": mq.broker_name,
+        }
+        addr = await inst.find_broker_addr(mq.broker_name, rt)
+        await inst.invoke(addr, RequestCode.SEND_MESSAGE_V2, ext, msg.body, what="re-send to retry topic")
+
+    # ------------------------------------------------------------------ orderly consumption
+    def _lock_valid(self, pq: ProcessQueue) -> bool:
+        return pq.locked and time.monotonic() - pq.last_lock_time < self.options.lock_max_live
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await anyio.sleep(min(1.0, self.options.lock_interval))
+            await self.lock_all()
+            await anyio.sleep(max(0.0, self.options.lock_interval - 1.0))
+
+    async def lock_all(self) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq, pq in self.process_queues.items():
+            if not pq.dropped:
+                by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, mqs in by_broker.items():
+            try:
+                addr = await self.instance.find_broker_addr(broker)
+                locked = await self.instance.lock_batch(self.group, mqs, addr)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("%s: re-locking on %s failed: %s", self.group, broker, exc)
+                continue
+            now = time.monotonic()
+            for mq in mqs:
+                pq = self.process_queues.get(mq)
+                if pq is None:
+                    continue
+                if mq in locked:
+                    pq.locked = True
+                    pq.last_lock_time = now
+                else:
+                    pq.locked = False
+
+    async def _unlock_all(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, group_mqs in by_broker.items():
+            try:
+                addr = await self.instance.find_broker_addr(broker)
+                await self.instance.unlock_batch(self.group, group_mqs, addr)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("%s: unlock on %s failed: %s", self.group, broker, exc)
+
+    async def _orderly_worker(self, mq: MessageQueue, pq: ProcessQueue, done: anyio.Event) -> None:
+        store = self.offset_store
+        assert store is not None
+        bs = self.options.consume_batch_size
+        clustering = self.message_model == CLUSTERING
+        max_rt = self._max_reconsume()
+        try:
+            while not pq.dropped:
+                msgs = pq.take(bs)
+                if not msgs:
+                    await pq.data_ready.wait()
+                    continue
+                if clustering and not self._lock_valid(pq):
+                    await anyio.sleep(0.1)
+                    continue
+                self._inflight += 1
+                self._idle = anyio.Event() if self._idle.is_set() else self._idle
+                try:
+                    async with self._consume_limiter:
+                        failed = await self._run_listener(msgs)
+                finally:
+                    self._inflight -= 1
+                    if self._inflight == 0:
+                        self._idle.set()
+                if failed:
+                    self.failed += len(failed)
+                    for m in msgs:
+                        m.reconsume_times += 1
+                    if not clustering or max(m.reconsume_times for m in msgs) <= max_rt:
+                        await anyio.sleep(self.options.suspend_current_queue_time)
+                        continue
+                    try:  # out of retries: to the DLQ via the retry topic, then move on
+                        for m in msgs:
+                            await self.resend_to_retry(m, max_rt)
+                    except (ClientError, RemotingError, OSError) as exc:
+                        log.warning("%s: moving %s to the DLQ failed: %s", self.group, mq, exc)
+                        await anyio.sleep(self.options.suspend_current_queue_time)
+                        continue
+                if pq.dropped:
+                    break
+                offset = pq.remove(msgs)
+                if offset >= 0:
+                    store.update(mq, offset)
+        finally:
+            done.set()

@@ -1,0 +1,209 @@
+"""Commitlog flush policies: ``async`` (periodic, FlushRealTimeService) and ``sync`` (group commit).
+
+Entry points ``rmq.flush: async = rmq.plugins.flush:AsyncFlushPlugin`` and
+``sync = rmq.plugins.flush:SyncFlushPlugin``. Both take their settings from
+``[broker]`` (flushIntervalCommitLog, flushCommitLogLeastPages,
+flushCommitLogThoroughInterval, flushCommitLogTimed, syncFlushTimeout) and have no
+options of their own. The flush itself runs on a worker thread (``fdatasync``
+releases the GIL), so the event loop keeps appending while the disk works; every
+put waiting when a flush starts is covered by it (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+import cattrs
+
+from rmq.kernel.hookspecs.flush import Flushable
+from rmq.kernel.markers import hookimpl
+
+__all__ = ["AsyncFlushPlugin", "AsyncFlushPolicy", "SyncFlushPlugin", "SyncFlushPolicy"]
+
+log = logging.getLogger("rmq.store")
+
+
+@attrs.frozen
+class NoOptions:
+    """The flush plugins take no options; any key in their table is a mistake."""
+
+
+_CONVERTER = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _check_options(options: Mapping[str, Any] | None, where: str) -> None:
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{where}: options must be a table, got {type(options).__name__}")
+    try:
+        _CONVERTER.structure(dict(options), NoOptions)
+    except (cattrs.BaseValidationError, cattrs.ForbiddenExtraKeysError):
+        keys = ", ".join(sorted(map(str, options)))
+        raise ValueError(
+            f"{where}: unknown option(s) {keys}; flush settings live in [broker] (flushIntervalCommitLog, ...)"
+        ) from None
+
+
+class _PolicyBase:
+    """Shared machinery: a background loop in a task group and rounds that waiters can await."""
+
+    synchronous = False
+
+    def __init__(self, store: Flushable, config: Any) -> None:
+        self.store = store
+        self.config = config
+        self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
+        self._tg: Any = None
+        self._round: Any = None  # anyio.Event set after each flush round
+        self._kick: Any = None  # anyio.Event: somebody waits or data arrived
+        self.rounds = 0
+        self.flush_seconds = 0.0
+
+    async def __aenter__(self) -> Any:
+        self._round = anyio.Event()
+        self._kick = anyio.Event()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._loop)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            for _ in range(10):  # RocketMQ retries the final flush; so do we
+                try:
+                    await anyio.to_thread.run_sync(self.store.flush, 0)
+                except OSError as e:
+                    log.error("final commitlog flush failed: %s", e)
+                    continue
+                if self.store.flushed_offset >= self.store.max_phy_offset:
+                    break
+            self._finish_round()
+
+    def wake(self) -> None:
+        kick = self._kick
+        if kick is not None and not kick.is_set():
+            kick.set()
+
+    async def _flush(self, least_pages: int) -> int:
+        t0 = time.perf_counter()
+        try:
+            return await anyio.to_thread.run_sync(self.store.flush, least_pages)
+        except OSError as e:  # keep running: waiters time out and report FLUSH_DISK_TIMEOUT
+            log.error("commitlog flush failed: %s", e)
+            return self.store.flushed_offset
+        finally:
+            self.rounds += 1
+            self.flush_seconds += time.perf_counter() - t0
+
+    def _finish_round(self) -> None:
+        done, self._round = self._round, anyio.Event()
+        if done is not None:
+            done.set()
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        store = self.store
+        if store.flushed_offset >= end_offset:
+            return True
+        self._demand()
+        with anyio.move_on_after(self.timeout):
+            while store.flushed_offset < end_offset:
+                await self._round.wait()
+                if store.flushed_offset < end_offset:
+                    self._demand()
+            return True
+        return store.flushed_offset >= end_offset
+
+    def _demand(self) -> None:
+        self.wake()
+
+    async def _loop(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class SyncFlushPolicy(_PolicyBase):
+    """Group commit (GroupCommitService): a put awaits the flush round that covers its bytes.
+
+    While a round's ``fdatasync`` runs on a worker thread, newly appended puts queue up;
+    the next round covers them all with one call.
+    """
+
+    synchronous = True
+
+    async def _loop(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick = anyio.Event()
+            await self._flush(0)
+            self._finish_round()
+
+
+class AsyncFlushPolicy(_PolicyBase):
+    """FlushRealTimeService: every flushIntervalCommitLog ms flush if >= flushCommitLogLeastPages pages
+    are dirty; every flushCommitLogThoroughInterval ms flush whatever is written."""
+
+    synchronous = False
+
+    def __init__(self, store: Flushable, config: Any) -> None:
+        super().__init__(store, config)
+        self.interval = max(int(config.flushIntervalCommitLog), 1) / 1000
+        self.least_pages = int(config.flushCommitLogLeastPages)
+        self.thorough = max(int(config.flushCommitLogThoroughInterval), 0) / 1000
+        self.timed = bool(config.flushCommitLogTimed)
+        self._demanded = False
+
+    def wake(self) -> None:
+        if not self.timed:  # flushCommitLogTimed=false: each put may wake the flusher early
+            super().wake()
+
+    def _demand(self) -> None:
+        self._demanded = True
+        super().wake()
+
+    async def _loop(self) -> None:
+        last_thorough = time.monotonic()
+        while True:
+            with anyio.move_on_after(self.interval):
+                await self._kick.wait()
+            self._kick = anyio.Event()
+            now = time.monotonic()
+            least = self.least_pages
+            if self._demanded or now - last_thorough >= self.thorough:
+                least = 0
+                last_thorough = now
+                self._demanded = False
+            await self._flush(least)
+            self._finish_round()
+
+
+class AsyncFlushPlugin:
+    """``flushDiskType = ASYNC_FLUSH``."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        _check_options(options, "rmq.flush:async")
+
+    @hookimpl(trylast=True)
+    def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> AsyncFlushPolicy:
+        return AsyncFlushPolicy(store, config)
+
+
+class SyncFlushPlugin:
+    """``flushDiskType = SYNC_FLUSH``."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        _check_options(options, "rmq.flush:sync")
+
+    @hookimpl(trylast=True)
+    def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> SyncFlushPolicy:
+        return SyncFlushPolicy(store, config)

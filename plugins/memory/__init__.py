@@ -1,0 +1,340 @@
+"""``memory``: a message store in RAM with the same contract and record bytes as ``mmap``.
+
+Entry point ``rmq.storage: memory = rmq.plugins.memory:MemoryStoragePlugin`` (no
+options). Records are appended to one ``bytearray`` with the ``mmap`` store's
+codec, so a pull body is byte-for-byte what the mmap store would send (physical
+offsets aside: there are no segments, hence no end-of-file blanks). Queues are
+per-queue offset lists; dispatch (queues, key index, hook dispatchers) runs inline
+in the put, so a message is readable as soon as its put returns. Nothing survives
+the process; retention is a no-op.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rmq.kernel.markers import hookimpl
+from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
+from rmq.plugins.storage_mmap import structure_options
+from rmq.plugins.storage_mmap.codec import (
+    RecordError,
+    RecordWriter,
+    message_tags_code,
+    record_properties,
+)
+from rmq.plugins.storage_mmap.store import default_store_host
+from rmq.protocol.common import Prop, decode_properties
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
+    from rmq.kernel.hookspecs.filtering import MessageFilter
+
+__all__ = ["MemoryMessageStore", "MemoryStoragePlugin"]
+
+
+@attrs.frozen
+class MemoryOptions:
+    """The memory store takes no options."""
+
+
+class _Queue:
+    __slots__ = ("phys", "sizes", "tags", "times")
+
+    def __init__(self) -> None:
+        self.phys: list[int] = []
+        self.sizes: list[int] = []
+        self.tags: list[int] = []
+        self.times: list[int] = []
+
+
+class MemoryMessageStore:
+    """In-memory ``MessageStore`` (tests, embedding, broker development)."""
+
+    def __init__(self, config: Any, kernel: Any = None) -> None:
+        self.config = config
+        self.kernel = kernel
+        self.writer = RecordWriter(config.maxMessageSize, default_store_host(config))
+        self.log = bytearray()
+        self.queues: dict[str, dict[int, _Queue]] = {}
+        self.keys: dict[str, list[int]] = {}
+        self.dispatchers: list[CommitLogDispatcher] = []
+        self._delay_levels = config.delay_levels_ms()
+        self._tq: dict[str, dict[int, int]] = {}
+        self._buf = bytearray(64 * 1024)
+        self._running = False
+        self._index = bool(config.messageIndexEnable)
+        self._n_put = self._n_put_failed = self._n_get = 0
+
+    @property
+    def store_host(self) -> bytes:
+        return self.writer.store_host
+
+    @store_host.setter
+    def store_host(self, value: bytes) -> None:
+        self.writer.store_host = value
+
+    @property
+    def max_phy_offset(self) -> int:
+        return len(self.log)
+
+    @property
+    def min_phy_offset(self) -> int:
+        return 0
+
+    async def __aenter__(self) -> MemoryMessageStore:
+        found: list[CommitLogDispatcher] = []
+        if self.kernel is not None:
+            for part in self.kernel.hook.rmq_dispatch_make_dispatchers(kernel=self.kernel, store=self):
+                found.extend(part or ())
+        self.dispatchers = found
+        self._running = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._running = False
+
+    async def wait_dispatched(self, offset: int | None = None) -> None:
+        """Dispatch is inline: always caught up."""
+
+    # ------------------------------------------------------------------ put
+
+    def _append(self, batch: Sequence[MessageRecord], measured: list[Any], total: int) -> PutResult:
+        first = batch[0]
+        phys = len(self.log)
+        n = len(batch)
+        tx = first.sys_flag & 0xC
+        if tx == 4 or tx == 12:
+            qoff = 0
+        else:
+            tq = self._tq.setdefault(first.topic, {})
+            qoff = tq.get(first.queue_id, 0)
+            tq[first.queue_id] = qoff + n
+        ts = first.store_timestamp or time.time_ns() // 1_000_000
+        if total > len(self._buf):
+            self._buf = bytearray(max(total, 2 * len(self._buf)))
+        buf = self._buf
+        p = 0
+        offsets = []
+        for i in range(n):
+            offsets.append(phys + p)
+            p = self.writer.pack(buf, p, batch[i], measured[i], qoff + i if tx in (0, 8) else 0, phys + p, ts)
+        with memoryview(buf) as mv:
+            self.log += mv[:total]
+        reqs = []
+        for i, m in enumerate(batch):
+            props = decode_properties(m.properties) if m.properties else {}
+            reqs.append(
+                DispatchRequest(
+                    m.topic,
+                    m.queue_id,
+                    offsets[i],
+                    measured[i][3],
+                    message_tags_code(m.topic, props, ts, self._delay_levels),
+                    ts,
+                    qoff + i if tx in (0, 8) else 0,
+                    measured[i][2],
+                    m.prepared_tx_offset,
+                    props.get(Prop.KEYS),
+                    props.get(Prop.UNIQ_KEY),
+                    props,
+                )
+            )
+        self._dispatch(reqs)
+        self._n_put += n
+        return PutResult(PutStatus.PUT_OK, phys, total, qoff, n, ts, offsets if n > 1 else ())
+
+    def _dispatch(self, reqs: list[DispatchRequest]) -> None:
+        for r in reqs:
+            tx = r.sys_flag & 0xC
+            if tx == 0 or tx == 8:
+                q = self.queues.setdefault(r.topic, {}).get(r.queue_id)
+                if q is None:
+                    q = self.queues[r.topic][r.queue_id] = _Queue()
+                q.phys.append(r.commit_log_offset)
+                q.sizes.append(r.msg_size)
+                q.tags.append(r.tags_code)
+                q.times.append(r.store_timestamp)
+            if self._index and tx != 12:
+                keys = [r.uniq_key] if r.uniq_key else []
+                if r.keys:
+                    keys.extend(k for k in r.keys.split(" ") if k)
+                for k in keys:
+                    self.keys.setdefault(f"{r.topic}#{k}", []).append(r.commit_log_offset)
+        for d in self.dispatchers:
+            d.dispatch(reqs)
+
+    def _refuse(self, status: PutStatus, remark: str) -> PutResult:
+        self._n_put_failed += 1
+        return PutResult(status, remark=remark)
+
+    async def put_message(self, msg: MessageRecord) -> PutResult:
+        if not self._running:
+            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "store not running")
+        try:
+            meas = self.writer.measure(msg)
+        except RecordError as e:
+            return self._refuse(e.status, e.remark)
+        return self._append([msg], [meas], meas[3])
+
+    async def put_messages(self, batch: Sequence[MessageRecord]) -> PutResult:
+        if not self._running:
+            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "store not running")
+        if not batch:
+            return self._refuse(PutStatus.MESSAGE_ILLEGAL, "empty batch")
+        first = batch[0]
+        measured = []
+        total = 0
+        for m in batch:
+            if m.topic != first.topic or m.queue_id != first.queue_id:
+                return self._refuse(PutStatus.MESSAGE_ILLEGAL, "a batch must target one topic and queue")
+            if m.sys_flag & 0xC:
+                return self._refuse(PutStatus.MESSAGE_ILLEGAL, "transaction messages cannot be batched")
+            if decode_properties(m.properties).get(Prop.DELAY, "0") not in ("", "0"):
+                return self._refuse(PutStatus.MESSAGE_ILLEGAL, "delayed messages cannot be batched")
+            try:
+                meas = self.writer.measure(m)
+            except RecordError as e:
+                return self._refuse(PutStatus.MESSAGE_ILLEGAL, f"batch member rejected: {e.remark}")
+            measured.append(meas)
+            total += meas[3]
+        return self._append(batch, measured, total)
+
+    # ------------------------------------------------------------------ reads
+
+    def _record(self, phys: int, size: int) -> bytes:
+        with memoryview(self.log) as mv:
+            return mv[phys : phys + size].tobytes()
+
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None = None,
+        max_bytes: int = 256 * 1024,
+    ) -> GetResult:
+        self._n_get += 1
+        q = self.queues.get(topic, {}).get(queue_id)
+        if q is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        mx = len(q.phys)
+        if mx == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, mx)
+        if offset < 0:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, 0, 0, mx)
+        if offset == mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, 0, mx)
+        if offset > mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, 0, 0, mx)
+        scan_units = -(-max(16000, max_count * 20) // 20)
+        stop = min(mx, offset + scan_units)
+        messages: list[bytes] = []
+        qoffs: list[int] = []
+        total = 0
+        i = offset
+        while i < stop:
+            size = q.sizes[i]
+            if messages and (len(messages) >= max_count or total + size > max_bytes):
+                break
+            i += 1
+            if message_filter is not None and not message_filter.match_tags_code(q.tags[i - 1]):
+                continue
+            rec = self._record(q.phys[i - 1], size)
+            if message_filter is not None and message_filter.needs_properties:
+                if not message_filter.match_properties(record_properties(rec, 0)[1]):
+                    continue
+            messages.append(rec)
+            qoffs.append(i - 1)
+            total += size
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, i, 0, mx, messages, qoffs, total)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        q = self.queues.get(topic, {}).get(queue_id)
+        return len(q.phys) if q is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        return 0
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        q = self.queues.get(topic, {}).get(queue_id)
+        if q is None or not q.times:
+            return 0
+        times = q.times
+        i = bisect.bisect_left(times, timestamp)
+        if i < len(times) and times[i] == timestamp:
+            return i
+        if i == 0:
+            return 0
+        if i == len(times):
+            return len(times) - 1
+        return i if times[i] - timestamp < timestamp - times[i - 1] else i - 1
+
+    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
+        return self.get_store_time(topic, queue_id, 0)
+
+    def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        q = self.queues.get(topic, {}).get(queue_id)
+        if q is None or not 0 <= offset < len(q.times):
+            return -1
+        return q.times[offset]
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        if not 0 <= commit_log_offset <= len(self.log) - 91:
+            return None
+        size = int.from_bytes(self.log[commit_log_offset : commit_log_offset + 4], "big", signed=True)
+        if size < 91 or commit_log_offset + size > len(self.log):
+            return None
+        return self._record(commit_log_offset, size)
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
+        out: list[bytes] = []
+        max_num = min(max_num, self.config.maxMsgsNumBatch)
+        for phys in reversed(self.keys.get(f"{topic}#{key}", ())):
+            if len(out) >= max_num:
+                break
+            rec = self.look_message_by_offset(phys)
+            if rec is None:
+                continue
+            ts = int.from_bytes(rec[68:76] if rec[39] & 0x10 else rec[56:64], "big", signed=True)
+            if begin <= ts <= end:
+                out.append(rec)
+        return out
+
+    def delete_topics(self, topics: Sequence[str]) -> None:
+        for t in topics:
+            self.queues.pop(t, None)
+            self._tq.pop(t, None)
+
+    async def clean_expired_files(self, force: bool = False) -> int:
+        return 0
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "store": "memory",
+            "puts": self._n_put,
+            "put_failures": self._n_put_failed,
+            "gets": self._n_get,
+            "max_phy_offset": len(self.log),
+            "min_phy_offset": 0,
+            "consume_queues": sum(len(t) for t in self.queues.values()),
+            "writable": self._running,
+        }
+
+
+class MemoryStoragePlugin:
+    """Builds a :class:`MemoryMessageStore`."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        structure_options(options, MemoryOptions, "rmq.storage:memory")
+
+    @hookimpl(trylast=True)
+    def rmq_storage_make_store(self, kernel: Any, config: Any) -> MemoryMessageStore:
+        return MemoryMessageStore(config, kernel=kernel)

@@ -1,0 +1,269 @@
+"""Key index files: hash slots + chained 20-byte entries, one file per time range (reference §3).
+
+Keys are ``topic#key`` for each ``KEYS`` token and the ``UNIQ_KEY``. A lookup
+returns candidate commitlog offsets by hash; the store re-checks the real key
+against the record. Files are named by the local time of their creation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import struct
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from rmq.kernel.model import DispatchRequest
+from rmq.plugins.storage_mmap.codec import java_hash_fast
+from rmq.plugins.storage_mmap.mapped_file import MappedFile, StoreError
+
+log = logging.getLogger("rmq.store")
+
+HEADER: Final = struct.Struct(">qqqqii")  # beginTs, endTs, beginPhy, endPhy, hashSlotCount, indexCount
+HEADER_SIZE: Final = 40
+SLOT: Final = struct.Struct(">i")
+ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
+ENTRY_SIZE: Final = 20
+INT_MAX: Final = 0x7FFFFFFF
+
+
+def key_hash(key: str) -> int:
+    h = java_hash_fast(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def index_file_size(slots: int, entries: int) -> int:
+    return HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE
+
+
+class IndexFile:
+    """One index file; the header lives in attributes and is written back after every entry."""
+
+    def __init__(self, mf: MappedFile, slots: int, max_entries: int) -> None:
+        self.mf = mf
+        self.mm = mf.mm
+        self.slots = slots
+        self.max_entries = max_entries
+        self.entries_at = HEADER_SIZE + slots * 4
+        (
+            self.begin_ts,
+            self.end_ts,
+            self.begin_phy,
+            self.end_phy,
+            self.slot_count,
+            self.count,
+        ) = HEADER.unpack_from(self.mm, 0)
+        if self.count <= 0:
+            self.count = 1  # entry 0 is never used
+
+    @property
+    def name(self) -> str:
+        return self.mf.path.name
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.max_entries
+
+    def write_header(self) -> None:
+        HEADER.pack_into(
+            self.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count
+        )
+
+    def put(self, key: str, phy: int, store_ts: int) -> bool:
+        """Add one key; False when the file is full. Order of writes: entry, header, slot, so a
+        crash between them leaves every chain walkable."""
+        count = self.count
+        if count >= self.max_entries:
+            return False
+        h = key_hash(key)
+        slot_pos = HEADER_SIZE + (h % self.slots) * 4
+        mm = self.mm
+        (prev,) = SLOT.unpack_from(mm, slot_pos)
+        if prev <= 0 or prev > count:
+            prev = 0
+        begin = self.begin_ts
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = store_ts - begin
+            diff = 0 if diff < 0 else min(diff // 1000, INT_MAX)
+        ENTRY.pack_into(mm, self.entries_at + count * ENTRY_SIZE, h, phy, diff, prev)
+        if count <= 1:
+            self.begin_phy = phy
+            self.begin_ts = store_ts
+        if prev == 0:
+            self.slot_count += 1
+        self.count = count + 1
+        self.end_phy = phy
+        self.end_ts = store_ts
+        HEADER.pack_into(mm, 0, self.begin_ts, store_ts, self.begin_phy, phy, self.slot_count, count + 1)
+        SLOT.pack_into(mm, slot_pos, count)
+        return True
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_ts, self.end_ts
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """Append offsets whose hash equals ``key``'s and whose (second-granular) time is in range."""
+        count = self.count
+        if count <= 1:
+            return
+        h = key_hash(key)
+        mm = self.mm
+        (cur,) = SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)
+        if cur <= 0 or cur > count:
+            return
+        base = self.begin_ts
+        steps = 0
+        while len(out) < max_num and steps < count:
+            steps += 1
+            kh, phy, diff, prev = ENTRY.unpack_from(mm, self.entries_at + cur * ENTRY_SIZE)
+            t = base + diff * 1000
+            if kh == h and begin <= t <= end:
+                out.append(phy)
+            if prev <= 0 or prev > count or prev == cur or t < begin:
+                break
+            cur = prev
+
+    def close(self) -> None:
+        self.mf.close()
+
+
+class IndexService:
+    """The list of index files, oldest first; only the last one takes entries."""
+
+    def __init__(
+        self,
+        directory: Path,
+        slots: int,
+        max_entries: int,
+        on_full: Callable[[IndexFile], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.slots = slots
+        self.max_entries = max_entries
+        self.size = index_file_size(slots, max_entries)
+        self.files: list[IndexFile] = []
+        self._on_full = on_full
+        self.guard = -1  # records at or below this offset are indexed already (replay guard)
+
+    def load(self, abnormal: bool, index_ts: int) -> None:
+        """Map existing files. After a crash, files ending after the checkpoint's index time are
+        rebuilt only if their header is implausible (a SIGKILL leaves the page cache intact)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(p for p in self.dir.iterdir() if p.is_file() and p.name.isdigit()):
+            size = path.stat().st_size
+            if size != self.size:
+                raise StoreError(
+                    f"{path}: index file is {size} bytes, expected {self.size} (maxHashSlotNum/maxIndexNum changed?)"
+                )
+            f = IndexFile(MappedFile.open(path, self.size), self.slots, self.max_entries)
+            if abnormal and f.end_ts > index_ts and not (1 <= f.count <= self.max_entries):
+                log.warning("index file %s has an implausible header after a crash; rebuilding it", path)
+                f.mf.destroy()
+                continue
+            self.files.append(f)
+        for path in self.dir.glob("*.tmp"):
+            path.unlink(missing_ok=True)
+        self.guard = self.end_phy
+
+    def truncate(self, phys_end: int) -> None:
+        """Forget index files that only cover data beyond the recovered commitlog end."""
+        while self.files and self.files[-1].begin_phy >= phys_end and self.files[-1].count > 1:
+            self.files.pop().mf.destroy()
+        self.guard = min(self.end_phy, phys_end - 1)
+
+    @property
+    def end_phy(self) -> int:
+        """Offset of the last indexed record (-1 when nothing is indexed)."""
+        for f in reversed(self.files):
+            if f.count > 1:
+                return f.end_phy
+        return -1
+
+    def _new_name(self) -> Path:
+        now = datetime.datetime.now()
+        while True:
+            name = now.strftime("%Y%m%d%H%M%S") + f"{now.microsecond // 1000:03d}"
+            path = self.dir / name
+            if not path.exists() and (not self.files or name > self.files[-1].name):
+                return path
+            now += datetime.timedelta(milliseconds=1)
+
+    def _roll(self) -> IndexFile:
+        prev = self.files[-1] if self.files else None
+        mf = MappedFile.open(self._new_name(), self.size, create=True)
+        f = IndexFile(mf, self.slots, self.max_entries)
+        if prev is not None:
+            f.begin_ts = f.end_ts = prev.end_ts
+            f.begin_phy = f.end_phy = prev.end_phy
+            f.write_header()
+        self.files.append(f)
+        if prev is not None and self._on_full is not None:
+            self._on_full(prev)
+        return f
+
+    def writable(self) -> IndexFile:
+        if not self.files or self.files[-1].full:
+            return self._roll()
+        return self.files[-1]
+
+    def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Candidate commitlog offsets for ``key`` (hash matches), newest file first, de-duplicated."""
+        out: list[int] = []
+        for f in reversed(self.files):
+            if f.time_matched(begin, end):
+                f.select(key, max_num, begin, end, out)
+            if f.begin_ts < begin or len(out) >= max_num:
+                break
+        return list(dict.fromkeys(out))
+
+    def delete_expired(self, phys_min: int) -> int:
+        deleted = 0
+        while len(self.files) > 1 and self.files[0].end_phy < phys_min:
+            self.files.pop(0).mf.destroy()
+            deleted += 1
+        return deleted
+
+    def close(self) -> None:
+        for f in self.files:
+            f.write_header()
+            f.close()
+        self.files = []
+
+
+class IndexDispatcher:
+    """Adds ``topic#UNIQ_KEY`` and ``topic#k`` for each KEYS token of every record (not rollbacks)."""
+
+    def __init__(self, service: IndexService) -> None:
+        self.service = service
+
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        svc = self.service
+        last = svc.guard
+        f = svc.writable()
+        for r in requests:
+            phy = r.commit_log_offset
+            if phy <= last:
+                continue
+            last = phy
+            if r.sys_flag & 0xC == 12:
+                continue
+            uniq = r.uniq_key
+            keys = r.keys
+            if uniq is None and not keys:
+                continue
+            topic = r.topic
+            ts = r.store_timestamp
+            if uniq:
+                if not f.put(topic + "#" + uniq, phy, ts):
+                    f = svc.writable()
+                    f.put(topic + "#" + uniq, phy, ts)
+            if keys:
+                for k in keys.split(" "):
+                    if k and not f.put(topic + "#" + k, phy, ts):
+                        f = svc.writable()
+                        f.put(topic + "#" + k, phy, ts)
+        svc.guard = last

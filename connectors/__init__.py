@@ -1,0 +1,1 @@
+"""rmq.connectors: bridges from RocketMQ topics to data systems."""

@@ -1,0 +1,382 @@
+"""Every call into ``rmq.client`` goes through this module, so client API drift is a local fix.
+
+A :class:`Session` owns one private event-loop thread hosting the async client objects
+(``async with`` must enter and exit in one task, so a host task keeps them open until
+``close()``). Spark calls us from plain threads; each call is a coroutine submitted to that
+loop. Pulls and sends are pipelined there (several in flight) because a round trip, not
+decoding, bounds a single sequential pull loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from rmq.connectors.spark._offsets import Bounds, DataLossError, QueueRef
+
+log = logging.getLogger("rmq.connectors.spark")
+
+__all__ = ["Session", "shared_session", "make_message", "stable_index"]
+
+T = TypeVar("T")
+
+PULLS_IN_FLIGHT = 8  # spans of one queue pulled concurrently
+SENDS_IN_FLIGHT = 8  # batches sent concurrently by one task
+_GROUP = "rmq_spark_reader"  # pulls need a group name; nothing is committed under it
+
+
+def make_message(
+    topic: str, value: bytes | str, *, tags: str | None, keys: str | None, properties: Mapping[str, str] | None
+) -> Any:
+    from rmq.client import Message
+
+    return Message(topic, value, tags=tags or None, keys=keys or None, properties=properties or None)
+
+
+def stable_index(key: str, n: int) -> int:
+    """Queue index for a key: the client's cross-process hash (Java ``String.hashCode`` for str)."""
+    from rmq.client.selector import stable_hash
+
+    return stable_hash(key) % n
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is optional
+        return asyncio.new_event_loop()
+
+
+class Session:
+    """A connection to one RocketMQ cluster (name server list), usable from any thread."""
+
+    def __init__(self, nameserver: str, timeout_s: float = 10.0) -> None:
+        self.nameserver = nameserver
+        self.timeout_s = timeout_s
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rmq-spark-io", daemon=True)
+        self._thread.start()
+        self._stop: asyncio.Event | None = None
+        self._hosts: list[concurrent.futures.Future[Any]] = []
+        self._consumer: Any = None
+        self._groups: dict[str, Any] = {}
+        self._admin: Any = None
+        self._producers: dict[str, Producer] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+        try:
+            self._consumer = self._host(self._pull_consumer(_GROUP))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing --------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self._thread.is_alive()
+
+    def _call(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return fut.result(timeout if timeout is not None else self.timeout_s * 3)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"rocketmq: no answer from {self.nameserver} within {self.timeout_s * 3:.0f}s") from None
+
+    def _pull_consumer(self, group: str) -> Any:
+        from rmq.client import PullConsumer
+
+        return PullConsumer(group, namesrv_addr=self.nameserver, request_timeout=self.timeout_s,
+                            pull_timeout=self.timeout_s)
+
+    def _host(self, client: Any) -> Any:
+        """Enter ``async with client`` in a task of the loop that stays until close()."""
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def host() -> None:
+            if self._stop is None:
+                self._stop = asyncio.Event()
+            try:
+                async with client:
+                    started.set_result(None)
+                    await self._stop.wait()
+            except BaseException as exc:
+                if not started.done():
+                    started.set_exception(exc)
+                raise
+
+        self._hosts.append(asyncio.run_coroutine_threadsafe(host(), self._loop))
+        started.result(self.timeout_s * 3)
+        return client
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+
+        async def stop() -> None:
+            if self._stop is not None:
+                self._stop.set()
+
+        try:
+            if self._thread.is_alive():
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+                for h in self._hosts:
+                    try:
+                        h.result(self.timeout_s)
+                    except Exception as exc:  # shutting down: report, do not raise
+                        log.debug("rocketmq: client shutdown: %s", exc)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata --------------------------------------------------------------------------------
+    def list_topics(self) -> list[str]:
+        with self._lock:
+            if self._admin is None:
+                from rmq.client import Admin
+
+                self._admin = self._host(Admin(namesrv_addr=self.nameserver, request_timeout=self.timeout_s))
+        return sorted(self._call(self._admin.topic_list()))
+
+    def queues(self, topic: str) -> list[QueueRef]:
+        """Readable queues of ``topic`` sorted by (broker, queue id); [] when the topic is unknown."""
+        from rmq.client import NoRouteError
+
+        async def fetch() -> list[QueueRef]:
+            try:
+                mqs = await self._consumer.fetch_queues(topic)
+            except NoRouteError:
+                return []
+            return sorted(QueueRef(m.topic, m.broker_name, m.queue_id) for m in mqs)
+
+        return self._call(fetch())
+
+    def bounds(self, queues: Sequence[QueueRef]) -> dict[QueueRef, Bounds]:
+        """Min and max offsets of every queue, fetched concurrently."""
+
+        async def one(q: QueueRef) -> Bounds:
+            mq = _mq(q)
+            lo, hi = await asyncio.gather(self._consumer.min_offset(mq), self._consumer.max_offset(mq))
+            return Bounds(lo, hi)
+
+        async def all_() -> list[Bounds]:
+            return await asyncio.gather(*(one(q) for q in queues))
+
+        return dict(zip(queues, self._call(all_()), strict=True))
+
+    def search(self, q: QueueRef, timestamp_ms: int) -> int:
+        return self._call(self._consumer.search_offset(_mq(q), timestamp_ms))
+
+    def commit_offsets(self, group: str, offsets: Mapping[QueueRef, int]) -> None:
+        """Store ``offsets`` as ``group``'s consume offsets on the brokers (for monitoring tools)."""
+        with self._lock:
+            consumer = self._groups.get(group)
+            if consumer is None:
+                consumer = self._groups[group] = self._host(self._pull_consumer(group))
+
+        async def all_() -> None:
+            await asyncio.gather(*(consumer.update_consume_offset(_mq(q), off) for q, off in offsets.items()))
+
+        self._call(all_())
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(
+        self,
+        q: QueueRef,
+        start: int,
+        end: int,
+        *,
+        expression: str | None,
+        expression_type: str,
+        fail_on_data_loss: bool,
+        pull_batch_size: int,
+    ) -> Iterator[list[Any]]:
+        """Messages of ``[start, end)`` in offset order, as lists (one per span pulled).
+
+        The range is cut into spans of ``pull_batch_size`` offsets, up to PULLS_IN_FLIGHT of
+        them pulled concurrently; each span keeps only offsets inside it, so spans never
+        overlap even when a filtered pull scans past its span.
+        """
+        mq = _mq(q)
+        span = max(1, pull_batch_size)
+        starts = iter(range(start, end, span))
+        window: list[concurrent.futures.Future[list[Any]]] = []
+        filtered = expression not in (None, "*") or expression_type != "TAG"
+        ctx = _SpanContext(self._consumer, mq, q, expression or "*", expression_type, fail_on_data_loss,
+                           filtered, span)
+
+        def submit() -> bool:
+            lo = next(starts, None)
+            if lo is None:
+                return False
+            coro = ctx.pull_span(lo, min(lo + span, end))
+            window.append(asyncio.run_coroutine_threadsafe(coro, self._loop))
+            return True
+
+        try:
+            for _ in range(PULLS_IN_FLIGHT):
+                if not submit():
+                    break
+            while window:
+                msgs = window.pop(0).result(self.timeout_s * 3)
+                submit()
+                if msgs:
+                    yield msgs
+        finally:
+            for fut in window:
+                fut.cancel()
+
+    # -- writing ---------------------------------------------------------------------------------
+    def producer(self, group: str, send_timeout_s: float) -> Producer:
+        with self._lock:
+            p = self._producers.get(group)
+            if p is None:
+                from rmq.client import Producer as ClientProducer
+
+                client = ClientProducer(group, namesrv_addr=self.nameserver, send_timeout=send_timeout_s,
+                                        request_timeout=self.timeout_s)
+                p = self._producers[group] = Producer(self, self._host(client))
+            return p
+
+    def publish_queues(self, topic: str) -> list[QueueRef]:
+        """Queues a send may target, sorted by (broker, queue id): the sink's ``partition`` index."""
+        p = next(iter(self._producers.values()), None)
+        if p is None:
+            raise RuntimeError("publish_queues needs a producer (call producer() first)")
+        mqs = self._call(p.client.fetch_publish_queues(topic))
+        return sorted(QueueRef(m.topic, m.broker_name, m.queue_id) for m in mqs)
+
+
+class Producer:
+    """Sends batches of messages, each batch to a chosen queue, several in flight."""
+
+    def __init__(self, session: Session, client: Any) -> None:
+        self.session = session
+        self.client = client
+
+    def send_batches(self, jobs: Sequence[tuple[QueueRef, Sequence[Any]]]) -> None:
+        client = self.client
+
+        async def all_() -> None:
+            slots = asyncio.Semaphore(SENDS_IN_FLIGHT)
+
+            async def one(q: QueueRef, msgs: Sequence[Any]) -> None:
+                async with slots:
+                    if len(msgs) == 1:
+                        await client.send(msgs[0], queue=_mq(q))
+                    else:
+                        await client.send_batch(msgs, queue=_mq(q))
+
+            await asyncio.gather(*(one(q, m) for q, m in jobs))
+
+        if jobs:
+            self.session._call(all_(), timeout=self.session.timeout_s * (3 + len(jobs) / SENDS_IN_FLIGHT))
+
+
+class _SpanContext:
+    """Pulls one span ``[lo, hi)`` completely, deciding what gaps and illegal offsets mean."""
+
+    def __init__(
+        self,
+        consumer: Any,
+        mq: Any,
+        q: QueueRef,
+        expression: str,
+        expression_type: str,
+        fail: bool,
+        filtered: bool,
+        max_nums: int,
+    ) -> None:
+        self.consumer = consumer
+        self.mq = mq
+        self.q = q
+        self.expression = expression
+        self.expression_type = expression_type
+        self.fail = fail
+        self.filtered = filtered
+        self.max_nums = max_nums
+
+    def _lost(self, lo: int, hi: int, why: str) -> None:
+        if self.fail:
+            raise DataLossError(
+                f"rocketmq: offsets {lo}..{hi - 1} of queue {self.q} are no longer readable ({why}); "
+                "some data was lost. Set failOnDataLoss=false to skip it and continue."
+            )
+        log.warning("rocketmq: skipping offsets %d..%d of %s (%s)", lo, hi - 1, self.q, why)
+
+    async def pull_span(self, lo: int, hi: int) -> list[Any]:
+        from rmq.client import PullStatus
+
+        out: list[Any] = []
+        cur = lo
+        while cur < hi:
+            res = await self.consumer.pull(
+                self.mq, cur, min(self.max_nums, hi - cur),
+                expression=self.expression, expression_type=self.expression_type,
+            )
+            status = res.status
+            if status is PullStatus.FOUND:
+                msgs = res.messages
+                if msgs and not self.filtered and msgs[0].queue_offset > cur:
+                    self._lost(cur, min(msgs[0].queue_offset, hi), "gap in the queue")
+                out.extend(m for m in msgs if cur <= m.queue_offset < hi)
+                nxt = max(res.next_begin_offset, msgs[-1].queue_offset + 1 if msgs else cur)
+            elif status is PullStatus.NO_MATCHED_MSG:
+                nxt = res.next_begin_offset
+            elif status is PullStatus.OFFSET_ILLEGAL and cur < res.min_offset:
+                self._lost(cur, min(res.min_offset, hi), f"the queue now starts at {res.min_offset}")
+                nxt = res.min_offset
+            else:  # NO_NEW_MSG, or illegal above the max: the range's tail is gone
+                self._lost(cur, hi, f"the queue now ends at {res.max_offset}")
+                return out
+            if nxt <= cur:
+                raise RuntimeError(f"rocketmq: pull of {self.q} at {cur} made no progress ({status.name})")
+            cur = nxt
+        return out
+
+
+def _mq(q: QueueRef) -> Any:
+    from rmq.kernel.model import MessageQueue
+
+    return MessageQueue(q.topic, q.broker, q.queue_id)
+
+
+_shared: dict[tuple[str, float], Session] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_session(nameserver: str, timeout_s: float) -> Session:
+    """One session per (name servers, timeout) per Python worker, reused by later tasks.
+
+    Spark reuses Python workers, so this saves the route fetch and connects on every task.
+    """
+    key = (nameserver, timeout_s)
+    with _shared_lock:
+        s = _shared.get(key)
+        if s is None or not s.alive:
+            s = _shared[key] = Session(nameserver, timeout_s)
+        return s
+
+
+@atexit.register
+def _close_shared() -> None:
+    for s in list(_shared.values()):
+        try:
+            s.close()
+        except Exception:  # noqa: S110 - interpreter exit
+            pass
+    _shared.clear()

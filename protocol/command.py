@@ -355,9 +355,24 @@ def _int_field(h: dict[str, Any], key: str, default: int | None) -> int:
         raise FrameError(f"JSON header field {key!r} is not an integer: {v!r}") from None
 
 
+_scan_json = json.JSONDecoder().scan_once  # the C scanner: skips json.loads' Python-level wrapping
+
+
+def _parse_json(header: bytes | bytearray) -> Any:
+    text = header.decode()
+    if text[:1] == "{":
+        try:
+            obj, end = _scan_json(text, 0)
+        except StopIteration:
+            raise ValueError("no JSON value") from None
+        if end == len(text) or not text[end:].strip():  # C++ 1.2.3 ends its header with "\n"
+            return obj
+    return json.loads(text)  # leading whitespace, trailing garbage: let json word the error
+
+
 def _decode_json(header: bytes | bytearray, body: bytes) -> RemotingCommand:
     try:
-        h = json.loads(header)
+        h = _parse_json(header)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FrameError(f"bad JSON header: {exc}") from None
     if type(h) is not dict:

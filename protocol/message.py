@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Final
 
 from rmq.protocol.common import MAGIC_MESSAGE, Prop, SysFlag, decode_properties, encode_properties
@@ -51,6 +51,8 @@ _I = struct.Struct(">i")
 _H = struct.Struct(">H")
 _B = struct.Struct(">B")
 _TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTxOffset, bodyLen
+_V4_MID = struct.Struct(">8sq8siqi")  # bornHost, storeTimestamp, storeHost, reconsumeTimes, preparedTx, bodyLen
+_V6_BITS = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, bodyLen
 _IPV4_RECORD_OVERHEAD = 91
 
@@ -103,6 +105,7 @@ def _host_arg(h: str | bytes | tuple[str, int]) -> bytes:
     return host_bytes(*_split_addr(h))
 
 
+@lru_cache(maxsize=4096)  # few distinct hosts per pull: store host is constant, born hosts repeat
 def _host_str(b: bytes) -> str:
     ip, port = parse_host(b)
     return f"{ip}:{port}"
@@ -344,19 +347,23 @@ def _decode_one(data: bytes, start: int, n: int, decompress: bool) -> tuple[Mess
     end = start + total
     if total < _IPV4_RECORD_OVERHEAD or end > n:
         raise MessageDecodeError(f"record at {start} has TOTALSIZE {total} but {n - start} bytes remain")
-    p = start + 48
-    bl = 20 if sysflag & SysFlag.BORNHOST_V6 else 8
-    born_raw = data[p : p + bl]
-    p += bl
-    (store_ts,) = _Q.unpack_from(data, p)
-    p += 8
-    sl = 20 if sysflag & SysFlag.STOREHOST_V6 else 8
-    store_raw = data[p : p + sl]
-    p += sl
-    if p + 16 > end:
-        raise MessageDecodeError(f"record at {start} truncated before its body")
-    reconsume, prepared, body_len = _TAIL.unpack_from(data, p)
-    p += 16
+    if not sysflag & _V6_BITS:  # the common case: both hosts IPv4, one unpack for the rest of the head
+        born_raw, store_ts, store_raw, reconsume, prepared, body_len = _V4_MID.unpack_from(data, start + 48)
+        p = start + 88
+    else:
+        p = start + 48
+        bl = 20 if sysflag & SysFlag.BORNHOST_V6 else 8
+        born_raw = data[p : p + bl]
+        p += bl
+        (store_ts,) = _Q.unpack_from(data, p)
+        p += 8
+        sl = 20 if sysflag & SysFlag.STOREHOST_V6 else 8
+        store_raw = data[p : p + sl]
+        p += sl
+        if p + 16 > end:
+            raise MessageDecodeError(f"record at {start} truncated before its body")
+        reconsume, prepared, body_len = _TAIL.unpack_from(data, p)
+        p += 16
     if body_len < 0 or p + body_len + 1 > end:
         raise MessageDecodeError(f"record at {start}: body length {body_len} overruns TOTALSIZE {total}")
     body = data[p : p + body_len]

@@ -10,7 +10,9 @@ becomes the flusher and drains whatever others appended meanwhile in a single
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
+import math
 import socket
 import time
 from collections.abc import Callable
@@ -44,11 +46,13 @@ _IO_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfS
 
 
 class _Waiter:
-    __slots__ = ("event", "response")
+    __slots__ = ("deadline", "event", "response", "timed_out")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
         self.event = anyio.Event()
         self.response: RemotingCommand | None = None
+        self.deadline = deadline
+        self.timed_out = False
 
 
 def _addr(raw: Any) -> tuple[str, int]:
@@ -81,6 +85,12 @@ class TcpConnection:
         self._idle_timeout = idle_timeout
         self._last_activity = time.monotonic()
         self._pending: dict[int, _Waiter] = {}
+        # Request timeouts: one sweeper task per connection over a heap of (deadline, opaque), instead
+        # of a cancel scope per request (anyio's costs ~5 µs, a fifth of a loopback round trip).
+        # Entries of answered requests are left in the heap and skipped (compacted when it grows).
+        self._deadlines: list[tuple[float, int]] = []
+        self._sweep_target = math.inf
+        self._sweep_wake = anyio.Event()
         self._next_opaque = 0
         self._wbuf: list[bytes] = []
         self._wsize = 0
@@ -125,18 +135,26 @@ class TcpConnection:
         opaque = self._alloc_opaque()
         cmd.opaque = opaque
         cmd.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
-        waiter = _Waiter()
-        self._pending[opaque] = waiter
+        deadline = time.monotonic() + timeout
+        waiter = _Waiter(deadline)
+        pending = self._pending
+        pending[opaque] = waiter
+        heap = self._deadlines
+        heapq.heappush(heap, (deadline, opaque))
+        if len(heap) > 2 * len(pending) + 1024:
+            heap[:] = [(w.deadline, op) for op, w in pending.items()]
+            heapq.heapify(heap)
+        if deadline < self._sweep_target:
+            self._sweep_wake.set()
         try:
             await self._write(cmd)
-            with anyio.move_on_after(timeout):
-                await waiter.event.wait()
+            await waiter.event.wait()
         finally:
-            self._pending.pop(opaque, None)
+            pending.pop(opaque, None)
         resp = waiter.response
         if resp is not None:
             return resp
-        if waiter.event.is_set():  # woken by close
+        if not waiter.timed_out:  # woken by close
             raise RemotingClosedError(
                 f"connection to {self.peer} closed before the response to request code {cmd.code}"
                 f" (opaque {opaque}): {self._close_reason or 'closed'}"
@@ -220,6 +238,7 @@ class TcpConnection:
                     tg.cancel_scope.cancel()
                 if self._idle_timeout and self._idle_timeout > 0:
                     tg.start_soon(self._idle_watch)
+                tg.start_soon(self._sweep_timeouts)
                 await self._read_loop(tg)
                 tg.cancel_scope.cancel()
         finally:
@@ -287,6 +306,29 @@ class TcpConnection:
             return
         resp.opaque = cmd.opaque
         await self.send_response(resp)
+
+    async def _sweep_timeouts(self) -> None:
+        """Wake requests whose deadline passed; sleeps until the earliest live deadline."""
+        heap = self._deadlines
+        pending = self._pending
+        while True:
+            now = time.monotonic()
+            while heap:
+                deadline, opaque = heap[0]
+                waiter = pending.get(opaque)
+                if waiter is None or waiter.deadline != deadline:
+                    heapq.heappop(heap)  # answered, or the opaque was reused after wrapping
+                elif deadline <= now:
+                    heapq.heappop(heap)
+                    del pending[opaque]
+                    waiter.timed_out = True
+                    waiter.event.set()
+                else:
+                    break
+            self._sweep_target = heap[0][0] if heap else math.inf
+            self._sweep_wake = wake = anyio.Event()
+            with anyio.move_on_after(self._sweep_target - now):
+                await wake.wait()
 
     async def _idle_watch(self) -> None:
         idle = self._idle_timeout

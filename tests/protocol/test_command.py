@@ -312,6 +312,15 @@ def test_bad_json() -> None:
         FrameDecoder().feed(frame(b'{"code":1,"remark":"\xff\xfe"}'))
 
 
+def test_json_header_whitespace_around_object() -> None:
+    assert decode(frame(b'{"code":1}\n')).code == 1  # C++ 1.2.3 style
+    assert decode(frame(b' \t{"code":2} ')).code == 2
+    with pytest.raises(FrameError, match="bad JSON header"):
+        decode(frame(b'{"code":1} x'))
+    with pytest.raises(FrameError, match="bad JSON header"):
+        decode(frame(b""))
+
+
 def test_unknown_serialize_type() -> None:
     with pytest.raises(FrameError, match="unknown serialize type 7"):
         FrameDecoder().feed(frame(b"{}", st=7))

@@ -228,6 +228,28 @@ async def test_timeout_raises_clear_error_and_connection_stays_usable() -> None:
 
 
 @pytest.mark.anyio
+async def test_shorter_timeout_behind_a_longer_one_fires_on_time() -> None:
+    with anyio.fail_after(10):
+        async with serving() as srv, client() as c:
+            conn = await c.connection(f"127.0.0.1:{srv.port}")
+            results: dict[str, float] = {}
+
+            async def timed(name: str, timeout: float) -> None:
+                t = anyio.current_time()
+                with pytest.raises(RemotingTimeoutError):
+                    await conn.send_request(req(sleep="3000"), timeout)
+                results[name] = anyio.current_time() - t
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(timed, "long", 1.5)
+                await anyio.sleep(0.05)
+                tg.start_soon(timed, "short", 0.2)
+            assert 0.15 < results["short"] < 0.8
+            assert 1.4 < results["long"] < 2.2
+            assert conn._pending == {}  # noqa: SLF001 - nothing leaks
+
+
+@pytest.mark.anyio
 async def test_close_fails_pending_requests_and_client_reconnects() -> None:
     with anyio.fail_after(10):
         async with serving() as srv, client() as c:

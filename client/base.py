@@ -71,8 +71,7 @@ class ClientBase:
             self._state = "failed"
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
+            await stack.aclose()
             raise
         self._stack = stack
 
@@ -91,9 +90,8 @@ class ClientBase:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
             stack, self._stack = self._stack, None
-            if stack is not None:
-                with anyio.CancelScope(shield=True):
-                    await stack.aclose()
+            if stack is not None:  # not shielded: task groups must exit in their own scope nesting
+                await stack.aclose()
 
     async def _on_start(self) -> None:
         """Subclass start-up, after the instance and task group exist."""

@@ -162,8 +162,7 @@ class ClientInstance:
             return
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await stack.aclose()
+        await stack.aclose()
         self.tg = None
 
     @property

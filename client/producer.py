@@ -8,6 +8,7 @@ client does. Sync sends retry on another broker (``retry_times``, default 2) wit
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -110,6 +111,16 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str) ->
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a user callback: await coroutine functions, run plain ones inline."""
     res = fn(*args)
+    if inspect.isawaitable(res):
+        res = await res
+    return res
+
+
+async def _call_user(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run user business code: coroutine functions awaited, plain ones in a worker thread (they may block)."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):  # noqa: B004
+        return await fn(*args)
+    res = await anyio.to_thread.run_sync(functools.partial(fn, *args))
     if inspect.isawaitable(res):
         res = await res
     return res
@@ -562,7 +573,7 @@ class TransactionProducer(Producer):
         error: BaseException | None = None
         if result.status is SendStatus.SEND_OK:
             try:
-                state = LocalTransactionState.coerce(await _call(local_transaction, msg, arg))
+                state = LocalTransactionState.coerce(await _call_user(local_transaction, msg, arg))
             except Exception as exc:
                 state, error = LocalTransactionState.UNKNOW, exc
         else:
@@ -607,7 +618,7 @@ class TransactionProducer(Producer):
                 state = LocalTransactionState.UNKNOW
             else:
                 try:
-                    state = LocalTransactionState.coerce(await _call(self.checker, msg))
+                    state = LocalTransactionState.coerce(await _call_user(self.checker, msg))
                 except Exception:
                     log.exception("transaction checker failed for %s", msg.msg_id)
                     state = LocalTransactionState.UNKNOW

@@ -163,6 +163,12 @@ class BrokerLive:
     broker_id: int
 
 
+def _short(names: list[str], limit: int = 10) -> str:
+    if len(names) <= limit:
+        return "[" + ", ".join(names) + "]"
+    return "[" + ", ".join(names[:limit]) + f", ... {len(names) - limit} more]"
+
+
 class RouteInfoManager:
     """Clusters, brokers, topic queue data and broker liveness."""
 
@@ -205,8 +211,10 @@ class RouteInfoManager:
         register_first = register_first or addrs.get(broker_id) != broker_addr
         addrs[broker_id] = broker_addr
         prev = self.broker_live_table.get(broker_addr)
+        added: list[str] = []
+        removed: list[str] = []
         if broker_id == MASTER_ID and (register_first or prev is None or prev.data_version != body.data_version):
-            self._update_topics(broker_name, body.topics)
+            added, removed = self._update_topics(broker_name, body.topics)
         self.broker_live_table[broker_addr] = BrokerLive(
             now, body.data_version, conn, ha_server_addr, broker_name, cluster, broker_id
         )
@@ -217,6 +225,8 @@ class RouteInfoManager:
         if prev is None:
             log.info("new broker registered: %s %s id %d at %s (%d topics)", cluster, broker_name,
                      broker_id, broker_addr, len(body.topics))
+        elif added or removed:
+            log.info("broker %s topics changed: added %s, removed %s", broker_name, _short(added), _short(removed))
         ha, master = "", ""
         if broker_id != MASTER_ID:
             master = addrs.get(MASTER_ID, "")
@@ -225,9 +235,10 @@ class RouteInfoManager:
                 ha = live.ha_server_addr
         return ha, master
 
-    def _update_topics(self, broker_name: str, topics: list[TopicConfigData]) -> None:
+    def _update_topics(self, broker_name: str, topics: list[TopicConfigData]) -> tuple[list[str], list[str]]:
         """Replace this broker's queue data with its current topic table (dropping topics it lost)."""
         names = set()
+        added = []
         for t in topics:
             names.add(t.topic)
             qd = {
@@ -241,10 +252,12 @@ class RouteInfoManager:
             old = per_broker.get(broker_name)
             if old != qd:
                 if old is None:
-                    log.info("new topic registered: %s on %s", t.topic, broker_name)
+                    added.append(t.topic)
                 per_broker[broker_name] = qd
-        for topic in [t for t, qds in self.topic_queue_table.items() if broker_name in qds and t not in names]:
+        removed = [t for t, qds in self.topic_queue_table.items() if broker_name in qds and t not in names]
+        for topic in removed:
             self._remove_topic_of_broker(topic, broker_name)
+        return added, removed
 
     def _remove_topic_of_broker(self, topic: str, broker_name: str) -> None:
         qds = self.topic_queue_table.get(topic)
@@ -253,7 +266,6 @@ class RouteInfoManager:
         qds.pop(broker_name, None)
         if not qds:
             del self.topic_queue_table[topic]
-            log.info("topic removed from routes: %s", topic)
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
         """Forget one broker address (UNREGISTER_BROKER); True if it was known."""

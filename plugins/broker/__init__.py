@@ -1,0 +1,67 @@
+"""The bundled ``broker`` processors plugin: RocketMQ's Broker role.
+
+Entry point ``rmq.processors: broker``. Runs when the config has a ``[broker]``
+section: opens the store chosen under ``[plugins] storage``, serves the client
+protocol on ``listenHost:listenPort`` and registers with the name servers. It
+also contributes the long-poll notifier to the store's dispatchers. No options
+of its own (``[plugin.processors.broker]`` must be empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rmq.kernel.markers import hookimpl
+from rmq.plugins.broker.controller import BrokerController
+from rmq.plugins.namesrv import structure_options
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
+    from rmq.kernel.hookspecs.processors import ProcessorRegistry
+    from rmq.kernel.hookspecs.storage import MessageStore
+    from rmq.kernel.kernel import Kernel
+
+__all__ = ["BrokerController", "BrokerOptions", "BrokerPlugin"]
+
+
+@attrs.define(frozen=True)
+class BrokerOptions:
+    """``[plugin.processors.broker]``: nothing yet; every broker setting is a RocketMQ key in ``[broker]``."""
+
+
+class BrokerPlugin:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options: BrokerOptions = structure_options(BrokerOptions, options, "plugin.processors.broker")
+        self.controller: BrokerController | None = None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        if registry.role == "broker" and self.controller is not None:
+            self.controller.register(registry, owner="broker")
+
+    @hookimpl
+    def rmq_dispatch_make_dispatchers(self, kernel: Kernel, store: MessageStore) -> list[CommitLogDispatcher]:
+        c = self.controller
+        if c is None or c.store is not store:
+            return []
+        return [c.notifier]
+
+    @hookimpl
+    def rmq_lifespan(self, kernel: Kernel) -> Any:
+        if kernel.config.broker is None:
+            return None
+        return self._run(kernel)
+
+    @asynccontextmanager
+    async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
+        assert kernel.config.broker is not None
+        self.controller = BrokerController(kernel, kernel.config.broker)
+        try:
+            async with self.controller.run():
+                yield
+        finally:
+            self.controller = None

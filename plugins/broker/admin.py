@@ -1,0 +1,241 @@
+"""Admin and lookup processors: topics, subscription groups, stats, message query/view.
+
+Bodies keyed by MessageQueue (202, 208) use fastjson's object-as-map-key form
+(``{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}``) because Java admin tools
+read exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rmq.plugins.broker.groups import SubscriptionGroupConfig
+from rmq.plugins.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, validate_topic
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.plugins.broker.controller import BrokerController
+
+log = logging.getLogger("rmq.broker")
+
+_DEFAULT_QUERY_MAX = 32
+
+
+def _j(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def mq_map(entries: list[tuple[tuple[str, str, int], Any]]) -> str:
+    """fastjson's ``Map<MessageQueue, V>``: object keys written unquoted."""
+    parts = [
+        "{" + f'"brokerName":{_j(b)},"queueId":{q},"topic":{_j(t)}' + "}:" + _j(v) for (t, b, q), v in entries
+    ]
+    return "{" + ",".join(parts) + "}"
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, registry: Any, owner: str) -> None:
+        rc = RequestCode
+        for code, proc in (
+            (rc.UPDATE_AND_CREATE_TOPIC, self.create_topic),
+            (rc.DELETE_TOPIC_IN_BROKER, self.delete_topic),
+            (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config),
+            (rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_group),
+            (rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.all_groups),
+            (rc.DELETE_SUBSCRIPTIONGROUP, self.delete_group),
+            (rc.GET_TOPIC_STATS_INFO, self.topic_stats),
+            (rc.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
+            (rc.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
+            (rc.GET_CONSUME_STATS, self.consume_stats),
+            (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
+            (rc.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets),
+            (rc.QUERY_MESSAGE, self.query_message),
+            (rc.VIEW_MESSAGE_BY_ID, self.view_message),
+        ):
+            registry.register(code, proc, owner=owner)
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = ext_str(cmd, "topic")
+        reason = validate_topic(topic)
+        if reason is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
+        if topic == b.config.brokerClusterName or topic == AUTO_CREATE_TOPIC and not b.config.autoCreateTopicEnable:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        read = ext_int(cmd, "readQueueNums", 16)
+        write = ext_int(cmd, "writeQueueNums", 16)
+        if read < 0 or write < 0 or max(read, write) > 1024:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad queue numbers read={read} write={write}")
+        tc = TopicConfig(
+            topic,
+            read,
+            write,
+            ext_int(cmd, "perm", 6),
+            ext_str(cmd, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
+            ext_int(cmd, "topicSysFlag", 0),
+            ext_bool(cmd, "order", False),
+        )
+        log.info("UPDATE_AND_CREATE_TOPIC %s from %s:%d", topic, *conn.remote_addr[:2])
+        b.topics.update(tc)
+        await b.register_now()
+        return cmd.response()
+
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = ext_str(cmd, "topic")
+        if topic in b.topics.system_topics:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
+        log.info("DELETE_TOPIC_IN_BROKER %s from %s:%d", topic, *conn.remote_addr[:2])
+        b.topics.delete(topic)
+        b.offsets.delete_topic(topic)
+        b.store.delete_topics([topic])
+        await b.register_now()
+        return cmd.response()
+
+    async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=self.broker.topics.encode().encode())
+
+    # ------------------------------------------------------------------ groups
+
+    async def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            sg = SubscriptionGroupConfig.from_json(json.loads(cmd.body))
+        except (ValueError, TypeError, AttributeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
+        self.broker.groups.update(sg)
+        return cmd.response()
+
+    async def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=self.broker.groups.encode().encode())
+
+    async def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd, "groupName")
+        self.broker.groups.delete(group)
+        if ext_bool(cmd, "removeOffset", False):
+            self.broker.offsets.delete_group(group)
+        return cmd.response()
+
+    # ------------------------------------------------------------------ stats and connections
+
+    async def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = ext_str(cmd, "topic")
+        tc = b.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = b.store
+        entries = []
+        for q in range(tc.writeQueueNums):
+            mx = store.get_max_offset(topic, q)
+            last = store.get_store_time(topic, q, mx - 1) if mx > 0 else 0
+            entries.append(((topic, b.config.brokerName, q), {
+                "lastUpdateTimestamp": max(last, 0), "maxOffset": mx, "minOffset": store.get_min_offset(topic, q)}))
+        return cmd.response(body=('{"offsetTable":' + mq_map(entries) + "}").encode())
+
+    async def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd, "consumerGroup")
+        info = self.broker.consumers.get(group)
+        if info is None:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [ch.to_json() for ch in info.channels.values()],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+        }
+        return cmd.response(body=_j(body).encode())
+
+    async def producer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd, "producerGroup")
+        chans = self.broker.producers.groups.get(group)
+        if not chans:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return cmd.response(body=_j({"connectionSet": [ch.to_json() for ch in chans.values()]}).encode())
+
+    async def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        group = ext_str(cmd, "consumerGroup")
+        topic = ext_str(cmd, "topic", "")
+        topics = [topic] if topic else sorted(b.offsets.topics_of_group(group))
+        store = b.store
+        entries = []
+        for t in topics:
+            tc = b.topics.get(t)
+            if tc is None:
+                continue
+            for q in range(tc.writeQueueNums):
+                broker_off = store.get_max_offset(t, q)
+                consumer_off = max(b.offsets.query(group, t, q), 0)
+                last = store.get_store_time(t, q, consumer_off - 1) if consumer_off > 0 else 0
+                entries.append(((t, b.config.brokerName, q), {
+                    "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0)}))
+        body = '{"consumeTps":0.0,"offsetTable":' + mq_map(entries) + "}"
+        return cmd.response(body=body.encode())
+
+    async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        store = b.store
+        table = {
+            "brokerVersion": "409",
+            "brokerVersionDesc": "V4_9_8 (rmq)",
+            "bootTimestamp": str(b.boot_ms),
+            "runtime": f"{int(time.time() - b.boot_ms / 1000)} s",
+            "commitLogMaxOffset": str(store.max_phy_offset),
+            "commitLogMinOffset": str(store.min_phy_offset),
+            "brokerAddr": b.broker_addr,
+            "topicCount": str(len(b.topics.table)),
+            "consumerGroupOnline": str(len(b.consumers.groups)),
+            "pullHeld": str(b.hold.held),
+        }
+        try:
+            for k, v in (store.stats() or {}).items():
+                if isinstance(v, (int, float, str, bool)):
+                    table.setdefault(f"store.{k}", str(v))
+        except Exception as e:  # stats are informative only
+            log.debug("store stats failed: %s", e)
+        return cmd.response(body=_j({"table": table}).encode())
+
+    async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=self.broker.offsets.encode().encode())
+
+    # ------------------------------------------------------------------ message lookups
+
+    async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic, key = ext_str(cmd, "topic"), ext_str(cmd, "key")
+        max_num = ext_int(cmd, "maxNum", _DEFAULT_QUERY_MAX)
+        if ext_bool(cmd, "_UNIQUE_KEY_QUERY", False):
+            max_num = _DEFAULT_QUERY_MAX
+        begin = ext_int(cmd, "beginTimestamp", 0)
+        end = ext_int(cmd, "endTimestamp", 2**62)
+        found = b.store.query_by_key(topic, key, max(1, max_num), begin, end)
+        stats: dict[str, Any] = {}
+        try:
+            stats = b.store.stats() or {}
+        except Exception:
+            stats = {}
+        ext = {
+            "indexLastUpdateTimestamp": str(stats.get("index_last_update_timestamp", 0)),
+            "indexLastUpdatePhyoffset": str(stats.get("index_last_update_phyoffset", 0)),
+        }
+        if not found:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
+        return cmd.response(ext=ext, body=b"".join(found))
+
+    async def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        phys = ext_int(cmd, "offset")
+        rec = self.broker.store.look_message_by_offset(phys)
+        if rec is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+        return cmd.response(body=bytes(rec))

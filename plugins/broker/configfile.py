@@ -1,0 +1,115 @@
+"""RocketMQ's JSON metadata files (topics.json, consumerOffset.json, ...): shape, persist protocol.
+
+RocketMQ writes them with fastjson: sorted keys, integer map keys unquoted
+(``{0:12}``). We write the same shape and read both quoted and unquoted keys, so a
+store directory moves between a Java broker and rmq in either direction.
+
+Persist protocol (as RocketMQ): write ``<f>.tmp``, keep the previous content as
+``<f>.bak``, move tmp over ``<f>``. Load: a missing, empty or unparsable ``<f>``
+falls back to ``<f>.bak``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rmq.broker")
+
+_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+_QUOTED_INT_KEY = re.compile(r'"(-?\d+)"(\s*:)')
+
+
+def loads_lenient(text: str | bytes) -> Any:
+    """JSON, also accepting fastjson's unquoted integer map keys."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def dumps(obj: Any, pretty: bool = False, int_keys: bool = False) -> str:
+    """fastjson's shape: sorted keys; ``int_keys`` unquotes all-digit map keys (only for files whose
+    only such keys are integer maps: consumerOffset.json, delayOffset.json)."""
+    if pretty:
+        text = json.dumps(obj, sort_keys=True, indent="\t", separators=(",", ":"))
+    else:
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    if int_keys:
+        text = _QUOTED_INT_KEY.sub(r"\1\2", text)
+    return text
+
+
+class ConfigFile:
+    """One metadata file with RocketMQ's .tmp/.bak protocol."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bak = path.with_name(path.name + ".bak")
+        self.tmp = path.with_name(path.name + ".tmp")
+
+    def load(self) -> Any | None:
+        """The parsed document, from the file or its backup; None when neither is usable."""
+        for candidate in (self.path, self.bak):
+            try:
+                text = candidate.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.warning("cannot read %s: %s", candidate, e)
+                continue
+            if not text.strip():
+                continue
+            try:
+                doc = loads_lenient(text)
+            except ValueError as e:
+                log.warning("cannot parse %s: %s", candidate, e)
+                continue
+            if candidate is self.bak:
+                log.warning("loaded %s from its backup %s", self.path.name, candidate)
+            return doc
+        return None
+
+    def write(self, text: str) -> None:
+        """Blocking write (call from a worker thread for periodic flushes)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if self.path.exists():
+            try:
+                shutil.copyfile(self.path, self.bak)
+            except OSError as e:
+                log.warning("cannot back up %s: %s", self.path, e)
+        os.replace(self.tmp, self.path)
+
+
+class DataVersion:
+    """RocketMQ's ``{"counter":N,"timestamp":ms}``: bumped on every metadata change."""
+
+    __slots__ = ("counter", "timestamp")
+
+    def __init__(self, counter: int = 0, timestamp: int = 0) -> None:
+        self.counter = counter
+        self.timestamp = timestamp
+
+    def next(self, now_ms: int) -> None:
+        self.counter += 1
+        self.timestamp = now_ms
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d: Any) -> DataVersion:
+        if not isinstance(d, dict):
+            return cls()
+        return cls(int(d.get("counter", 0) or 0), int(d.get("timestamp", 0) or 0))

@@ -1,0 +1,259 @@
+"""Client-facing processors besides send and pull: heartbeats, groups, offsets, locks, retries.
+
+Codes 34, 35, 38 (membership), 14, 15, 29-32 (offsets), 41/42 (orderly locks),
+36 (CONSUMER_SEND_MSG_BACK: retry through %RETRY%group with a delay level, DLQ
+after the group's maximum).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
+from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
+from rmq.plugins.broker.send import set_props
+from rmq.plugins.broker.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.common import Prop
+from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes, offset_msg_id
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.plugins.broker.controller import BrokerController
+
+log = logging.getLogger("rmq.broker")
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+_Q = struct.Struct(">q")
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+ACCESS_MESSAGE_IN_MEMORY_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRatio
+
+
+class ConsumerProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._in_memory_bytes = int(_physical_memory() * ACCESS_MESSAGE_IN_MEMORY_RATIO)
+
+    def register(self, registry: Any, owner: str) -> None:
+        rc = RequestCode
+        for code, proc in (
+            (rc.HEART_BEAT, self.heart_beat),
+            (rc.UNREGISTER_CLIENT, self.unregister_client),
+            (rc.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list),
+            (rc.QUERY_CONSUMER_OFFSET, self.query_consumer_offset),
+            (rc.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
+            (rc.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset),
+            (rc.GET_MAX_OFFSET, self.max_offset),
+            (rc.GET_MIN_OFFSET, self.min_offset),
+            (rc.GET_EARLIEST_MSG_STORETIME, self.earliest_time),
+            (rc.LOCK_BATCH_MQ, self.lock_batch),
+            (rc.UNLOCK_BATCH_MQ, self.unlock_batch),
+            (rc.CONSUMER_SEND_MSG_BACK, self.send_back),
+        ):
+            registry.register(code, proc, owner=owner)
+
+    # ------------------------------------------------------------------ membership
+
+    async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        try:
+            hb = parse_heartbeat(cmd.body)
+        except (ValueError, UnicodeDecodeError) as e:
+            log.info("bad heartbeat from %s:%d: %s", *conn.remote_addr[:2], e)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {e}")
+        b.watch_client(conn)
+        now = time.monotonic()
+        for data in hb.consumers:
+            sg = b.groups.find(data.group)
+            notify = True
+            if sg is not None:
+                notify = sg.notifyConsumerIdsChangedEnable
+                b.topics.create_in_send_back(
+                    RETRY_PREFIX + data.group, sg.retryQueueNums, PERM_READ | PERM_WRITE, 2 if data.unit_mode else 0
+                )
+            ch = ClientChannel(conn, hb.client_id, cmd.language, cmd.version, now)
+            if b.consumers.register(data, ch) and notify:
+                b.notify_consumer_ids_changed(data.group)
+        for group in hb.producer_groups:
+            b.producers.register(group, ClientChannel(conn, hb.client_id, cmd.language, cmd.version, now))
+        return cmd.response()
+
+    async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        pg = ext_str(cmd, "producerGroup", "")
+        if pg:
+            b.producers.unregister(pg, conn)
+        cg = ext_str(cmd, "consumerGroup", "")
+        if cg and b.consumers.unregister(cg, conn):
+            sg = b.groups.table.get(cg)
+            if (sg is None or sg.notifyConsumerIdsChangedEnable) and cg in b.consumers.groups:
+                b.notify_consumer_ids_changed(cg)
+        return cmd.response()
+
+    async def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd, "consumerGroup")
+        info = self.broker.consumers.get(group)
+        if info is None or not info.channels:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        body = json.dumps({"consumerIdList": info.client_ids()}, separators=(",", ":")).encode()
+        return cmd.response(body=body)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        group, topic, qid = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_int(cmd, "queueId")
+        offset = b.offsets.query(group, topic, qid)
+        if offset >= 0:
+            return cmd.response(ext={"offset": str(offset)})
+        # Nothing committed: a fresh queue whose first message is still "in memory" starts at 0,
+        # anything else is QUERY_NOT_FOUND (the client then applies consumeFromWhere).
+        if b.store.get_min_offset(topic, qid) <= 0 and not self._offset_zero_on_disk(topic, qid):
+            return cmd.response(ext={"offset": "0"})
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def _offset_zero_on_disk(self, topic: str, qid: int) -> bool:
+        store = self.broker.store
+        res = store.get_messages("", topic, qid, 0, 1)
+        if res.status is not GetStatus.FOUND or not res.messages:
+            return False
+        (phys,) = _Q.unpack_from(res.messages[0], 28)
+        return store.max_phy_offset - phys > self._in_memory_bytes
+
+    async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.broker.offsets.commit(
+            ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_int(cmd, "queueId"), ext_int(cmd, "commitOffset")
+        )
+        return cmd.response()
+
+    async def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_offset_by_time(ext_str(cmd, "topic"), ext_int(cmd, "queueId"), ext_int(cmd, "timestamp"))
+        return cmd.response(ext={"offset": str(off)})
+
+    async def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_max_offset(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        return cmd.response(ext={"offset": str(off)})
+
+    async def min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_min_offset(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        return cmd.response(ext={"offset": str(off)})
+
+    async def earliest_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ts = self.broker.store.get_earliest_store_time(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        return cmd.response(ext={"timestamp": str(ts)})
+
+    # ------------------------------------------------------------------ orderly locks
+
+    @staticmethod
+    def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+        doc = json.loads(cmd.body or b"{}")
+        if not isinstance(doc, dict):
+            raise ValueError("lock body is not a JSON object")
+        mqs = []
+        for mq in doc.get("mqSet") or []:
+            mqs.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
+        return str(doc.get("consumerGroup") or ""), str(doc.get("clientId") or ""), mqs
+
+    async def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._lock_body(cmd)
+        except (ValueError, KeyError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad LOCK_BATCH_MQ body: {e}")
+        locked = self.broker.locks.try_lock_batch(group, mqs, client_id)
+        body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in locked]}
+        return cmd.response(body=json.dumps(body, separators=(",", ":")).encode())
+
+    async def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._lock_body(cmd)
+        except (ValueError, KeyError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad UNLOCK_BATCH_MQ body: {e}")
+        self.broker.locks.unlock_batch(group, mqs, client_id)
+        return cmd.response()
+
+    # ------------------------------------------------------------------ retries
+
+    async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        group = ext_str(cmd, "group")
+        phys = ext_int(cmd, "offset")
+        delay = ext_int(cmd, "delayLevel", 0)
+        sg = b.groups.find(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
+        if not b.config.brokerPermission & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.brokerName}] sending message is forbidden")
+        if sg.retryQueueNums <= 0:
+            return cmd.response()
+        unit = ext_bool(cmd, "unitMode", False)
+        topic = RETRY_PREFIX + group
+        tc = b.topics.create_in_send_back(topic, sg.retryQueueNums, PERM_READ | PERM_WRITE, 2 if unit else 0)
+        if not tc.perm & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        raw = b.store.look_message_by_offset(phys)
+        if raw is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
+        try:
+            msg = decode_message(raw, decompress=False)
+        except MessageDecodeError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
+        props = msg.properties
+        changes: dict[str, str | None] = {}
+        if Prop.RETRY_TOPIC not in props:
+            changes[Prop.RETRY_TOPIC] = msg.topic
+        max_times = sg.retryMaxTimes
+        hdr_max = ext_int(cmd, "maxReconsumeTimes", None)
+        if cmd.version >= 121 and hdr_max is not None and hdr_max >= 0:
+            max_times = hdr_max
+        queue_id = random.randrange(tc.writeQueueNums or 1)
+        if msg.reconsume_times >= max_times or delay < 0:
+            topic = DLQ_PREFIX + group
+            dtc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE, 2 if unit else 0)
+            queue_id = random.randrange(dtc.writeQueueNums or 1)
+            changes[Prop.DELAY] = None
+            log.info("message %s of group %s reached %d reconsumes: to %s", offset_msg_id(b.store_host, phys),
+                     group, msg.reconsume_times, topic)
+        else:
+            if delay == 0:
+                delay = 3 + msg.reconsume_times
+            changes[Prop.DELAY] = str(delay)
+        origin = ext_str(cmd, "originMsgId", "")
+        if origin:
+            changes[Prop.ORIGIN_MESSAGE_ID] = origin
+        elif Prop.ORIGIN_MESSAGE_ID not in props:
+            changes[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+        changes[Prop.WAIT] = "false"
+        raw_props = set_props("\x02".join(f"{k}\x01{v}" for k, v in props.items()), changes)
+        born_ip, _, born_port = msg.born_host.rpartition(":")
+        rec = MessageRecord(
+            topic=topic,
+            queue_id=queue_id,
+            body=msg.body,
+            flag=msg.flag,
+            properties=raw_props,
+            sys_flag=msg.sys_flag & ~0x30,
+            born_timestamp=msg.born_timestamp,
+            born_host=host_bytes(born_ip.strip("[]"), int(born_port)),
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        b.apply_delay(rec)
+        result = await b.store.put_message(rec)
+        if result.status is PutStatus.PUT_OK:
+            return cmd.response()
+        log.warning("send back for group %s failed: %s %s", group, result.status.name, result.remark)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{result.status.name} {result.remark}".strip())

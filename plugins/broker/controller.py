@@ -1,0 +1,352 @@
+"""The Broker role (RocketMQ's BrokerController): state, start-up and shutdown order.
+
+Start: load metadata (topics, offsets, groups) → build and enter the store
+(recovery, dispatch caught up) → listen → set the store host to the reachable
+address → register with every name server → background loops.
+Stop: stop loops → unregister → stop listening → persist metadata → close the
+store (flush, checkpoint, abort marker removed).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from rmq.kernel.hookspecs.filtering import MessageFilter
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.kernel.model import MessageRecord, PutResult
+from rmq.kernel.plugin_manager import PluginError
+from rmq.plugins.broker.admin import AdminProcessor
+from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
+from rmq.plugins.broker.consumer import ConsumerProcessor
+from rmq.plugins.broker.groups import SubscriptionGroupManager
+from rmq.plugins.broker.locks import RebalanceLockManager
+from rmq.plugins.broker.longpoll import ArrivalNotifier, PullHoldService
+from rmq.plugins.broker.offsets import ConsumerOffsetManager
+from rmq.plugins.broker.pull import PullProcessor
+from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
+from rmq.plugins.broker.send import SendProcessor, prop_value, set_props
+from rmq.plugins.broker.topics import SCHEDULE_TOPIC, TopicConfigManager
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import Prop
+from rmq.protocol.message import host_bytes
+
+if TYPE_CHECKING:
+    from rmq.kernel.config import BrokerConfig
+    from rmq.kernel.hookspecs.processors import ProcessorRegistry
+    from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
+    from rmq.kernel.hookspecs.storage import MessageStore
+    from rmq.kernel.kernel import Kernel
+
+log = logging.getLogger("rmq.broker")
+
+_WATCHED = "broker.client"
+_BORN = "broker.born"
+CLIENT_SCAN_INTERVAL = 10.0
+HOLD_CHECK_INTERVAL_LONG = 5.0
+FILTER_CACHE_MAX = 10_000
+
+
+def reachable_ipv4() -> str:
+    """The first non-loopback IPv4 address of this host, else 127.0.0.1 (a UDP connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            ip = str(s.getsockname()[0])
+            if ip and not ip.startswith(("0.", "127.")):
+                return ip
+    except OSError:
+        pass
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            ip = str(info[4][0])
+            if not ip.startswith("127."):
+                return ip
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+class BrokerController:
+    def __init__(self, kernel: Kernel, config: BrokerConfig) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.config_dir = config.store_root() / "config"
+        self.topics = TopicConfigManager(config, self.config_dir)
+        self.offsets = ConsumerOffsetManager(self.config_dir)
+        self.groups = SubscriptionGroupManager(config, self.config_dir)
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.hold = PullHoldService()
+        self.notifier = ArrivalNotifier(self.hold)
+        self.store: MessageStore = None  # type: ignore[assignment]  # set in run()
+        self.server: RemotingServer | None = None
+        self.registrar: NamesrvRegistrar | None = None
+        self.ip = config.brokerIP1 or reachable_ipv4()
+        self.port = config.listenPort
+        self.broker_addr = f"{self.ip}:{self.port}"
+        self.store_host = host_bytes(self.ip, self.port)
+        self.msg_id_prefix = self.store_host.hex().upper()
+        self.trace_on = "true" if config.traceOn else "false"
+        self.delay_levels = config.delay_levels_ms()
+        self.boot_ms = time.time_ns() // 1_000_000
+        self._filters: dict[tuple[str, str, str, str], MessageFilter | None] = {}
+        # A transaction plugin may install the put of half messages here (None: refused).
+        self.transaction_put: Callable[[MessageRecord], Awaitable[PutResult]] | None = None
+        self.send_processor = SendProcessor(self)
+        self.pull_processor = PullProcessor(self)
+        self.consumer_processor = ConsumerProcessor(self)
+        self.admin_processor = AdminProcessor(self)
+
+    # ------------------------------------------------------------------ processors
+
+    def register(self, registry: ProcessorRegistry, owner: str) -> None:
+        for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor):
+            proc.register(registry, owner)
+        registry.services["broker"] = self
+        registry.services["store"] = self.store
+
+    # ------------------------------------------------------------------ helpers used by processors
+
+    def born_host(self, conn: Connection) -> bytes:
+        """The 8-byte (or 20-byte IPv6) born host of a connection, computed once per connection."""
+        born = conn.attributes.get(_BORN)
+        if born is None:
+            ip, port = conn.remote_addr[:2]
+            if ip.startswith("::ffff:") and "." in ip:
+                ip = ip[7:]
+            try:
+                born = host_bytes(ip, int(port))
+            except ValueError:
+                born = host_bytes("127.0.0.1", 0)
+            conn.attributes[_BORN] = born
+        return born
+
+    def apply_delay(self, rec: MessageRecord) -> None:
+        """DELAY > 0 → park in SCHEDULE_TOPIC_XXXX queue level-1 with REAL_TOPIC/REAL_QID (§7.2)."""
+        raw = prop_value(rec.properties, Prop.DELAY)
+        if not raw:
+            return
+        try:
+            level = int(raw)
+        except ValueError:
+            return
+        if level <= 0 or not self.delay_levels:
+            return
+        level = min(level, len(self.delay_levels))
+        rec.properties = set_props(rec.properties, {
+            Prop.DELAY: str(level), Prop.REAL_TOPIC: rec.topic, Prop.REAL_QID: str(rec.queue_id),
+        })
+        rec.topic = SCHEDULE_TOPIC
+        rec.queue_id = level - 1
+
+    def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
+        """The compiled subscription, cached per (group, topic, type, expression); None = match all."""
+        key = (group, topic, etype, expr)
+        try:
+            return self._filters[key]
+        except KeyError:
+            pass
+        if etype.upper() == "TAG" and expr.strip() in ("", "*") and expr != " * ":
+            f: MessageFilter | None = None
+        else:
+            if etype.upper() != "TAG" and not self.config.enablePropertyFilter:
+                raise LookupError(f"The broker does not support consumer to filter message by {etype}")
+            f = self.kernel.hook.rmq_filter_make_filter(expression_type=etype, expression=expr)
+            if f is None:
+                raise LookupError(f"no rmq.filters plugin compiles expression type {etype}")
+        if len(self._filters) >= FILTER_CACHE_MAX:
+            self._filters.clear()
+        self._filters[key] = f
+        return f
+
+    def watch_client(self, conn: Connection) -> None:
+        if not conn.attributes.get(_WATCHED):
+            conn.attributes[_WATCHED] = True
+            conn.on_close(self._client_closed)
+
+    def _client_closed(self, conn: Connection) -> None:
+        self.producers.remove_connection(conn)
+        for group in self.consumers.remove_connection(conn):
+            sg = self.groups.table.get(group)
+            if group in self.consumers.groups and (sg is None or sg.notifyConsumerIdsChangedEnable):
+                self.notify_consumer_ids_changed(group)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Push NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every member so they rebalance now."""
+        info = self.consumers.get(group)
+        if info is None:
+            return
+        try:
+            tg = self.kernel.task_group
+        except RuntimeError:
+            return
+        for conn in list(info.channels):
+            tg.start_soon(self._notify_one, conn, group)
+
+    async def _notify_one(self, conn: Connection, group: str) -> None:
+        if conn.closed:
+            return
+        try:
+            with anyio.move_on_after(3):
+                await conn.send_oneway(
+                    RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+                )
+        except Exception as e:
+            log.debug("notify consumer ids changed to %s failed: %s", conn.remote_addr, e)
+
+    async def register_now(self) -> None:
+        if self.registrar is not None:
+            with anyio.move_on_after(self.config.registerBrokerTimeoutMills / 1000):
+                await self.registrar.register_all()
+
+    def _identity(self) -> dict[str, str]:
+        cfg = self.config
+        ha_ip = cfg.brokerIP2 or self.ip
+        return {
+            "brokerAddr": self.broker_addr,
+            "brokerId": str(cfg.brokerId),
+            "brokerName": cfg.brokerName,
+            "clusterName": cfg.brokerClusterName,
+            "haServerAddr": f"{ha_ip}:{self.port + 1}",
+        }
+
+    def _register_body(self) -> bytes:
+        return register_body(self.topics.register_body_table(), self.topics.data_version.to_json())
+
+    def namesrv_addrs(self) -> list[str]:
+        addrs = split_namesrv_addrs(self.config.namesrvAddr)
+        if not addrs:
+            ns = self.kernel.services.get("namesrv")
+            ncfg = self.kernel.config.namesrv
+            if ns is not None and ns.server is not None and ncfg is not None:
+                host = ncfg.listenHost if ncfg.listenHost not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                addrs = [f"{host}:{ns.server.port}"]
+        return addrs
+
+    # ------------------------------------------------------------------ background loops
+
+    async def _flush_loop(self) -> None:
+        interval = max(self.config.flushConsumerOffsetInterval, 100) / 1000
+        while True:
+            await anyio.sleep(interval)
+            await self._flush_metadata()
+
+    async def _flush_metadata(self) -> None:
+        for mgr in (self.offsets, self.groups):
+            text = mgr.snapshot()
+            if text is not None:
+                try:
+                    await anyio.to_thread.run_sync(mgr.file.write, text)
+                except OSError as e:
+                    log.error("cannot persist %s: %s", mgr.file.path, e)
+                    mgr.dirty = True
+
+    async def _client_scan_loop(self) -> None:
+        timeout = self.config.channelExpiredTimeout / 1000
+        interval = min(CLIENT_SCAN_INTERVAL, max(timeout / 4, 0.05))
+        while True:
+            await anyio.sleep(interval)
+            now = time.monotonic()
+            dead = set(self.consumers.expired(now, timeout)) | set(self.producers.expired(now, timeout))
+            for conn in dead:
+                log.warning("client connection %s:%d expired: no heartbeat for %d ms",
+                            *conn.remote_addr[:2], self.config.channelExpiredTimeout)
+                self._client_closed(conn)
+                await conn.aclose()
+
+    async def _hold_check_loop(self) -> None:
+        cfg = self.config
+        interval = HOLD_CHECK_INTERVAL_LONG if cfg.longPollingEnable else max(cfg.shortPollingTimeMills, 10) / 1000
+        while True:
+            await anyio.sleep(interval)
+            if self.hold.waiters:
+                self.hold.check_all(self.store.get_max_offset)
+
+    # ------------------------------------------------------------------ lifespan
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[BrokerController]:
+        kernel, cfg = self.kernel, self.config
+        self.topics.load()
+        self.offsets.load()
+        self.groups.load()
+        store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=cfg)
+        if store is None:
+            raise PluginError("no rmq.storage plugin built a store; select one under [plugins] storage")
+        self.store = store
+        self._set_store_host()
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(store)
+            stack.callback(self._persist_all)  # runs before the store closes
+            kernel.services["broker"] = self
+            stack.callback(kernel.services.pop, "broker", None)
+            server, _ = await kernel.serve_role(
+                "broker", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, name="broker")
+            )
+            self.server = server
+            stack.push_async_callback(server.aclose)
+            if server.port != self.port:
+                self.port = server.port
+                self.broker_addr = f"{self.ip}:{self.port}"
+                self._set_store_host()
+            self.topics.on_change = self._topics_changed
+            scope = anyio.CancelScope()
+            addrs = self.namesrv_addrs()
+            if addrs:
+                self.registrar = NamesrvRegistrar(kernel, cfg, addrs, self._identity, self._register_body)
+                stack.push_async_callback(self.registrar.aclose)
+                stack.push_async_callback(self.registrar.unregister_all)
+                with anyio.move_on_after(cfg.registerBrokerTimeoutMills / 1000):
+                    await self.registrar.register_all()
+            else:
+                log.warning("no namesrvAddr and no embedded namesrv: broker %s will not register", self.broker_addr)
+            stack.callback(scope.cancel)  # loops stop first on exit
+
+            async def loops() -> None:
+                with scope:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._flush_loop)
+                        tg.start_soon(self._client_scan_loop)
+                        tg.start_soon(self._hold_check_loop)
+                        if self.registrar is not None:
+                            tg.start_soon(self.registrar.run)
+
+            kernel.task_group.start_soon(loops)
+            log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s", cfg.brokerName,
+                     cfg.brokerRole, cfg.brokerClusterName, self.broker_addr, ";".join(addrs) or "(none)")
+            yield self
+            log.info("broker %s shutting down", cfg.brokerName)
+            self.hold.wake_all()
+        log.info("broker %s stopped", cfg.brokerName)
+
+    def _set_store_host(self) -> None:
+        self.store_host = host_bytes(self.ip, self.port)
+        self.msg_id_prefix = self.store_host.hex().upper()
+        if hasattr(type(self.store), "store_host") or hasattr(self.store, "store_host"):
+            try:
+                self.store.store_host = self.store_host  # type: ignore[attr-defined]
+            except (AttributeError, ValueError) as e:
+                log.warning("store does not take store_host %s: %s; message ids may not resolve", self.broker_addr, e)
+
+    def _topics_changed(self) -> None:
+        if self.registrar is not None:
+            self.registrar.trigger()
+
+    def _persist_all(self) -> None:
+        self.offsets.persist()
+        self.groups.persist()
+        self.topics.persist()
+        log.info("broker metadata persisted (%d topics, %d offset entries)", len(self.topics.table),
+                 len(self.offsets.table))
+
+    def describe(self) -> dict[str, Any]:
+        return {"addr": self.broker_addr, "topics": len(self.topics.table), "held_pulls": self.hold.held}

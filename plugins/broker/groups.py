@@ -1,0 +1,126 @@
+"""Subscription group configs (RocketMQ's SubscriptionGroupManager) and ``subscriptionGroup.json``.
+
+A group's config decides whether it may consume, whether broadcasting is allowed,
+its retry queue count and max retries before the DLQ. Unknown groups are created
+with defaults on first use when autoCreateSubscriptionGroup is on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rmq.plugins.broker.configfile import ConfigFile, DataVersion, dumps
+
+if TYPE_CHECKING:
+    from rmq.kernel.config import BrokerConfig
+
+log = logging.getLogger("rmq.broker")
+
+SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS")
+
+
+@attrs.define(slots=True)
+class SubscriptionGroupConfig:
+    groupName: str
+    consumeEnable: bool = True
+    consumeFromMinEnable: bool = True
+    consumeBroadcastEnable: bool = True
+    retryQueueNums: int = 1
+    retryMaxTimes: int = 16
+    brokerId: int = 0
+    whichBrokerWhenConsumeSlowly: int = 1
+    notifyConsumerIdsChangedEnable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
+        names = {f.name for f in attrs.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        if not kwargs.get("groupName"):
+            raise ValueError("subscription group config without groupName")
+        for f in attrs.fields(cls):
+            if f.name in kwargs and f.type in ("int", int):
+                kwargs[f.name] = int(kwargs[f.name])
+            elif f.name in kwargs and f.type in ("bool", bool):
+                v = kwargs[f.name]
+                kwargs[f.name] = v if isinstance(v, bool) else str(v).lower() in ("true", "1")
+        return cls(**kwargs)
+
+
+class SubscriptionGroupManager:
+    def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
+        self.config = config
+        self.file = ConfigFile(config_dir / "subscriptionGroup.json")
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()
+        self.dirty = False
+
+    def load(self) -> None:
+        for g in SYSTEM_GROUPS:
+            self.table[g] = SubscriptionGroupConfig(g)
+        doc = self.file.load()
+        if isinstance(doc, dict):
+            for name, d in (doc.get("subscriptionGroupTable") or {}).items():
+                try:
+                    self.table[str(name)] = SubscriptionGroupConfig.from_json(d)
+                except (ValueError, TypeError) as e:
+                    log.warning("subscriptionGroup.json: skipping %s: %s", name, e)
+            self.data_version = DataVersion.from_json(doc.get("dataVersion"))
+        log.info("subscription groups loaded: %d", len(self.table))
+
+    def encode(self, pretty: bool = False) -> str:
+        return dumps(
+            {
+                "dataVersion": self.data_version.to_json(),
+                "subscriptionGroupTable": {n: g.to_json() for n, g in self.table.items()},
+            },
+            pretty=pretty,
+        )
+
+    def snapshot(self) -> str | None:
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.encode(pretty=True)
+
+    def persist(self) -> None:
+        self.dirty = True
+        text = self.snapshot()
+        if text is not None:
+            try:
+                self.file.write(text)
+            except OSError as e:
+                log.error("cannot persist %s: %s", self.file.path, e)
+
+    def _changed(self) -> None:
+        self.data_version.next(time.time_ns() // 1_000_000)
+        self.dirty = True
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-creation is on (else None)."""
+        sg = self.table.get(group)
+        if sg is None and (self.config.autoCreateSubscriptionGroup or group in SYSTEM_GROUPS):
+            sg = self.table[group] = SubscriptionGroupConfig(group)
+            log.info("subscription group auto-created: %s", group)
+            self._changed()
+        return sg
+
+    def update(self, sg: SubscriptionGroupConfig) -> None:
+        old = self.table.get(sg.groupName)
+        self.table[sg.groupName] = sg
+        log.info("subscription group %s: %s", "updated" if old else "created", sg)
+        self._changed()
+
+    def delete(self, group: str) -> bool:
+        if self.table.pop(group, None) is None:
+            return False
+        log.info("subscription group deleted: %s", group)
+        self._changed()
+        return True

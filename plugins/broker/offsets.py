@@ -1,0 +1,100 @@
+"""Committed consumer offsets (RocketMQ's ConsumerOffsetManager) and ``config/consumerOffset.json``.
+
+Shape: ``{"offsetTable":{"<topic>@<group>":{0:120,1:98}}}``; the stored value is the
+next offset to consume. Flushed every flushConsumerOffsetInterval when dirty and at
+shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rmq.plugins.broker.configfile import ConfigFile, dumps
+
+log = logging.getLogger("rmq.broker")
+
+TOPIC_GROUP_SEP = "@"
+
+
+class ConsumerOffsetManager:
+    def __init__(self, config_dir: Path) -> None:
+        self.file = ConfigFile(config_dir / "consumerOffset.json")
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+
+    def load(self) -> None:
+        doc = self.file.load()
+        if isinstance(doc, dict):
+            for key, queues in (doc.get("offsetTable") or {}).items():
+                if isinstance(queues, dict):
+                    self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+        log.info("consumer offsets loaded: %d topic@group entries", len(self.table))
+
+    def encode(self, pretty: bool = False) -> str:
+        return dumps(
+            {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}},
+            pretty=pretty,
+            int_keys=True,
+        )
+
+    def snapshot(self) -> str | None:
+        """The file content to write if anything changed since the last snapshot, else None."""
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.encode(pretty=True)
+
+    def persist(self) -> None:
+        self.dirty = True
+        text = self.snapshot()
+        if text is not None:
+            try:
+                self.file.write(text)
+            except OSError as e:
+                log.error("cannot persist %s: %s", self.file.path, e)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = topic + TOPIC_GROUP_SEP + group
+        queues = self.table.get(key)
+        if queues is None:
+            queues = self.table[key] = {}
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """Committed offset, or -1 when none."""
+        queues = self.table.get(topic + TOPIC_GROUP_SEP + group)
+        if queues is None:
+            return -1
+        return queues.get(queue_id, -1)
+
+    def topics_of_group(self, group: str) -> set[str]:
+        out = set()
+        for key in self.table:
+            topic, _, g = key.partition(TOPIC_GROUP_SEP)
+            if g == group:
+                out.add(topic)
+        return out
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for key in self.table:
+            t, _, g = key.partition(TOPIC_GROUP_SEP)
+            if t == topic:
+                out.add(g)
+        return out
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(topic + TOPIC_GROUP_SEP + group, {}))
+
+    def delete_topic(self, topic: str) -> None:
+        for key in [k for k in self.table if k.partition(TOPIC_GROUP_SEP)[0] == topic]:
+            del self.table[key]
+            self.dirty = True
+
+    def delete_group(self, group: str) -> None:
+        for key in [k for k in self.table if k.partition(TOPIC_GROUP_SEP)[2] == group]:
+            del self.table[key]
+            self.dirty = True

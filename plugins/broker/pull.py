@@ -1,0 +1,159 @@
+"""PULL_MESSAGE (11): subscription → filter → store read → status table of reference §3.4, long polling.
+
+The response statuses and ``nextBeginOffset`` follow §3.4 exactly because the C++
+pull loop depends on them: 19 at ``offset == maxOffset``, 21 with a different
+``nextBeginOffset`` for any bad offset (or the Python wrapper loops forever).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from rmq.kernel.hookspecs.filtering import FilterExpressionError
+from rmq.kernel.model import GetStatus
+from rmq.plugins.broker.topics import PERM_READ
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import HeaderError, RemotingCommand
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.plugins.broker.controller import BrokerController
+
+log = logging.getLogger("rmq.broker")
+
+COMMIT_OFFSET = 0x1
+SUSPEND = 0x2
+SUBSCRIPTION = 0x4
+
+FOUND = GetStatus.FOUND
+_NOT_FOUND = ResponseCode.PULL_NOT_FOUND
+_MOVED = ResponseCode.PULL_OFFSET_MOVED
+_RETRY = ResponseCode.PULL_RETRY_IMMEDIATELY
+
+
+class PullProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, registry: object, owner: str) -> None:
+        registry.register(RequestCode.PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
+
+    async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return await self.process(conn, cmd, True)
+
+    async def process(self, conn: Connection, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand:
+        b = self.broker
+        cfg = b.config
+        ext = cmd.ext
+        try:
+            group = ext["consumerGroup"]
+            topic = ext["topic"]
+            queue_id = int(ext["queueId"])
+            offset = int(ext["queueOffset"])
+            max_nums = int(ext["maxMsgNums"])
+            sys_flag = int(ext["sysFlag"])
+        except KeyError as e:
+            raise HeaderError(str(e.args[0]), "is missing") from None
+        except ValueError as e:
+            raise HeaderError("queueId/queueOffset/maxMsgNums/sysFlag", f"is not an integer: {e}") from None
+
+        if not cfg.brokerPermission & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] pulling message is forbidden")
+        sg = b.groups.table.get(group) or b.groups.find(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        if not sg.consumeEnable:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        tc = b.topics.table.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tc.perm & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.readQueueNums:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.readQueueNums}] "
+                f"consumer:[{conn.remote_addr[0]}]",
+            )
+
+        if sys_flag & SUBSCRIPTION:
+            etype = ext.get("expressionType") or "TAG"
+            expr = ext.get("subscription") or "*"
+        else:
+            info = b.consumers.groups.get(group)
+            if info is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist")
+            if not sg.consumeBroadcastEnable and info.message_model == "BROADCASTING":
+                return cmd.response(ResponseCode.NO_PERMISSION, f"the consumer group[{group}] can not consume by broadcast way")
+            sub = info.subscriptions.get(topic)
+            if sub is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+            try:
+                wanted = int(ext.get("subVersion") or 0)
+            except ValueError:
+                wanted = 0
+            if sub.subVersion < wanted:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            etype, expr = sub.expressionType, sub.subString
+        try:
+            mfilter = b.get_filter(group, topic, etype, expr)
+        except FilterExpressionError as e:
+            log.info("pull of %s by %s: bad %s subscription %r: %s", topic, group, etype, expr, e)
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+        except LookupError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+
+        store = b.store
+        res = store.get_messages(
+            group, topic, queue_id, offset,
+            max_nums if max_nums < cfg.maxTransferCountOnMessageInMemory else cfg.maxTransferCountOnMessageInMemory,
+            mfilter, cfg.maxTransferBytesOnMessageInMemory,
+        )
+        status = res.status
+        if status is FOUND:
+            code = ResponseCode.SUCCESS
+            nxt = res.next_begin_offset
+        elif status is GetStatus.OFFSET_OVERFLOW_ONE:
+            code, nxt = _NOT_FOUND, offset
+        elif status is GetStatus.NO_MATCHED_MESSAGE or status is GetStatus.MESSAGE_WAS_REMOVING:
+            code, nxt = _RETRY, res.next_begin_offset
+        elif status is GetStatus.OFFSET_FOUND_NULL:
+            code, nxt = _NOT_FOUND, res.next_begin_offset
+        elif status is GetStatus.NO_MESSAGE_IN_QUEUE or status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
+            code, nxt = (_NOT_FOUND if offset == 0 else _MOVED), 0
+        elif status is GetStatus.OFFSET_TOO_SMALL:
+            code, nxt = _MOVED, res.min_offset
+        else:  # OFFSET_OVERFLOW_BADLY
+            code, nxt = _MOVED, res.max_offset
+
+        if allow_suspend and sys_flag & COMMIT_OFFSET:
+            try:
+                b.offsets.commit(group, topic, queue_id, int(ext.get("commitOffset") or -1))
+            except ValueError:
+                pass
+
+        if code == _NOT_FOUND and allow_suspend and sys_flag & SUSPEND:
+            if cfg.longPollingEnable:
+                try:
+                    hold_ms = int(ext.get("suspendTimeoutMillis") or 0)
+                except ValueError:
+                    hold_ms = 0
+            else:
+                hold_ms = cfg.shortPollingTimeMills
+            if hold_ms > 0:
+                await b.hold.hold(topic, queue_id, offset, mfilter, hold_ms / 1000,
+                                  lambda: store.get_max_offset(topic, queue_id))
+                return await self.process(conn, cmd, False)
+        if code == _MOVED:
+            log.debug("pull offset moved: %s %s q%d offset %d -> %d (min %d max %d)", group, topic, queue_id,
+                      offset, nxt, res.min_offset, res.max_offset)
+        resp = cmd.response(code, None, {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(nxt),
+            "minOffset": str(res.min_offset),
+            "maxOffset": str(res.max_offset),
+        })
+        if code == 0:
+            resp.body = b"".join(res.messages)
+        return resp

@@ -1,0 +1,131 @@
+"""Registration with every name server (RocketMQ's BrokerOuterAPI): periodic, on change, on exit.
+
+The broker registers to each address of ``namesrvAddr`` ("a;b") concurrently,
+every registerNameServerPeriod and soon after any topic change (changes are
+coalesced: a burst of auto-created topics costs one round), and unregisters at
+shutdown. One log line per state change of each name server, not per round.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from rmq.kernel.config import BrokerConfig
+    from rmq.kernel.hookspecs.remoting import RemotingClient
+    from rmq.kernel.kernel import Kernel
+
+log = logging.getLogger("rmq.broker")
+
+
+def split_namesrv_addrs(value: str) -> list[str]:
+    return [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
+
+
+class NamesrvRegistrar:
+    def __init__(
+        self,
+        kernel: Kernel,
+        config: BrokerConfig,
+        addrs: list[str],
+        identity: Callable[[], dict[str, str]],
+        body: Callable[[], bytes],
+    ) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.addrs = addrs
+        self._identity = identity
+        self._body = body
+        self._wake = anyio.Event()
+        self._state: dict[str, bool] = {}
+        self._lock = anyio.Lock()
+        self.rounds = 0
+        client = kernel.hook.rmq_remoting_make_client(
+            kernel=kernel, config=RemotingConfig(name="broker-outer", connect_timeout=3.0), handler=None
+        )
+        if client is None:
+            raise RuntimeError("no rmq.remoting plugin built a client for namesrv registration")
+        self.client: RemotingClient = client
+
+    def trigger(self) -> None:
+        """Ask for a registration round soon (coalesced)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Periodic rounds; an early round whenever ``trigger`` was called."""
+        period = self.config.registerNameServerPeriod / 1000
+        while True:
+            with anyio.move_on_after(period):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.register_all()
+
+    async def register_all(self) -> None:
+        if not self.addrs:
+            return
+        async with self._lock:
+            ext = self._identity()
+            body = self._body()
+            ext = {**ext, "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+            async with anyio.create_task_group() as tg:
+                for addr in self.addrs:
+                    tg.start_soon(self._register_one, addr, ext, body)
+            self.rounds += 1
+
+    async def _register_one(self, addr: str, ext: dict[str, str], body: bytes) -> None:
+        timeout = self.config.registerBrokerTimeoutMills / 1000
+        try:
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext), body)
+            resp = await self.client.invoke(addr, cmd, timeout)
+            ok = resp.code == ResponseCode.SUCCESS
+            err = f"code {resp.code} {resp.remark or ''}"
+        except Exception as e:  # any transport failure: log and retry next round
+            ok, err = False, f"{type(e).__name__}: {e}"
+        prev = self._state.get(addr)
+        self._state[addr] = ok
+        if ok and prev is not True:
+            log.info("registered to namesrv %s as %s %s", addr, ext.get("brokerName"), ext.get("brokerAddr"))
+        elif not ok and prev is not False:
+            log.warning("register to namesrv %s failed: %s (retrying every %d ms)", addr, err,
+                        self.config.registerNameServerPeriod)
+
+    async def unregister_all(self) -> None:
+        ident = self._identity()
+        ext = {k: ident[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}
+
+        async def one(addr: str) -> None:
+            try:
+                resp = await self.client.invoke(
+                    addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(ext)), 3.0
+                )
+                if resp.code == ResponseCode.SUCCESS:
+                    log.info("unregistered from namesrv %s", addr)
+            except Exception as e:
+                log.info("unregister from namesrv %s failed: %s", addr, e)
+
+        with anyio.move_on_after(5):
+            async with anyio.create_task_group() as tg:
+                for addr in self.addrs:
+                    tg.start_soon(one, addr)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def register_body(topic_table: dict[str, dict[str, Any]], data_version: dict[str, int]) -> bytes:
+    """REGISTER_BROKER body (uncompressed form), keys sorted as fastjson writes them."""
+    doc = {
+        "filterServerList": [],
+        "topicConfigSerializeWrapper": {"dataVersion": data_version, "topicConfigTable": topic_table},
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()

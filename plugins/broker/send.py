@@ -1,0 +1,293 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320): validate, route, store, answer.
+
+Hot path of the broker, so: header fields read straight from ``cmd.ext`` by the
+spelling of the request code (no normalised copy), topic legality cached by the
+topic table, the properties string never parsed unless it holds DELAY, TRAN_MSG
+or a retry topic is involved, and the offset msgId built from a precomputed hex
+prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from rmq.kernel.model import MessageRecord, PutResult, PutStatus
+from rmq.plugins.broker.topics import (
+    DLQ_PREFIX,
+    NOT_ALLOWED_SEND,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_PREFIX,
+    validate_topic,
+)
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import HeaderError, RemotingCommand
+from rmq.protocol.common import MAX_PROPERTIES_BYTES, SysFlag
+from rmq.protocol.message import BatchError, decode_batch
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.plugins.broker.controller import BrokerController
+
+log = logging.getLogger("rmq.broker")
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+# (producerGroup, topic, defaultTopic, defaultTopicQueueNums, queueId, sysFlag, bornTimestamp, flag,
+#  properties, reconsumeTimes, unitMode, maxReconsumeTimes, batch) in each spelling
+_LONG = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+         "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
+_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
+_V2_CODES = frozenset((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                       RequestCode.SEND_REPLY_MESSAGE_V2))
+_TRUE = frozenset(("true", "1", "True", "TRUE"))
+_VERSION_HONOURS_MAX_RECONSUME = 121  # V3_4_9
+
+_PUT_CODES: dict[PutStatus, tuple[int, str]] = {
+    PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, ""),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, ""),
+    PutStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, ""),
+    PutStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is "
+        "full, messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutStatus.CREATE_MAPPED_FILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
+    PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched."),
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg properties length limit 32k."),
+    PutStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
+    PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+_STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                           PutStatus.SLAVE_NOT_AVAILABLE))
+
+
+def prop_value(props: str, name: str) -> str | None:
+    """The value of one property in an encoded properties string, without decoding the rest."""
+    key = name + "\x01"
+    i = props.find(key)
+    while i > 0 and props[i - 1] != "\x02":
+        i = props.find(key, i + 1)
+    if i < 0:
+        return None
+    start = i + len(key)
+    end = props.find("\x02", start)
+    return props[start:] if end < 0 else props[start:end]
+
+
+def set_props(props: str, values: dict[str, str | None]) -> str:
+    """Replace/add/remove (value None) properties in an encoded string, keeping the others' order."""
+    out = []
+    seen = set()
+    for item in props.split("\x02"):
+        if not item:
+            continue
+        k, sep, v = item.partition("\x01")
+        if not sep:
+            continue
+        if k in values:
+            seen.add(k)
+            nv = values[k]
+            if nv is not None and nv != "":
+                out.append(f"{k}\x01{nv}")
+        elif v:
+            out.append(item)
+    for k, nv in values.items():
+        if k not in seen and nv is not None and nv != "":
+            out.append(f"{k}\x01{nv}")
+    return "\x02".join(out)
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.inflight = 0
+
+    def register(self, registry: object, owner: str) -> None:
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            registry.register(code, self.send, owner=owner)  # type: ignore[attr-defined]
+
+    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        cfg = b.config
+        if self.inflight >= cfg.sendThreadPoolQueueCapacity:
+            return cmd.response(
+                ResponseCode.SYSTEM_BUSY,
+                f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, {self.inflight} sends in "
+                f"flight (sendThreadPoolQueueCapacity {cfg.sendThreadPoolQueueCapacity})",
+            )
+        ext = cmd.ext
+        code = cmd.code
+        keys = _V2 if code in _V2_CODES else _LONG
+        topic = ext.get(keys[1])
+        if topic is None:
+            raise HeaderError(keys[1], "is missing")
+        try:
+            queue_id = int(ext[keys[4]])
+            sys_flag = int(ext[keys[5]])
+            born_ts = int(ext[keys[6]])
+            flag = int(ext[keys[7]])
+        except KeyError as e:
+            raise HeaderError(str(e.args[0]), "is missing") from None
+        except ValueError as e:
+            raise HeaderError("queueId/sysFlag/bornTimestamp/flag", f"is not an integer: {e}") from None
+        props = ext.get(keys[8]) or ""
+        batch = code == RequestCode.SEND_BATCH_MESSAGE or ext.get(keys[12]) in _TRUE
+
+        if not cfg.brokerPermission & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
+        tc = b.topics.table.get(topic)
+        if tc is None:
+            reason = validate_topic(topic)
+            if reason is not None:
+                log.info("send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
+            try:
+                client_nums = int(ext.get(keys[3]) or 4)
+            except ValueError:
+                client_nums = 4
+            unit = ext.get(keys[10]) in _TRUE
+            default_topic = ext.get(keys[2]) or ""
+            tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
+            if tc is None and topic.startswith(RETRY_PREFIX):
+                tc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
+            if tc is None:
+                log.info("send to missing topic %s from %s:%d refused (auto-create %s)", topic,
+                         *conn.remote_addr[:2], "on" if cfg.autoCreateTopicEnable else "off")
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
+        if topic in NOT_ALLOWED_SEND:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        if not tc.perm & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        nums = tc.writeQueueNums if tc.writeQueueNums > tc.readQueueNums else tc.readQueueNums
+        if queue_id >= nums:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic[{topic}] has {nums} queues. Producer: {_peer(conn)}",
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(tc.writeQueueNums) if tc.writeQueueNums > 0 else 0
+        body = cmd.body
+        if len(body) > cfg.maxMessageSize:
+            log.info("send to %s from %s:%d refused: body of %d bytes", topic, *conn.remote_addr[:2], len(body))
+            return cmd.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {cfg.maxMessageSize}, got {len(body)} bytes",
+            )
+        if len(props) * 3 > MAX_PROPERTIES_BYTES and len(props.encode()) > MAX_PROPERTIES_BYTES:
+            return cmd.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties length {len(props.encode())} exceeds the limit {MAX_PROPERTIES_BYTES}",
+            )
+        reconsume = 0
+        if topic[0] == "%":
+            try:
+                reconsume = int(ext.get(keys[9]) or 0)
+            except ValueError:
+                reconsume = 0
+            if topic.startswith(RETRY_PREFIX):
+                if batch:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
+                routed = self._retry_or_dlq(cmd, topic, reconsume, ext.get(keys[11]), queue_id)
+                if isinstance(routed, RemotingCommand):
+                    return routed
+                topic, queue_id = routed
+        if "TRAN_MSG\x01" in props and prop_value(props, "TRAN_MSG") == "true":
+            return await self._transactional(conn, cmd, topic, queue_id, body, flag, props, sys_flag, born_ts)
+
+        self.inflight += 1
+        try:
+            if batch:
+                return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume)
+            rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, b.born_host(conn), reconsume)
+            if "DELAY\x01" in props and sys_flag & SysFlag.TX_MASK in (SysFlag.TX_NOT, SysFlag.TX_COMMIT):
+                b.apply_delay(rec)
+            result = await b.store.put_message(rec)
+            return self._answer(cmd, queue_id, result, None)
+        finally:
+            self.inflight -= 1
+
+    def _retry_or_dlq(self, cmd: RemotingCommand, topic: str, reconsume: int, max_hdr: str | None,
+                      queue_id: int) -> tuple[str, int] | RemotingCommand:
+        """A send to %RETRY%group: to the DLQ once reconsumeTimes reached the group's maximum."""
+        b = self.broker
+        group = topic[len(RETRY_PREFIX):]
+        sg = b.groups.find(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
+        max_times = sg.retryMaxTimes
+        if cmd.version >= _VERSION_HONOURS_MAX_RECONSUME and max_hdr:
+            try:
+                max_times = int(max_hdr)
+            except ValueError:
+                pass
+        if reconsume >= max_times:
+            dlq = DLQ_PREFIX + group
+            dtc = b.topics.create_in_send_back(dlq, 1, PERM_READ | PERM_WRITE)
+            log.info("message for %s reached %d reconsumes: to %s", topic, reconsume, dlq)
+            return dlq, random.randrange(dtc.writeQueueNums or 1)
+        return topic, queue_id
+
+    async def _send_batch(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
+                          props: str, sys_flag: int, born_ts: int, reconsume: int) -> RemotingCommand:
+        b = self.broker
+        try:
+            items = decode_batch(body)
+        except BatchError as e:
+            log.info("batch from %s:%d refused: %s", *conn.remote_addr[:2], e)
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
+        if not items:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        born = b.born_host(conn)
+        recs = []
+        for mbody, mflag, mprops in items:
+            if props:
+                mprops = f"{mprops}{props}" if not mprops or mprops.endswith("\x02") else f"{mprops}\x02{props}"
+            if len(mprops.encode()) > MAX_PROPERTIES_BYTES:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
+            recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
+        result = await b.store.put_messages(recs)
+        return self._answer(cmd, queue_id, result, result.physical_offsets)
+
+    async def _transactional(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
+                             flag: int, props: str, sys_flag: int, born_ts: int) -> RemotingCommand:
+        b = self.broker
+        if b.config.rejectTransactionMessage or b.transaction_put is None:
+            return cmd.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{b.config.brokerName}] sending transaction message is forbidden"
+                + ("" if b.config.rejectTransactionMessage else " (no transaction plugin installed)"),
+            )
+        rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, b.born_host(conn))
+        result = await b.transaction_put(rec)
+        return self._answer(cmd, queue_id, result, None)
+
+    def _answer(self, cmd: RemotingCommand, queue_id: int, result: PutResult, batch_offsets: object) -> RemotingCommand:
+        status = result.status
+        if status in _STORED_CODES:
+            b = self.broker
+            prefix = b.msg_id_prefix
+            if batch_offsets:
+                msg_id = ",".join([f"{prefix}{p:016X}" for p in batch_offsets])  # type: ignore[attr-defined]
+            else:
+                msg_id = f"{prefix}{result.wrote_offset:016X}"
+            code = ResponseCode.SUCCESS if status is PutStatus.PUT_OK else _PUT_CODES[status][0]
+            return cmd.response(code, None, {
+                "msgId": msg_id,
+                "queueId": str(queue_id),
+                "queueOffset": str(result.queue_offset),
+                "MSG_REGION": b.config.region,
+                "TRACE_ON": b.trace_on,
+            })
+        code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
+        if result.remark:
+            remark = f"{remark} {result.remark}".strip() if remark else result.remark
+        log.warning("put refused by the store: %s %s", status.name, result.remark)
+        return cmd.response(code, remark)
+
+
+def _peer(conn: Connection) -> str:
+    host, port = conn.remote_addr[:2]
+    return f"{host}:{port}"

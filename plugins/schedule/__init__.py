@@ -1,0 +1,99 @@
+"""The bundled ``schedule`` processors plugin: delayed delivery (RocketMQ's ScheduleMessageService).
+
+Entry point ``rmq.processors: schedule``; broker role only. A message sent with
+``DELAY=n`` is parked by the broker in ``SCHEDULE_TOPIC_XXXX`` queue n-1 with
+``REAL_TOPIC``/``REAL_QID`` (reference §7.2). This plugin reads each level's
+queue from its offset in ``config/delayOffset.json``, and once a message is due
+(store time + the level's delay from ``messageDelayLevel``) re-puts it to its
+real topic and queue as a new record without ``DELAY``. That makes consumer
+retries (send-back uses levels 3+) and client delay levels work.
+
+Options (``[plugin.processors.schedule]``): ``poll_interval_ms`` (100).
+Also serves GET_ALL_DELAY_OFFSET (45) on the broker role.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from rmq.kernel.markers import hookimpl
+from rmq.plugins.namesrv import structure_options
+from rmq.plugins.schedule.service import ScheduleService
+from rmq.protocol.codes import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.processors import ProcessorRegistry
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel.kernel import Kernel
+    from rmq.protocol.command import RemotingCommand
+
+__all__ = ["ScheduleOptions", "SchedulePlugin", "ScheduleService"]
+
+log = logging.getLogger("rmq.broker.schedule")
+
+
+@attrs.define(frozen=True)
+class ScheduleOptions:
+    poll_interval_ms: int = attrs.field(default=100)
+
+    @poll_interval_ms.validator
+    def _check(self, _a: Any, v: int) -> None:
+        if v < 1:
+            raise ValueError("poll_interval_ms must be >= 1")
+
+
+class SchedulePlugin:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options: ScheduleOptions = structure_options(ScheduleOptions, options, "plugin.processors.schedule")
+        self.service: ScheduleService | None = None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        if registry.role == "broker":
+            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.all_delay_offsets, owner="schedule")
+
+    async def all_delay_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if self.service is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "schedule service not running")
+        return cmd.response(body=self.service.encode().encode())
+
+    @hookimpl
+    def rmq_lifespan(self, kernel: Kernel) -> Any:
+        if kernel.config.broker is None:
+            return None
+        return self._run(kernel)
+
+    @asynccontextmanager
+    async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
+        # The broker's lifespan normally entered before ours (plugin order); wait briefly if not.
+        broker = kernel.services.get("broker")
+        for _ in range(600):
+            if broker is not None:
+                break
+            await anyio.sleep(0.05)
+            broker = kernel.services.get("broker")
+        if broker is None:
+            raise RuntimeError("schedule: the broker role did not start; is the 'broker' processors plugin selected?")
+        svc = ScheduleService(broker, self.options.poll_interval_ms / 1000)
+        svc.load()
+        self.service = svc
+        scope = anyio.CancelScope()
+
+        async def run() -> None:
+            with scope:
+                await svc.run()
+
+        kernel.task_group.start_soon(run)
+        try:
+            yield
+        finally:
+            scope.cancel()
+            svc.persist()
+            self.service = None
+            log.info("schedule service stopped; delay offsets persisted")

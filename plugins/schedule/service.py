@@ -1,0 +1,185 @@
+"""Per-level delivery of parked messages from ``SCHEDULE_TOPIC_XXXX`` (reference §7.3).
+
+One task walks all levels every poll interval (RocketMQ 4.9 polls each level every
+100 ms): read the level's queue from its offset, deliver every message whose time
+has come, stop at the first that is not due. Offsets (next queue offset per level)
+are persisted in ``config/delayOffset.json`` every flushDelayOffsetInterval and at
+shutdown, and clamped into the queue's [min, max] at load.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
+from rmq.plugins.broker.configfile import ConfigFile, dumps
+from rmq.plugins.broker.send import set_props
+from rmq.plugins.broker.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from rmq.protocol.common import Prop, SysFlag
+from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
+
+if TYPE_CHECKING:
+    from rmq.plugins.broker.controller import BrokerController
+
+log = logging.getLogger("rmq.broker.schedule")
+
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+BATCH = 32
+
+
+def record_store_timestamp(rec: bytes | memoryview) -> int:
+    (sys_flag,) = _I.unpack_from(rec, 36)
+    return _Q.unpack_from(rec, 68 if sys_flag & SysFlag.BORNHOST_V6 else 56)[0]
+
+
+class ScheduleService:
+    def __init__(self, broker: BrokerController, poll_interval: float) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.delays = list(broker.delay_levels)
+        self.poll_interval = poll_interval
+        self.offsets: dict[int, int] = {level: 0 for level in range(1, len(self.delays) + 1)}
+        self.file = ConfigFile(broker.config_dir / "delayOffset.json")
+        self.dirty = False
+        self.delivered = 0
+
+    # ------------------------------------------------------------------ persistence
+
+    def load(self) -> None:
+        doc = self.file.load()
+        if isinstance(doc, dict):
+            for k, v in (doc.get("offsetTable") or {}).items():
+                level = int(k)
+                if level in self.offsets:
+                    self.offsets[level] = int(v)
+        for level in self.offsets:
+            qid = level - 1
+            lo = self.store.get_min_offset(SCHEDULE_TOPIC, qid)
+            hi = self.store.get_max_offset(SCHEDULE_TOPIC, qid)
+            clamped = min(max(self.offsets[level], lo), hi)
+            if clamped != self.offsets[level]:
+                log.warning("delay level %d offset %d clamped to %d (queue [%d, %d])", level,
+                            self.offsets[level], clamped, lo, hi)
+                self.offsets[level] = clamped
+        pending = sum(self.store.get_max_offset(SCHEDULE_TOPIC, lv - 1) - o for lv, o in self.offsets.items())
+        log.info("schedule service: %d delay levels, %d messages pending", len(self.delays), pending)
+
+    def encode(self) -> str:
+        return dumps({"offsetTable": {str(k): v for k, v in self.offsets.items()}}, pretty=True, int_keys=True)
+
+    def persist(self) -> None:
+        try:
+            self.file.write(self.encode())
+            self.dirty = False
+        except OSError as e:
+            log.error("cannot persist %s: %s", self.file.path, e)
+
+    # ------------------------------------------------------------------ delivery
+
+    async def run(self) -> None:
+        flush_every = max(self.broker.config.flushDelayOffsetInterval, 100) / 1000
+        next_flush = time.monotonic() + flush_every
+        while True:
+            more = False
+            for level in self.offsets:
+                try:
+                    more |= await self.deliver_level(level)
+                except Exception:
+                    log.exception("delay level %d: delivery failed; retrying in 10 s", level)
+                    await anyio.sleep(10)
+            if self.dirty and time.monotonic() >= next_flush:
+                text = self.encode()
+                self.dirty = False
+                try:
+                    await anyio.to_thread.run_sync(self.file.write, text)
+                except OSError as e:
+                    log.error("cannot persist %s: %s", self.file.path, e)
+                    self.dirty = True
+                next_flush = time.monotonic() + flush_every
+            await anyio.sleep(0 if more else self.poll_interval)
+
+    async def deliver_level(self, level: int) -> bool:
+        """Deliver due messages of one level; True when a full batch went out (more may be due)."""
+        qid = level - 1
+        offset = self.offsets[level]
+        res = self.store.get_messages("", SCHEDULE_TOPIC, qid, offset, BATCH)
+        if res.status is GetStatus.OFFSET_TOO_SMALL:
+            self._move(level, res.min_offset)
+            return True
+        if res.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+            self._move(level, res.max_offset)
+            return False
+        if res.status is GetStatus.OFFSET_FOUND_NULL and res.next_begin_offset > offset:
+            self._move(level, res.next_begin_offset)
+            return True
+        if res.status is not GetStatus.FOUND:
+            return False
+        delay = self.delays[level - 1]
+        now = time.time_ns() // 1_000_000
+        for rec in res.messages:
+            deliver = record_store_timestamp(rec) + delay
+            if deliver > now + delay:  # stored "in the future" (clock moved back): deliver now
+                deliver = now
+            if deliver > now:
+                return False
+            (qoff,) = _Q.unpack_from(rec, 20)
+            if not await self._deliver(level, rec):
+                return False
+            self.offsets[level] = qoff + 1
+            self.dirty = True
+        return len(res.messages) >= BATCH
+
+    def _move(self, level: int, offset: int) -> None:
+        log.warning("delay level %d offset %d moved to %d", level, self.offsets[level], offset)
+        self.offsets[level] = offset
+        self.dirty = True
+
+    async def _deliver(self, level: int, rec: bytes | memoryview) -> bool:
+        """Re-put one parked message to its real topic; False means retry later (offset not advanced)."""
+        try:
+            msg = decode_message(bytes(rec), decompress=False)
+        except MessageDecodeError as e:
+            log.error("delay level %d: skipping unreadable record: %s", level, e)
+            return True
+        props = msg.properties
+        real_topic = props.get(Prop.REAL_TOPIC)
+        try:
+            real_qid = int(props.get(Prop.REAL_QID, ""))
+        except ValueError:
+            real_qid = -1
+        if not real_topic or real_qid < 0 or real_topic == TRANS_HALF_TOPIC:
+            log.warning("delay level %d: dropping parked message without a real destination (%s, %s)",
+                        level, real_topic, props.get(Prop.REAL_QID))
+            return True
+        raw_props = set_props("\x02".join(f"{k}\x01{v}" for k, v in props.items()),
+                              {Prop.DELAY: None, Prop.WAIT: "false"})
+        ip, _, port = msg.born_host.rpartition(":")
+        record = MessageRecord(
+            topic=real_topic,
+            queue_id=real_qid,
+            body=msg.body,
+            flag=msg.flag,
+            properties=raw_props,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=host_bytes(ip.strip("[]"), int(port)),
+            reconsume_times=msg.reconsume_times,
+            prepared_tx_offset=msg.prepared_transaction_offset,
+        )
+        result = await self.store.put_message(record)
+        if result.status is PutStatus.PUT_OK or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            self.delivered += 1
+            return True
+        if result.status is PutStatus.MESSAGE_ILLEGAL or result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
+            log.error("delay level %d: parked message for %s refused as illegal (%s); dropped", level,
+                      real_topic, result.remark)
+            return True
+        log.warning("delay level %d: re-put to %s failed: %s %s; retrying", level, real_topic,
+                    result.status.name, result.remark)
+        return False

@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import cattrs
 
 from rmq.kernel.markers import hookimpl
@@ -21,6 +22,19 @@ from rmq.plugins.storage_mmap.store import MmapMessageStore, MmapOptions
 __all__ = ["MmapMessageStore", "MmapOptions", "MmapStoragePlugin", "StoreError", "structure_options"]
 
 _CONVERTER = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if type(value) is not kind:  # TOML gives real types; "true" or 1 for a bool is a typo
+            raise ValueError(f"expected {kind.__name__}, got {value!r}")
+        return value
+
+    return hook
+
+
+_CONVERTER.register_structure_hook(bool, _strict(bool))
+_CONVERTER.register_structure_hook(int, _strict(int))
 
 
 def structure_options(options: Mapping[str, Any] | None, cls: type, where: str) -> Any:
@@ -34,6 +48,11 @@ def structure_options(options: Mapping[str, Any] | None, cls: type, where: str) 
     except cattrs.ForbiddenExtraKeysError as e:
         raise ValueError(f"{where}: unknown option(s) {', '.join(sorted(e.extra_fields))}") from None
     except cattrs.BaseValidationError as e:
+        extra = [x for x in e.exceptions if isinstance(x, cattrs.ForbiddenExtraKeysError)]
+        if extra:
+            keys = ", ".join(sorted(k for x in extra for k in x.extra_fields))
+            known = ", ".join(a.name for a in attrs.fields(cls)) or "none"
+            raise ValueError(f"{where}: unknown option(s) {keys} (known: {known})") from None
         details = "; ".join(str(x) for x in e.exceptions) or str(e)
         raise ValueError(f"{where}: invalid options: {details}") from None
     except (TypeError, ValueError) as e:

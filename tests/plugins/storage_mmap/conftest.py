@@ -1,0 +1,54 @@
+"""Fixtures for the mmap store tests: small segments, a fixed disk probe, an independent record decoder."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq.kernel.testing import make_kernel
+from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
+from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
+
+SMALL = {
+    "mappedFileSizeCommitLog": 64 * 1024,
+    "mappedFileSizeConsumeQueue": 100 * 20,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 256,
+    "maxMessageSize": 16 * 1024,
+    "flushIntervalCommitLog": 50,
+    "flushIntervalConsumeQueue": 50,
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def build_store(
+    path: Path, plugins: tuple[object, ...] = (), sync: bool = False, **broker: Any
+) -> MmapMessageStore:
+    cfg = {"storePathRootDir": str(path), **SMALL, **broker}
+    flush = SyncFlushPlugin() if sync else AsyncFlushPlugin()
+    kernel = make_kernel([MmapStoragePlugin(), flush, *plugins], {"broker": cfg})
+    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    assert isinstance(store, MmapMessageStore)
+    store.disk_usage_probe = lambda: 0.10  # the real disk's fill level must not steer tests
+    return store
+
+
+@contextlib.asynccontextmanager
+async def open_store(
+    path: Path, *plugins: object, sync: bool = False, **broker: Any
+) -> AsyncIterator[MmapMessageStore]:
+    async with build_store(path, plugins, sync=sync, **broker) as store:
+        yield store
+
+
+@pytest.fixture
+def store_factory() -> Callable[..., Any]:
+    return open_store

@@ -1,0 +1,309 @@
+"""rmq-bench: producer, consumer and end-to-end latency benchmarks (like RocketMQ's benchmark tools).
+
+    rmq-bench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -c 32 -d 10
+    rmq-bench producer -n ... -t BenchTopic -b 32            # batches of 32
+    rmq-bench producer -n ... --mode async -c 1000           # 1000 sends in flight
+    rmq-bench consumer -n ... -t BenchTopic -g bench_group --from first --expect 1000000
+    rmq-bench e2e -n ... -t LatTopic --rate 10000 -d 10      # timestamp in the body
+
+A line per second (TPS, average/max/p99 RT, failures) and a summary at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from rmq.client.admin import Admin
+from rmq.client.message import Message
+from rmq.client.producer import Producer
+from rmq.client.push import PushConsumer
+
+_TS = struct.Struct(">q")
+
+
+class Stats:
+    """Per-second and total counters with latency samples (ms)."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+        self.lat: list[float] = []
+        self.all_lat: list[float] = []
+        self.total_ok = 0
+        self.total_failed = 0
+        self.start = time.perf_counter()
+        self.lines: list[str] = []
+
+    def record(self, ms: float, n: int = 1) -> None:
+        self.ok += n
+        self.lat.append(ms)
+
+    def fail(self, n: int = 1) -> None:
+        self.failed += n
+
+    @staticmethod
+    def pct(sorted_vals: Sequence[float], p: float) -> float:
+        if not sorted_vals:
+            return 0.0
+        k = min(len(sorted_vals) - 1, max(0, math.ceil(p / 100.0 * len(sorted_vals)) - 1))
+        return sorted_vals[k]
+
+    def tick(self, label: str, interval: float) -> str:
+        lat = sorted(self.lat)
+        self.all_lat.extend(lat)
+        self.total_ok += self.ok
+        self.total_failed += self.failed
+        avg = sum(lat) / len(lat) if lat else 0.0
+        line = (
+            f"[{time.perf_counter() - self.start:6.1f}s] {label} TPS {self.ok / interval:10.0f}  "
+            f"RT avg {avg:7.3f} ms  max {lat[-1] if lat else 0.0:8.3f} ms  p99 {self.pct(lat, 99):7.3f} ms  "
+            f"failed {self.failed}"
+        )
+        self.ok = 0
+        self.failed = 0
+        self.lat = []
+        self.lines.append(line)
+        return line
+
+    def summary(self, label: str, elapsed: float, unit: str = "msgs") -> str:
+        lat = sorted(self.all_lat)
+        avg = sum(lat) / len(lat) if lat else 0.0
+        return (
+            f"== {label}: {self.total_ok} {unit} in {elapsed:.2f}s = {self.total_ok / max(elapsed, 1e-9):.0f}/s; "
+            f"RT avg {avg:.3f} ms, p50 {self.pct(lat, 50):.3f} ms, p99 {self.pct(lat, 99):.3f} ms, "
+            f"p99.9 {self.pct(lat, 99.9):.3f} ms, max {lat[-1] if lat else 0.0:.3f} ms; failed {self.total_failed}"
+        )
+
+
+async def _reporter(stats: Stats, label: str, quiet: bool) -> None:
+    last = time.perf_counter()
+    while True:
+        await anyio.sleep(1.0)
+        now = time.perf_counter()
+        line = stats.tick(label, now - last)
+        last = now
+        if not quiet:
+            print(line, flush=True)
+
+
+async def _ensure_topic(ns: str, topic: str, queues: int) -> None:
+    if queues <= 0:
+        return
+    async with Admin(ns) as admin:
+        await admin.create_topic(topic, queues)
+
+
+async def run_producer(args: argparse.Namespace) -> Stats:
+    await _ensure_topic(args.namesrv, args.topic, args.queues)
+    body = (b"x" * args.size) if args.size > 0 else b""
+    stats = Stats()
+    stop = time.perf_counter() + args.duration
+    async with Producer(args.group, args.namesrv, compress_over=args.compress_over) as producer:
+        # warm: routes, connections
+        await producer.send(Message(args.topic, body, tags=args.tags))
+
+        async def sync_worker() -> None:
+            batch = [Message(args.topic, body, tags=args.tags) for _ in range(args.batch)]
+            msg = batch[0]
+            perf = time.perf_counter
+            while perf() < stop:
+                t0 = perf()
+                try:
+                    if args.batch > 1:
+                        await producer.send_batch(batch)
+                    elif args.mode == "oneway":
+                        await producer.send_oneway(msg)
+                    else:
+                        await producer.send(msg)
+                except Exception as exc:  # noqa: BLE001 - counted
+                    stats.fail(args.batch)
+                    if args.verbose:
+                        print("send failed:", exc, file=sys.stderr)
+                    continue
+                stats.record((perf() - t0) * 1000.0, args.batch)
+                if args.mode == "oneway":
+                    await anyio.lowlevel.checkpoint()
+
+        async def async_driver() -> None:
+            perf = time.perf_counter
+            msg = Message(args.topic, body, tags=args.tags)
+
+            def done(result: Any, exc: BaseException | None, t0: float) -> None:
+                if exc is not None:
+                    stats.fail()
+                else:
+                    stats.record((perf() - t0) * 1000.0)
+
+            while perf() < stop:
+                t0 = perf()
+                await producer.send_async(msg, lambda r, e, t0=t0: done(r, e, t0))
+            await producer.wait_async_sends()
+
+        t_start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_reporter, stats, "send", args.quiet)
+            async with anyio.create_task_group() as workers:
+                if args.mode == "async" and args.batch == 1:
+                    workers.start_soon(async_driver)
+                else:
+                    for _ in range(args.concurrency):
+                        workers.start_soon(sync_worker)
+            elapsed = time.perf_counter() - t_start
+            tg.cancel_scope.cancel()
+    stats.tick("send", max(1e-9, time.perf_counter() - t_start - math.floor(elapsed)))
+    print(stats.summary(f"producer {args.mode} size={args.size} batch={args.batch} c={args.concurrency}", elapsed))
+    return stats
+
+
+async def run_consumer(args: argparse.Namespace) -> Stats:
+    stats = Stats()
+    done = anyio.Event()
+    first: list[float] = []
+    count = 0
+
+    async def listener(msg: Any) -> None:
+        nonlocal count
+        if not first:
+            first.append(time.perf_counter())
+        count += 1
+        stats.ok += 1
+        if args.expect and count >= args.expect:
+            done.set()
+
+    async with PushConsumer(
+        args.group,
+        args.namesrv,
+        listener=listener,
+        consume_from_where="FIRST_OFFSET" if args.from_where == "first" else "LAST_OFFSET",
+        pull_batch_size=args.pull_batch,
+        consume_concurrency=args.concurrency,
+    ) as consumer:
+        consumer.subscribe(args.topic, args.expression)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_reporter, stats, "consume", args.quiet)
+            with anyio.move_on_after(args.duration):
+                await done.wait()
+            tg.cancel_scope.cancel()
+    end = time.perf_counter()
+    stats.tick("consume", 1.0)
+    elapsed = end - (first[0] if first else end)
+    stats.total_ok = count
+    print(stats.summary(f"consumer (first message to last, {count} msgs)", elapsed))
+    return stats
+
+
+async def run_e2e(args: argparse.Namespace) -> Stats:
+    """Producer and consumer in one process: latency = receive time - timestamp written in the body."""
+    await _ensure_topic(args.namesrv, args.topic, args.queues)
+    stats = Stats()
+    pad = b"p" * max(0, args.size - 8)
+
+    async def listener(msg: Any) -> None:
+        (sent,) = _TS.unpack_from(msg.body, 0)
+        stats.record((time.perf_counter_ns() - sent) / 1e6)
+
+    async with PushConsumer(args.group, args.namesrv, listener=listener, consume_from_where="LAST_OFFSET") as consumer:
+        consumer.subscribe(args.topic, "*")
+        # wait until this consumer owns queues (its rebalance ran)
+        with anyio.fail_after(30):
+            while not consumer.assignment():  # noqa: ASYNC110 - start-up only
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)
+        async with Producer(args.group + "_p", args.namesrv) as producer:
+            await producer.send(Message(args.topic, _TS.pack(time.perf_counter_ns()) + pad))
+            await anyio.sleep(0.5)
+            stats.all_lat.clear()
+            stats.lat.clear()
+            stats.ok = 0
+            t_start = time.perf_counter()
+            stop = t_start + args.duration
+            sent = 0
+
+            def on_sent(result: Any, exc: BaseException | None) -> None:
+                if exc is not None:
+                    stats.fail()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_reporter, stats, "e2e", args.quiet)
+                while True:
+                    now = time.perf_counter()
+                    if now >= stop:
+                        break
+                    due = int((now - t_start) * args.rate)
+                    while sent < due:
+                        await producer.send_async(Message(args.topic, _TS.pack(time.perf_counter_ns()) + pad), on_sent)
+                        sent += 1
+                    await anyio.sleep(0.001)
+                await producer.wait_async_sends()
+                await anyio.sleep(1.0)
+                tg.cancel_scope.cancel()
+            elapsed = time.perf_counter() - t_start
+    stats.tick("e2e", 1.0)
+    print(stats.summary(f"end-to-end latency at {args.rate}/s target ({sent} sent)", elapsed))
+    return stats
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmq-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name server(s) host:port;host:port")
+        p.add_argument("-t", "--topic", default="BenchmarkTest")
+        p.add_argument("-d", "--duration", type=float, default=10.0, help="seconds")
+        p.add_argument("-q", "--quiet", action="store_true", help="no per-second lines")
+        p.add_argument("-v", "--verbose", action="store_true")
+        p.add_argument("--no-uvloop", action="store_true")
+
+    p = sub.add_parser("producer", help="send as fast as possible")
+    common(p)
+    p.add_argument("-g", "--group", default="benchmark_producer")
+    p.add_argument("-s", "--size", type=int, default=128, help="body bytes")
+    p.add_argument("-c", "--concurrency", type=int, default=32, help="sending tasks (sync/oneway)")
+    p.add_argument("-b", "--batch", type=int, default=1, help="messages per batch send (code 320)")
+    p.add_argument("--mode", choices=["sync", "async", "oneway"], default="sync")
+    p.add_argument("--tags", default=None)
+    p.add_argument("--queues", type=int, default=8, help="create the topic with this many queues (0: don't)")
+    p.add_argument("--compress-over", type=int, default=4096)
+
+    p = sub.add_parser("consumer", help="push-consume and count")
+    common(p)
+    p.add_argument("-g", "--group", default="benchmark_consumer")
+    p.add_argument("-e", "--expression", default="*")
+    p.add_argument("--from", dest="from_where", choices=["first", "last"], default="last")
+    p.add_argument("--expect", type=int, default=0, help="stop after this many messages")
+    p.add_argument("-c", "--concurrency", type=int, default=20)
+    p.add_argument("--pull-batch", type=int, default=32)
+
+    p = sub.add_parser("e2e", help="end-to-end latency at a fixed rate")
+    common(p)
+    p.add_argument("-g", "--group", default="benchmark_e2e")
+    p.add_argument("-r", "--rate", type=int, default=10000, help="messages per second")
+    p.add_argument("-s", "--size", type=int, default=128)
+    p.add_argument("--queues", type=int, default=8)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runner = {"producer": run_producer, "consumer": run_consumer, "e2e": run_e2e}[args.cmd]
+    opts = {"use_uvloop": True} if not args.no_uvloop and importlib.util.find_spec("uvloop") else {}
+    try:
+        anyio.run(runner, args, backend="asyncio", backend_options=opts)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -137,10 +137,15 @@ class RemotingCommand:
         oneway: bool = False,
         opaque: int = 0,
         serialize_type: int = _JSON,
+        language: str = "PYTHON",
     ) -> RemotingCommand:
-        """A request; ``opaque`` is normally assigned by the connection that sends it."""
+        """A request; ``opaque`` is normally assigned by the connection that sends it.
+
+        Server→client requests should pass ``language="JAVA"``: every client accepts it (§1.2).
+        """
         return cls(
             code,
+            language=language,
             opaque=opaque,
             flag=ONEWAY_FLAG if oneway else 0,
             ext=ext,

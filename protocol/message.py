@@ -179,7 +179,8 @@ class UniqIdGenerator:
         now = time.time_ns() // 1_000_000
         if now >= self._next_start_ms:
             self._set_month(now)
-        return f"{self._prefix}{(now - self._start_ms) & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        tail = (((now - self._start_ms) & 0xFFFFFFFF) << 16) | (next(self._counter) & 0xFFFF)
+        return self._prefix + tail.to_bytes(6, "big").hex().upper()
 
     __call__ = create
 

@@ -91,6 +91,7 @@ def test_request_and_response_defaults() -> None:
     resp = req.response(ResponseCode.SYSTEM_ERROR, remark="boom", body=b"x")
     assert resp.opaque == 3 and resp.flag == 1 and resp.language == "JAVA" and resp.code == 1
     assert resp.is_response and resp.remark == "boom" and resp.body == b"x"
+    assert RemotingCommand.request(40, {"consumerGroup": "G"}, oneway=True, language="JAVA").language == "JAVA"
     breq = RemotingCommand.request(10, serialize_type=SerializeType.ROCKETMQ)
     assert breq.response().serialize_type == SerializeType.ROCKETMQ
 

@@ -9,7 +9,11 @@
 ``make_strategy`` may be a method or a pytest fixture of that name returning a
 zero-argument callable. Over a grid of queue and consumer counts it checks that
 every member of a group, each computing its own share from the same sorted
-inputs, ends with a partition: each eligible queue owned exactly once. Override
+inputs, ends with a partition: each eligible queue owned exactly once. It also
+checks determinism (same answer from a fresh instance), that inputs are left
+untouched, RocketMQ's input rules (an empty ``current_cid``, ``mq_all`` or
+``cid_all`` raises ``ValueError`` whose message names that argument; a client id
+missing from ``cid_all`` gets an empty list). Override
 ``make_queues``/``make_cids`` to shape the inputs (machine rooms, say) and
 ``eligible`` when by design only some queues are allocated. Strategies that return
 a fixed list (``by_config``) are not partitions and need their own tests.

@@ -228,3 +228,12 @@ def test_same_allocation_in_other_processes() -> None:
         s = registry.create(name, **options)
         here = {cid: [str(mq) for mq in s.allocate("g", cid, mq_all, cid_all)] for cid in cid_all}
         assert first[name + json.dumps(options, sort_keys=True)] == here
+
+
+def test_entry_points_name_these_classes() -> None:
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.load() for ep in entry_points(group="rmq.allocation") if ep.name in PLUGINS}
+    if not found:
+        pytest.skip("rmq is not installed with its entry points")
+    assert found == PLUGINS

@@ -63,3 +63,13 @@ def test_a_third_party_plugin_wins_over_the_bundled_ones() -> None:
     assert f.tags == {"taga"}
     sql = pm.hook.rmq_filter_make_filter(expression_type="SQL92", expression="a = 1")
     assert type(sql) is Sql92Filter  # it declined; the bundled plugin answered
+
+
+def test_entry_points_name_these_classes() -> None:
+    from importlib.metadata import entry_points
+
+    expected = {"tag": TagFilterPlugin, "sql92": Sql92FilterPlugin, "class": ClassFilterPlugin}
+    found = {ep.name: ep.load() for ep in entry_points(group="rmq.filters") if ep.name in expected}
+    if not found:
+        pytest.skip("rmq is not installed with its entry points")
+    assert found == expected

@@ -25,6 +25,7 @@ from rmq.plugins.allocators._common import StrategyPlugin, check_inputs
 
 DEFAULT_VIRTUAL_NODES = 10
 _RING_CACHE_SIZE = 8  # distinct consumer sets remembered per strategy instance
+_OWNER_CACHE_SIZE = 65_536  # queues whose owner a ring remembers (a rebalance repeats them every 20 s)
 
 
 def md5_hash32(key: str) -> int:
@@ -33,9 +34,12 @@ def md5_hash32(key: str) -> int:
 
 
 class Ring:
-    """Sorted point hashes and, index for index, the consumer owning each point."""
+    """Sorted point hashes and, index for index, the consumer owning each point.
 
-    __slots__ = ("hashes", "owners")
+    Immutable once built, except for a memo of queue -> owner (idempotent, so safe to race on).
+    """
+
+    __slots__ = ("hashes", "owners", "_memo")
 
     def __init__(self, cid_all: Sequence[str], virtual_nodes: int) -> None:
         points: dict[int, str] = {}
@@ -44,10 +48,20 @@ class Ring:
                 points[md5_hash32(f"{cid}-{k}")] = cid  # a later insert replaces an equal hash
         self.hashes = sorted(points)
         self.owners = [points[h] for h in self.hashes]
+        self._memo: dict[MessageQueue, str] = {}
 
     def owner(self, key: str) -> str:
+        """The consumer owning a key: first point at or after its hash, else the first point."""
         j = bisect.bisect_left(self.hashes, md5_hash32(key))
         return self.owners[j if j < len(self.hashes) else 0]
+
+    def owner_of(self, mq: MessageQueue) -> str:
+        owner = self._memo.get(mq)
+        if owner is None:
+            if len(self._memo) >= _OWNER_CACHE_SIZE:
+                self._memo.clear()
+            owner = self._memo[mq] = self.owner(str(mq))
+        return owner
 
 
 class AllocateConsistentHash:
@@ -80,7 +94,8 @@ class AllocateConsistentHash:
         if check_inputs(self.name, current_cid, mq_all, cid_all) is None:
             return []
         ring = self.ring(cid_all)
-        return [mq for mq in mq_all if ring.owner(str(mq)) == current_cid]
+        owner_of = ring.owner_of
+        return [mq for mq in mq_all if owner_of(mq) == current_cid]
 
     def __repr__(self) -> str:
         return f"AllocateConsistentHash(virtual_nodes={self.virtual_nodes})"

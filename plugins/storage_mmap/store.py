@@ -126,7 +126,8 @@ class MmapMessageStore:
         self._lock: StoreLock | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: Any = None
-        self._running = False
+        self._running = False  # started and not stopping
+        self._writable = False  # running and no disk-full / dispatch error: the put path's one check
         self._closed_reason = "store not started"
         self._disk_full = ""
         self._dispatch_error = ""
@@ -215,6 +216,7 @@ class MmapMessageStore:
         self._stack = stack
         self._closed_reason = ""
         self._running = True
+        self._update_writable()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -223,6 +225,7 @@ class MmapMessageStore:
             return
         self._closed_reason = "store is shutting down"
         self._running = False
+        self._update_writable()
         caught_up = False
         with anyio.move_on_after(10, shield=True):
             await self.wait_dispatched()
@@ -340,7 +343,7 @@ class MmapMessageStore:
     # ------------------------------------------------------------------ put
 
     async def put_message(self, msg: MessageRecord) -> PutResult:
-        if not self._running:
+        if not self._writable:
             return self._refused()
         writer = self.writer
         try:
@@ -394,7 +397,7 @@ class MmapMessageStore:
 
     async def put_messages(self, batch: Sequence[MessageRecord]) -> PutResult:
         """All records of one (topic, queue) built into one buffer and copied with one slice assignment."""
-        if not self._running:
+        if not self._writable:
             return self._refused()
         if not batch:
             return self._illegal("empty batch")
@@ -545,12 +548,14 @@ class MmapMessageStore:
                     attempt += 1
                     if attempt == 30:
                         self._dispatch_error = f"consume queue/index build failing: {e}"
+                        self._update_writable()
                         log.error("%s; store refuses writes until it succeeds", self._dispatch_error)
                     elif attempt < 30:
                         log.warning("dispatch into %r failed (%s); retrying", d, e)
                     await anyio.sleep(1)
         if self._dispatch_error:
             self._dispatch_error = ""
+            self._update_writable()
 
     # ------------------------------------------------------------------ background services
 
@@ -631,7 +636,11 @@ class MmapMessageStore:
         elif self._disk_full:
             log.info("disk %.1f%% used: accepting puts again", ratio * 100)
             self._disk_full = ""
+        self._update_writable()
         return ratio
+
+    def _update_writable(self) -> None:
+        self._writable = self._running and not self._disk_full and not self._dispatch_error
 
     async def clean_expired_files(self, force: bool = False) -> int:
         """One retention pass (§6). Returns commitlog segments deleted; consume-queue and index files
@@ -830,6 +839,14 @@ class MmapMessageStore:
             else:
                 low = mid + UNIT_SIZE
                 left, left_v = mid, t
+        if target == -1 and left_v == -1 and f is not cq.files[0]:
+            # everything in this file is later: the previous file's last unit may be nearer
+            prev = cq.files[cq.files.index(f) - 1]
+            if prev.wrote >= UNIT_SIZE and prev.start + prev.wrote > cq.min_logic:
+                lp, ls, _ = UNIT.unpack_from(prev.mm, prev.wrote - UNIT_SIZE)
+                t = self._store_time_of(lp, ls)
+                if t >= 0 and (right_v == -1 or timestamp - t <= right_v - timestamp):
+                    return (prev.start + prev.wrote) // UNIT_SIZE - 1
         if target != -1:
             pos = target
         elif left_v == -1:
@@ -902,7 +919,7 @@ class MmapMessageStore:
             "index_files": len(self.index.files) if self.index is not None else 0,
             "deleted_files": dict(self._n_deleted),
             "disk_used_ratio": self._disk_ratio,
-            "writable": self._running and not self._writable_remark,
+            "writable": self._writable,
             "remark": self._writable_remark,
             "recovery": dict(self.recovery),
         }

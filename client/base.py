@@ -28,6 +28,7 @@ class ClientBase:
 
     def __init__(self, namesrv_addr: str | list[str] | None, options: ClientOptions, kernel: Any = None) -> None:
         self._namesrv_addr = namesrv_addr
+        self._options = options
         self._kernel = kernel
         self._instance: ClientInstance | None = None
         self._tg: TaskGroup | None = None

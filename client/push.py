@@ -95,7 +95,7 @@ class PushConsumer(ConsumerBase):
             raise ValueError("PushConsumer needs listener=callable(message)")
         self._async_listener = _is_async(self.listener)
         if not self.subscriptions:
-            log.warning("%s: started without subscriptions; call subscribe(topic, expression)", self.group)
+            log.debug("%s: started without subscriptions (subscribe() may follow)", self.group)
         await self._start_consumer()
         if self.orderly and self.message_model == CLUSTERING:
             assert self._tg is not None

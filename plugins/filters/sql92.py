@@ -36,7 +36,8 @@ a compile error or accepting a harmless form:
 * ``NOT BETWEEN`` checks constant bounds too; a float literal ``0.0`` is accepted
   (RocketMQ's range check rejects it); a ``--`` comment may end the input
   without a newline; ``TRUE = x`` coerces like ``x = TRUE`` (Java throws).
-* Literal-only comparisons such as ``1 > 0`` are folded at compile time.
+* Literal-only comparisons are decided at compile time: ``1 > 0`` folds to TRUE and
+  ``'abc' = 5`` (which would fail on every message) is a compile error.
 * Expressions nested deeper than ``MAX_DEPTH`` are refused (a Python stack guard).
 """
 

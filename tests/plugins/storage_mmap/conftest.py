@@ -52,3 +52,8 @@ async def open_store(
 @pytest.fixture
 def store_factory() -> Callable[..., Any]:
     return open_store
+
+
+@pytest.fixture
+def small_config() -> dict[str, Any]:
+    return dict(SMALL)

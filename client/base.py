@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from typing import Any, Self
@@ -16,15 +17,22 @@ from rmq.client.options import ClientOptions
 log = logging.getLogger("rmq.client")
 
 
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class ClientBase:
-    """Owns a ClientInstance and a task group for the object's own background work.
+    """Owns a ClientInstance and a task group for the object's background work.
 
-    ``start()`` and ``shutdown()`` must run in the same task (anyio task groups are
-    scoped); ``async with`` guarantees that. The blocking facade hosts the whole
-    ``async with`` in one task of its event-loop thread.
+    On asyncio the background work lives in a host task of its own, so objects can be
+    started and shut down in any order and from any task (a consumer may leave while
+    one started later keeps running). Elsewhere (trio) ``start``/``shutdown`` nest like
+    task groups: shut down in reverse start order, from the starting task.
     """
-
-    _options: ClientOptions
 
     def __init__(self, namesrv_addr: str | list[str] | None, options: ClientOptions, kernel: Any = None) -> None:
         self._namesrv_addr = namesrv_addr
@@ -34,6 +42,8 @@ class ClientBase:
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._state = "new"
+        self._host: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
 
     @property
     def client_id(self) -> str:
@@ -53,21 +63,26 @@ class ClientBase:
         if self._state != "running":
             raise ClientStateError(f"{type(self).__name__} is {self._state}, not running")
 
+    async def _enter(self, stack: AsyncExitStack) -> None:
+        self._instance = ClientInstance(self._namesrv_addr, self._options, kernel=self._kernel, name=type(self).__name__)
+        await stack.enter_async_context(self._instance)
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._state = "running"
+        await self._on_start()
+
     async def start(self) -> None:
         if self._state == "running":
             return
         if self._state != "new":
             raise ClientStateError(f"{type(self).__name__} cannot be restarted once shut down")
+        self._state = "starting"
+        if _on_asyncio():
+            await self._start_hosted()
+            return
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
-            self._instance = ClientInstance(
-                self._namesrv_addr, self._options, kernel=self._kernel, name=type(self).__name__
-            )
-            await stack.enter_async_context(self._instance)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._state = "running"
-            await self._on_start()
+            await self._enter(stack)
         except BaseException:
             self._state = "failed"
             if self._tg is not None:
@@ -76,16 +91,66 @@ class ClientBase:
             raise
         self._stack = stack
 
+    async def _start_hosted(self) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._stop = asyncio.Event()
+
+        async def host() -> None:
+            try:
+                async with AsyncExitStack() as stack:
+                    try:
+                        await self._enter(stack)
+                    except BaseException as exc:
+                        self._state = "failed"
+                        if self._tg is not None:
+                            self._tg.cancel_scope.cancel()
+                        if not ready.done():
+                            ready.set_exception(exc)
+                        return
+                    ready.set_result(None)
+                    assert self._stop is not None
+                    await self._stop.wait()
+                    await self._graceful()
+                    assert self._tg is not None
+                    self._tg.cancel_scope.cancel()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                    return
+                log.exception("%s: background host task failed", type(self).__name__)
+            finally:
+                if self._state != "failed":
+                    self._state = "stopped"
+
+        self._host = loop.create_task(host(), name=f"rmq-{type(self).__name__}")
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            if not ready.done():  # we were cancelled while starting: stop the host
+                self._stop.set()
+                await asyncio.shield(self._host)
+            raise
+
+    async def _graceful(self) -> None:
+        self._state = "stopping"
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._on_shutdown()
+            except Exception:
+                log.exception("%s: clean shutdown failed", type(self).__name__)
+
     async def shutdown(self) -> None:
+        if self._host is not None:
+            if self._stop is not None:
+                self._stop.set()
+            host, self._host = self._host, None
+            await asyncio.shield(host)
+            return
         if self._state != "running":
             return
-        self._state = "stopping"
         try:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._on_shutdown()
-                except Exception:
-                    log.exception("%s: clean shutdown failed", type(self).__name__)
+            await self._graceful()
         finally:
             self._state = "stopped"
             if self._tg is not None:

@@ -144,13 +144,24 @@ class Session:
         self.close()
 
     # -- metadata --------------------------------------------------------------------------------
-    def list_topics(self) -> list[str]:
+    def _get_admin(self) -> Any:
         with self._lock:
             if self._admin is None:
                 from rmq.client import Admin
 
                 self._admin = self._host(Admin(namesrv_addr=self.nameserver, request_timeout=self.timeout_s))
-        return sorted(self._call(self._admin.topic_list()))
+            return self._admin
+
+    def list_topics(self) -> list[str]:
+        """User topics: the cluster's topic list minus those named after clusters and brokers."""
+        admin = self._get_admin()
+
+        async def fetch() -> list[str]:
+            topics, info = await asyncio.gather(admin.list_topics(), admin.cluster_info())
+            internal = set(info.brokers) | set(info.clusters)
+            return sorted(t for t in topics if t not in internal)
+
+        return self._call(fetch())
 
     def queues(self, topic: str) -> list[QueueRef]:
         """Readable queues of ``topic`` sorted by (broker, queue id); [] when the topic is unknown."""
@@ -166,17 +177,28 @@ class Session:
         return self._call(fetch())
 
     def bounds(self, queues: Sequence[QueueRef]) -> dict[QueueRef, Bounds]:
-        """Min and max offsets of every queue, fetched concurrently."""
+        """Min and max offsets of every queue: one stats call per topic and broker, concurrently."""
+        admin = self._get_admin()
+        topics = sorted({q.topic for q in queues})
 
-        async def one(q: QueueRef) -> Bounds:
+        async def per_queue(q: QueueRef) -> Bounds:
             mq = _mq(q)
             lo, hi = await asyncio.gather(self._consumer.min_offset(mq), self._consumer.max_offset(mq))
             return Bounds(lo, hi)
 
-        async def all_() -> list[Bounds]:
-            return await asyncio.gather(*(one(q) for q in queues))
+        async def all_() -> dict[QueueRef, Bounds]:
+            stats = await asyncio.gather(*(admin.topic_stats(t) for t in topics))
+            found = {
+                QueueRef(s.queue.topic, s.queue.broker_name, s.queue.queue_id): Bounds(s.min_offset, s.max_offset)
+                for per_topic in stats
+                for s in per_topic
+            }
+            missing = [q for q in queues if q not in found]
+            for q, b in zip(missing, await asyncio.gather(*(per_queue(q) for q in missing)), strict=True):
+                found[q] = b
+            return {q: found[q] for q in queues}
 
-        return dict(zip(queues, self._call(all_()), strict=True))
+        return self._call(all_())
 
     def search(self, q: QueueRef, timestamp_ms: int) -> int:
         return self._call(self._consumer.search_offset(_mq(q), timestamp_ms))

@@ -73,6 +73,8 @@ class RocketMQOptionError(ValueError):
         self.option = option
 
 
+RocketMQOptionError.__module__ = "rmq.connectors.spark"  # how tracebacks name it
+
 @dataclass(frozen=True)
 class Selection:
     """Which queues to read: exactly one of topics / pattern / assignment.

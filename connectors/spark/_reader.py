@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from pyspark.sql.datasource import (
     Filter,
     In,
     InputPartition,
+    IsNotNull,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -50,7 +52,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq.connectors.spark")
 
-__all__ = ["RangePartition", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
+__all__ = [
+    "RangePartition",
+    "RocketMQBatchReader",
+    "RocketMQPushdownBatchReader",
+    "RocketMQStreamReader",
+    "pushdown_planning",
+    "read_range",
+]
 
 # Topics every RocketMQ cluster has for itself; a subscribePattern never selects them.
 _SYSTEM_TOPIC = re.compile(
@@ -208,6 +217,23 @@ class _Planner:
         )
 
 
+def pushdown_planning() -> bool:
+    """True when called (through ``DataSource.reader``) by Spark's filter push-down planner.
+
+    That planner is its own worker module, which runs only when push-down is enabled; it is
+    found on the call stack, however the worker was started (forked by the daemon or not).
+    Anywhere else the answer is False, the safe choice.
+    """
+    frame = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") == "pyspark.sql.worker.data_source_pushdown_filters":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _arrow_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -222,31 +248,6 @@ class RocketMQBatchReader(_Planner, DataSourceReader):
         self.schema = schema
         self._session = None
         self.pushed_tags: frozenset[str] | None = None
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """``tags = 'x'`` and ``tags IN (...)`` become a broker-side TAG expression.
-
-        Only when the ``filter`` option is not SQL92 (the two cannot be combined in one pull);
-        everything else stays with Spark.
-        """
-        for f in filters:
-            tags = self._tags_of(f)
-            if tags is None or self.config.filter_type == "SQL92":
-                yield f
-                continue
-            self.pushed_tags = tags if self.pushed_tags is None else self.pushed_tags & tags
-
-    @staticmethod
-    def _tags_of(f: Filter) -> frozenset[str] | None:
-        if isinstance(f, EqualTo) and f.attribute == ("tags",) and isinstance(f.value, str):
-            values: Sequence[Any] = (f.value,)
-        elif isinstance(f, In) and f.attribute == ("tags",):
-            values = f.value
-        else:
-            return None
-        if not values or not all(isinstance(v, str) and v and "||" not in v and v != "*" for v in values):
-            return None
-        return frozenset(values)
 
     def partitions(self) -> Sequence[InputPartition]:
         cfg = self.config
@@ -275,6 +276,45 @@ class RocketMQBatchReader(_Planner, DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         yield from read_range(self._read_spec(self.pushed_tags), partition, _arrow_schema(self.schema))
+
+
+class RocketMQPushdownBatchReader(RocketMQBatchReader):
+    """The batch reader plus ``pushFilters``: Spark refuses a reader that implements it while
+    ``spark.sql.python.filterPushdown.enabled`` is false, so this one is only handed out when
+    Spark plans the scan with push-down (see :func:`pushdown_planning`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """``tags = 'x'`` and ``tags IN (...)`` become a broker-side TAG expression.
+
+        ``tags IS NOT NULL`` is then implied and taken too. Nothing is pushed when the
+        ``filter`` option is SQL92 (one pull carries one expression); everything else stays
+        with Spark.
+        """
+        if self.config.filter_type == "SQL92":
+            return filters
+        rest: list[Filter] = []
+        for f in filters:
+            tags = self._tags_of(f)
+            if tags is None:
+                rest.append(f)
+            else:
+                self.pushed_tags = tags if self.pushed_tags is None else self.pushed_tags & tags
+        if self.pushed_tags is not None:
+            rest = [f for f in rest if not (isinstance(f, IsNotNull) and f.attribute == ("tags",))]
+        return rest
+
+    @staticmethod
+    def _tags_of(f: Filter) -> frozenset[str] | None:
+        if isinstance(f, EqualTo) and f.attribute == ("tags",) and isinstance(f.value, str):
+            values: Sequence[Any] = (f.value,)
+        elif isinstance(f, In) and f.attribute == ("tags",):
+            values = f.value
+        else:
+            return None
+        if not values or not all(isinstance(v, str) and v and "||" not in v and v != "*" for v in values):
+            return None
+        return frozenset(values)
+
 
 
 def _start_option(cfg: SourceConfig) -> str:

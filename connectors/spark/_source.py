@@ -42,11 +42,16 @@ class RocketMQDataSource(DataSource):
             )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from rmq.connectors.spark._reader import RocketMQBatchReader
+        from rmq.connectors.spark._reader import (
+            RocketMQBatchReader,
+            RocketMQPushdownBatchReader,
+            pushdown_planning,
+        )
 
         config = parse_source_options(self.options, streaming=False)
         self._check_schema(schema)
-        return RocketMQBatchReader(config, schema)
+        cls = RocketMQPushdownBatchReader if pushdown_planning() else RocketMQBatchReader
+        return cls(config, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from rmq.connectors.spark._reader import RocketMQStreamReader

@@ -1,0 +1,115 @@
+"""One SparkSession and one rmqd for the whole Spark connector suite.
+
+Spark costs 6-11 s to start, so the session is session-scoped; so is the broker (each
+test uses its own topics). The session finds the ``rocketmq`` format the way a user's
+does: Spark's own discovery of the top-level ``pyspark_rocketmq`` module. Editable
+installs hide top-level modules from ``pkgutil.iter_modules`` (they resolve through an
+import hook), so the module is put on the workers' PYTHONPATH via a directory holding only
+a link to it, as site-packages would for a regular install.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq.kernel.testing.daemon import RmqdProcess
+
+_names = itertools.count()
+
+
+def discovery_dir(tmp: Path) -> Path:
+    """A directory that shows ``pyspark_rocketmq`` to pkgutil.iter_modules, as site-packages would."""
+    import pyspark_rocketmq
+
+    d = tmp / "discovery"
+    d.mkdir(exist_ok=True)
+    link = d / "pyspark_rocketmq.py"
+    if not link.exists():
+        link.symlink_to(Path(pyspark_rocketmq.__file__).resolve())
+    return d
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from pyspark.sql import SparkSession
+
+    extra = str(discovery_dir(tmp_path_factory.mktemp("spark")))
+    old = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "PYTHONPATH")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (extra, old["PYTHONPATH"]) if p)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RmqdProcess]:
+    """One rmqd (name server + broker) for the suite; tests use their own topics."""
+    proc = RmqdProcess(tmp_path_factory.mktemp("rmqd-spark"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+class Cluster:
+    """Test-side helpers around the suite's rmqd: topics and producing with rmq.client."""
+
+    def __init__(self, proc: RmqdProcess) -> None:
+        self.proc = proc
+        self.namesrv = proc.namesrv_addr
+
+    def topic(self, prefix: str, queues: int = 4) -> str:
+        from rmq.client.blocking import Admin
+
+        name = f"{prefix}_{os.getpid()}_{next(_names)}"
+        with Admin(namesrv_addr=self.namesrv) as admin:
+            admin.create_topic(name, queues)
+        return name
+
+    def produce(self, topic: str, messages: Sequence[dict[str, Any]], batch: int = 100) -> None:
+        """Send dicts of Message keyword arguments (body, tags, keys, properties), batches round robin."""
+        from rmq.client import Message
+        from rmq.client.blocking import Producer
+
+        with Producer("spark_test_producer", namesrv_addr=self.namesrv) as p:
+            queues = sorted(p.fetch_publish_queues(topic))
+            for i in range(0, len(messages), batch):
+                chunk = [Message(topic, **m) for m in messages[i : i + batch]]
+                p.send_batch(chunk, queue=queues[(i // batch) % len(queues)])
+
+
+@pytest.fixture(scope="session")
+def cluster(broker: RmqdProcess) -> Cluster:
+    return Cluster(broker)

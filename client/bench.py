@@ -244,10 +244,10 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
                         await producer.send_async(Message(args.topic, _TS.pack(time.perf_counter_ns()) + pad), on_sent)
                         sent += 1
                     await anyio.sleep(0.001)
+                elapsed = time.perf_counter() - t_start
                 await producer.wait_async_sends()
                 await anyio.sleep(1.0)
                 tg.cancel_scope.cancel()
-            elapsed = time.perf_counter() - t_start
     stats.tick("e2e", 1.0)
     print(stats.summary(f"end-to-end latency at {args.rate}/s target ({sent} sent)", elapsed))
     return stats

@@ -7,7 +7,6 @@ reports messages as JSON lines.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from typing import Any
@@ -96,7 +95,7 @@ async def test_cpp_produces_python_consumes(ns: str, name: str) -> None:
     by_tag: dict[str, list[MessageExt]] = {}
     for m in got:
         by_tag.setdefault(m.tags or "", []).append(m)
-    assert by_tag["TagCpp0"][0].body == "hello from c++".encode()
+    assert by_tag["TagCpp0"][0].body == b"hello from c++"
     assert by_tag["TagCpp1"][0].body == "ünïcode".encode()
     big = by_tag["TagCpp2"][0]
     assert big.body == BIG.encode() and big.sys_flag & 1  # compressed by C++, inflated here

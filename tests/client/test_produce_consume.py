@@ -152,7 +152,7 @@ async def test_push_consumer_basic_counts(ns: str, name: str) -> None:
         assert sorted(int(m.body) for m in got) == list(range(n))
         async with Admin(ns) as admin:
             with anyio.fail_after(10):
-                while await admin.consumer_lag(group, topic) != 0:
+                while await admin.consumer_lag(group, topic) != 0:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
 
 

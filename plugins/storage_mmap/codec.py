@@ -45,11 +45,9 @@ INT_MAX: Final = 0x7FFFFFFF
 # reconsumeTimes, preparedTxOffset, bodyLength: one Struct per (born, store) host width.
 HEADERS: Final = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
 HEAD2: Final = struct.Struct(">ii")  # TOTALSIZE, MAGIC
-FIXED: Final = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP (48 bytes, host-independent)
 Q: Final = struct.Struct(">q")
 I32: Final = struct.Struct(">i")
 H: Final = struct.Struct(">h")
-QIQ: Final = struct.Struct(">iqi")  # reconsumeTimes, preparedTxOffset, bodyLength
 BLANK: Final = HEAD2
 
 
@@ -125,6 +123,7 @@ class RecordWriter:
             raise ValueError(f"store_host must be 8 (IPv4) or 20 (IPv6) bytes, got {len(value)}")
         self._store_host = bytes(value)
         self._store_v6 = SysFlag.STOREHOST_V6 if len(value) == 20 else 0
+        self.head8 = HEADERS[(8, len(value))]  # the common case (IPv4 producer), for the inlined put path
 
     def topic_prefix(self, topic: str) -> bytes:
         """``TOPICLENGTH + TOPIC`` bytes, validated once per topic."""
@@ -293,9 +292,7 @@ def parse_for_dispatch(
     max_count: int,
     delay_levels: Sequence[int],
     _head2: Callable[..., tuple[int, int]] = HEAD2.unpack_from,
-    _fixed: Callable[..., tuple[int, ...]] = FIXED.unpack_from,
-    _q: Callable[..., tuple[int]] = Q.unpack_from,
-    _qiq: Callable[..., tuple[int, int, int]] = QIQ.unpack_from,
+    _v44: Callable[..., tuple[Any, ...]] = HEADERS[(8, 8)].unpack_from,
     _h: Callable[..., tuple[int]] = H.unpack_from,
     _req: type[DispatchRequest] = DispatchRequest,
     _decode: Callable[[str], dict[str, str]] = decode_properties,
@@ -311,9 +308,28 @@ def parse_for_dispatch(
     topics: dict[bytes, str] = {}
     n = 0
     while pos < limit and n < max_count:
-        if pos + 8 > limit:
-            return pos, -1
-        total, magic = _head2(buf, pos)
+        if pos + 88 > limit:  # only an end-of-file blank is that short
+            if pos + 8 > limit:
+                return pos, -1
+            total, magic = _head2(buf, pos)
+            return (pos, 1) if magic == MAGIC_BLANK else (pos, -1)
+        (
+            total,
+            magic,
+            _crc,
+            qid,
+            _fl,
+            qoff,
+            _ph,
+            sys_flag,
+            _bt,
+            _bh,
+            store_ts,
+            _sh,
+            _rc,
+            prepared,
+            body_len,
+        ) = _v44(buf, pos)
         if magic != MAGIC_MESSAGE:
             if magic == MAGIC_BLANK:
                 return pos, 1
@@ -321,16 +337,16 @@ def parse_for_dispatch(
         end = pos + total
         if total < RECORD_OVERHEAD or end > limit:
             return pos, -1
-        _t, _m, _crc, qid, _flag, qoff, _phys, sys_flag, _born = _fixed(buf, pos)
-        p = pos + 56
-        if sys_flag & 0x10:
-            p += 12
-        (store_ts,) = _q(buf, p)
-        p += 16
-        if sys_flag & 0x20:
-            p += 12
-        _rc, prepared, body_len = _qiq(buf, p)
-        p += 16 + body_len
+        if sys_flag & 0x30:  # an IPv6 host: fields after BORNHOST move
+            head = HEADERS[(20 if sys_flag & 0x10 else 8, 20 if sys_flag & 0x20 else 8)]
+            if pos + head.size > end:
+                return pos, -1
+            (_t, _m, _c, _q, _f, _o, _p, _s, _b, _x, store_ts, _y, _r, prepared, body_len) = head.unpack_from(
+                buf, pos
+            )
+            p = pos + head.size + body_len
+        else:
+            p = pos + 88 + body_len
         if body_len < 0 or p + 3 > end:
             return pos, -1
         tl = buf[p]

@@ -14,24 +14,29 @@ notifier, third parties) once per loop turn.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import operator
 import shutil
 import struct
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
+from zlib import crc32
 
 import anyio
 import anyio.lowlevel
 import attrs
 
-from rmq.kernel.model import GetResult, GetStatus, MessageRecord, PutResult, PutStatus
+from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
 from rmq.plugins.storage_mmap.codec import (
     RECORD_OVERHEAD,
+    SCHEDULE_TOPIC,
     RecordError,
     RecordWriter,
+    message_tags_code,
     parse_for_dispatch,
     record_properties,
     store_timestamp_at,
@@ -39,7 +44,7 @@ from rmq.plugins.storage_mmap.codec import (
 from rmq.plugins.storage_mmap.commitlog import CommitLog
 from rmq.plugins.storage_mmap.consume_queue import UNIT, UNIT_SIZE, ConsumeQueueDispatcher, ConsumeQueueTable
 from rmq.plugins.storage_mmap.index import IndexDispatcher, IndexFile, IndexService
-from rmq.protocol.common import MAGIC_MESSAGE, Prop
+from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, Prop, decode_properties, tags_code
 from rmq.protocol.message import host_bytes
 
 if TYPE_CHECKING:
@@ -51,6 +56,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.store")
 
 _HEAD2 = struct.Struct(">ii")
+_PROPS_LEN = struct.Struct(">h").pack
+_first = operator.itemgetter(0)
 _MIN = -(1 << 63)
 DiskProbe = Callable[[], float]
 
@@ -123,6 +130,14 @@ class MmapMessageStore:
         self._wake: Any = None  # anyio.Event, created on start (it needs a running loop)
         self._progress: Any = None
         self._sync = False
+        self._reput_idle = False
+        # (phys, size, topic, queue, queue offset, sysflag, store ts, prepared offset, properties) of each
+        # record appended since the reput loop last ran: it builds requests from these instead of
+        # re-parsing the bytes it just wrote (recovery and any mismatch use the parser).
+        self._handoff: list[tuple[Any, ...]] = []
+        self._topics = self.writer._topics
+        self._max_body = config.maxMessageSize
+        self._backlog = self.options.backlog_bytes
         self._lock: StoreLock | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: Any = None
@@ -134,7 +149,9 @@ class MmapMessageStore:
         self._disk_ratio = -1.0
         self._index_threads: list[Any] = []
         self.recovery: dict[str, Any] = {}
-        self._n_put = self._n_put_bytes = self._n_put_failed = self._n_get = self._n_get_found = 0
+        self._n_put = self._n_put_failed = self._n_get = self._n_get_found = 0
+        self._start_offset = 0  # commitlog end at start: put_bytes = growth since
+        self._n_handoff = self._n_parsed = 0
         self._n_deleted = {"commitlog": 0, "consumequeue": 0, "index": 0}
         self._stale_span = config.maxMessageSize + 128 * 1024
 
@@ -194,6 +211,7 @@ class MmapMessageStore:
             self._tg.start_soon(self._reput_loop)
             await self.wait_dispatched()
             self._rebuild_topic_queue_table()
+            self._start_offset = self.commitlog.max_offset
             self.recovery["seconds"] = round(time.monotonic() - t0, 3)
             log.info(
                 "store %s started (%s recovery in %.2fs): commitlog [%d, %d), %d consume queues",
@@ -346,52 +364,90 @@ class MmapMessageStore:
         if not self._writable:
             return self._refused()
         writer = self.writer
-        try:
-            measured = writer.measure(msg)
-        except RecordError as e:
-            self._n_put_failed += 1
-            return PutResult(e.status, remark=e.remark)
-        total = measured[3]
+        body = msg.body
+        props = msg.properties
+        pb = props.encode() if props else b""
+        tp = self._topics.get(msg.topic)
+        if tp is not None and len(msg.born_host) == 8 and len(body) <= self._max_body and len(pb) <= 32767:
+            head = writer.head8  # the common case, validated inline
+            sys_flag = (msg.sys_flag & ~0x30) | writer._store_v6
+            total = head.size + len(body) + len(tp) + 2 + len(pb)
+        else:
+            try:
+                tp, pb, sys_flag, total, head = writer.measure(msg)
+            except RecordError as e:
+                self._n_put_failed += 1
+                return PutResult(e.status, remark=e.remark)
         cl = self.commitlog
-        try:
-            f = cl.reserve(total)
-        except ValueError as e:
-            self._n_put_failed += 1
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
-        except OSError as e:
-            self._n_put_failed += 1
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=f"cannot create segment: {e}")
+        files = cl.files
+        f = files[-1] if files else None
+        if f is None or total + 8 > f.size - f.wrote:
+            try:
+                f = cl.reserve(total)
+            except ValueError as e:
+                self._n_put_failed += 1
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
+            except OSError as e:
+                self._n_put_failed += 1
+                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=f"cannot create segment: {e}")
         pos = f.wrote
         phys = f.start + pos
         if msg.sys_flag & 0xC in (4, 12):  # prepared / rollback: no queue offset
             qoff = 0
         else:
-            topic = msg.topic
-            qid = msg.queue_id
-            tq = self._tq.get(topic)
+            tq = self._tq.get(msg.topic)
             if tq is None:
-                tq = self._tq[topic] = {}
+                tq = self._tq[msg.topic] = {}
+            qid = msg.queue_id
             qoff = tq.get(qid, 0)
             tq[qid] = qoff + 1
         ts = msg.store_timestamp or time.time_ns() // 1_000_000
         if total > len(self._buf):
             self._grow(total)
-        writer.pack(self._buf, 0, msg, measured, qoff, phys, ts)
+        buf = self._buf
+        head.pack_into(
+            buf,
+            0,
+            total,
+            MAGIC_MESSAGE,
+            crc32(body) & 0x7FFFFFFF,
+            msg.queue_id,
+            msg.flag,
+            qoff,
+            phys,
+            sys_flag,
+            msg.born_timestamp,
+            msg.born_host,
+            ts,
+            writer._store_host,
+            msg.reconsume_times,
+            msg.prepared_tx_offset,
+            len(body),
+        )
+        p = head.size
+        e = p + len(body)
+        buf[p:e] = body
+        p = e + len(tp)
+        buf[e:p] = tp
+        e = p + 2 + len(pb)
+        buf[p:e] = _PROPS_LEN(len(pb)) + pb
         end = pos + total
-        f.mm[pos:end] = self._view[:total]
+        f.mm[pos:end] = self._view[:total]  # the one copy into the mapping
         f.wrote = end
         end = phys + total
         cl.tail = (end, ts)
         self._n_put += 1
-        self._n_put_bytes += total
-        wake = self._wake
-        if not wake.is_set():
-            wake.set()
+        self._handoff.append(
+            (phys, total, msg.topic, msg.queue_id, qoff, sys_flag, ts, msg.prepared_tx_offset, props)
+        )
+        if self._reput_idle:
+            self._reput_idle = False
+            self._wake.set()
         result = PutResult(PutStatus.PUT_OK, phys, total, qoff, 1, ts)
         if self._sync:
-            if "WAIT\x01false" not in msg.properties and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
+            if "WAIT\x01false" not in props and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        elif end - self._reput_offset > self.options.backlog_bytes:
+        elif end - self._reput_offset > self._backlog:
             await anyio.lowlevel.checkpoint()  # let the reput loop catch up with a put-only caller
         return result
 
@@ -448,23 +504,28 @@ class MmapMessageStore:
         p = 0
         offsets = []
         pack = writer.pack
+        handoff = self._handoff
         for i in range(n):
+            m = batch[i]
+            meas = measured[i]
             offsets.append(phys + p)
-            p = pack(buf, p, batch[i], measured[i], qoff + i, phys + p, ts)
+            handoff.append(
+                (phys + p, meas[3], topic, qid, qoff + i, meas[2], ts, m.prepared_tx_offset, m.properties)
+            )
+            p = pack(buf, p, m, meas, qoff + i, phys + p, ts)
         f.mm[pos : pos + total] = self._view[:total]
         f.wrote = pos + total
         end = phys + total
         cl.tail = (end, ts)
         self._n_put += n
-        self._n_put_bytes += total
-        wake = self._wake
-        if not wake.is_set():
-            wake.set()
+        if self._reput_idle:
+            self._reput_idle = False
+            self._wake.set()
         result = PutResult(PutStatus.PUT_OK, phys, total, qoff, n, ts, offsets)
         if self._sync:
             if "WAIT\x01false" not in first.properties and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        elif end - self._reput_offset > self.options.backlog_bytes:
+        elif end - self._reput_offset > self._backlog:
             await anyio.lowlevel.checkpoint()
         return result
 
@@ -495,19 +556,92 @@ class MmapMessageStore:
         while True:
             if self._reput_offset >= self.commitlog.max_offset:
                 wake = self._wake = anyio.Event()
-                if self._reput_offset >= self.commitlog.max_offset:
-                    await wake.wait()
+                self._reput_idle = True  # a put sets the event only when the loop sleeps
+                await wake.wait()
                 continue
             await self._reput_once()
             progress, self._progress = self._progress, anyio.Event()
             progress.set()
             await anyio.lowlevel.checkpoint()
 
+    def _handoff_requests(self, offset: int) -> tuple[list[Any], int]:
+        """Requests for the handed-off records starting at ``offset`` (none if they do not start there)."""
+        items = self._handoff
+        fsize = self.commitlog.file_size
+        if items[0][0] < offset:  # already dispatched by the parser
+            k = bisect.bisect_left(items, offset, key=_first)
+            del items[:k]
+            if not items:
+                return [], offset
+        if items[0][0] != offset and not self._rolled(offset, items[0][0], fsize):
+            return [], offset
+        limit = self.options.dispatch_batch
+        if len(items) <= limit:
+            take = items
+            self._handoff = []
+        else:
+            take = items[:limit]
+            del items[:limit]
+        reqs: list[Any] = []
+        add = reqs.append
+        decode, tags, req, levels = decode_properties, tags_code, DispatchRequest, self._delay_levels
+        expected = offset
+        for phys, size, topic, qid, qoff, sys_flag, ts, prepared, props in take:
+            if phys != expected and not self._rolled(expected, phys, fsize):
+                log.warning(
+                    "reput: hand-off out of step at %d (expected %d); parsing instead", phys, expected
+                )
+                self._handoff = []
+                break
+            if props:
+                d = decode(props)
+                if topic == SCHEDULE_TOPIC and Prop.DELAY in d:
+                    tc = message_tags_code(topic, d, ts, levels)
+                else:
+                    tc = tags(d.get("TAGS"))
+                add(
+                    req(
+                        topic,
+                        qid,
+                        phys,
+                        size,
+                        tc,
+                        ts,
+                        qoff,
+                        sys_flag,
+                        prepared,
+                        d.get("KEYS"),
+                        d.get("UNIQ_KEY"),
+                        d,
+                    )
+                )
+            else:
+                add(req(topic, qid, phys, size, 0, ts, qoff, sys_flag, prepared, None, None, {}))
+            expected = phys + size
+        return reqs, expected
+
+    def _rolled(self, offset: int, nxt: int, fsize: int) -> bool:
+        """True when ``offset`` holds the end-of-file blank and ``nxt`` starts the next segment."""
+        if nxt % fsize or nxt != (offset // fsize + 1) * fsize:
+            return False
+        f = self.commitlog.file_for(offset)
+        if f is None:
+            return False
+        pos = offset - f.start
+        return pos + 8 <= f.size and _HEAD2.unpack_from(f.mm, pos)[1] == MAGIC_BLANK
+
     async def _reput_once(self) -> None:
         cl = self.commitlog
         offset = self._reput_offset
         if offset < cl.min_offset:
             offset = cl.min_offset
+        if self._handoff:
+            reqs, end = self._handoff_requests(offset)
+            if reqs:
+                self._n_handoff += len(reqs)
+                await self._run_dispatchers(reqs)
+                self._reput_offset = end
+                return
         f = cl.file_for(offset)
         if f is None:  # beyond the end (cannot happen) or nothing left
             self._reput_offset = cl.max_offset
@@ -517,6 +651,7 @@ class MmapMessageStore:
             f.mm, offset - f.start, f.wrote, f.start, reqs, self.options.dispatch_batch, self._delay_levels
         )
         if reqs:
+            self._n_parsed += len(reqs)
             await self._run_dispatchers(reqs)
         if state == 1:
             self._reput_offset = f.end
@@ -905,7 +1040,7 @@ class MmapMessageStore:
             "store": "mmap",
             "root": str(self.root),
             "puts": self._n_put,
-            "put_bytes": self._n_put_bytes,
+            "put_bytes": cl.max_offset - self._start_offset,
             "put_failures": self._n_put_failed,
             "gets": self._n_get,
             "get_messages": self._n_get_found,
@@ -914,6 +1049,8 @@ class MmapMessageStore:
             "flushed_offset": cl.flushed_where,
             "dispatched_offset": self._reput_offset,
             "dispatch_lag_bytes": cl.max_offset - self._reput_offset,
+            "dispatched_from_handoff": self._n_handoff,
+            "dispatched_from_parse": self._n_parsed,
             "commitlog_files": len(cl.files),
             "consume_queues": sum(1 for _ in self.cqs),
             "index_files": len(self.index.files) if self.index is not None else 0,

@@ -470,3 +470,49 @@ def test_java_hash_fast_matches_java_hash() -> None:
 
     check()
     assert java_hash_fast("x" * 5000) == java_hash("x" * 5000)
+
+
+@pytest.mark.anyio
+async def test_live_dispatch_equals_replayed_dispatch(
+    tmp_path: Path, store_factory: Callable[..., Any]
+) -> None:
+    """Live puts are dispatched from the put hand-off, a replay parses the bytes: same requests."""
+    from rmq.kernel.markers import hookimpl
+
+    live, replay = RecordingDispatcher(), RecordingDispatcher()
+
+    class P:
+        def __init__(self, d: RecordingDispatcher) -> None:
+            self.d = d
+
+        @hookimpl
+        def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
+            return [self.d]
+
+    born6 = bytes(range(16)) + (7).to_bytes(4, "big")
+    async with store_factory(tmp_path, P(live)) as store:
+        for i in range(400):
+            kind = i % 7
+            if kind == 0:
+                assert (await store.put_messages([rec(i + j, 1, size=300) for j in range(5)])).ok
+            elif kind == 1:
+                assert (await store.put_message(rec(i, 2, sys_flag=0x4))).ok
+            elif kind == 2:
+                assert (
+                    await store.put_message(rec(i, 0, topic="SCHEDULE_TOPIC_XXXX", properties="DELAY\x012"))
+                ).ok
+            elif kind == 3:
+                assert (await store.put_message(rec(i, 3, born_host=born6, properties=""))).ok
+            else:
+                assert (await store.put_message(rec(i, i % 4, size=50 + 37 * (i % 11)))).ok
+        await store.wait_dispatched()
+        st = store.stats()
+        assert st["dispatched_from_handoff"] == len(live.requests) and st["dispatched_from_parse"] == 0
+    import shutil
+
+    shutil.rmtree(tmp_path / "consumequeue")
+    (tmp_path / "checkpoint").write_bytes(bytes(4096))
+    _crash_copy(tmp_path)
+    async with store_factory(tmp_path, P(replay)) as store:
+        assert store.stats()["dispatched_from_parse"] == len(replay.requests)
+    assert len(live.requests) > 600 and replay.requests == live.requests

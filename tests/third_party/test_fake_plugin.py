@@ -22,7 +22,7 @@ def produce_with_cpp_client(namesrv: str, topic: str, n: int) -> None:
     from rocketmq.client import Message, Producer
 
     producer = Producer("fake-plugin-test")
-    producer.set_name_server_address(namesrv)
+    producer.set_namesrv_addr(namesrv)
     producer.start()
     try:
         for i in range(n):

@@ -274,7 +274,8 @@ class RocketMQBatchReader(_Planner, DataSourceReader):
         return [RangePartition.of(r) for r in plan_ranges(start, end, cfg.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return  # Spark's stand-in partition when partitions() planned none
         yield from read_range(self._read_spec(self.pushed_tags), partition, _arrow_schema(self.schema))
 
 
@@ -389,7 +390,8 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
         return [RangePartition.of(r) for r in plan_ranges(s, e, self.config.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return
         yield from read_range(self._read_spec(), partition, _arrow_schema(self.schema))
 
     def commit(self, end: dict) -> None:

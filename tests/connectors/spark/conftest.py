@@ -24,25 +24,23 @@ from rmq.kernel.testing.daemon import RmqdProcess
 _names = itertools.count()
 
 
-def discovery_dir(tmp: Path) -> Path:
+@pytest.fixture(scope="session")
+def discovery_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory that shows ``pyspark_rocketmq`` to pkgutil.iter_modules, as site-packages would."""
     import pyspark_rocketmq
 
-    d = tmp / "discovery"
-    d.mkdir(exist_ok=True)
-    link = d / "pyspark_rocketmq.py"
-    if not link.exists():
-        link.symlink_to(Path(pyspark_rocketmq.__file__).resolve())
+    d = tmp_path_factory.mktemp("discovery")
+    (d / "pyspark_rocketmq.py").symlink_to(Path(pyspark_rocketmq.__file__).resolve())
     return d
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark(discovery_path: Path) -> Iterator[Any]:
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
     from pyspark.sql import SparkSession
 
-    extra = str(discovery_dir(tmp_path_factory.mktemp("spark")))
+    extra = str(discovery_path)
     old = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "PYTHONPATH")}
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -75,7 +73,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RmqdProcess]:
     """One rmqd (name server + broker) for the suite; tests use their own topics."""
-    proc = RmqdProcess(tmp_path_factory.mktemp("rmqd-spark"))
+    proc = RmqdProcess(tmp_path_factory.mktemp("rmqd-spark"), broker_conf={"enablePropertyFilter": True})
     proc.start()
     try:
         yield proc

@@ -160,3 +160,30 @@ async def test_broadcasting_every_member_gets_everything(ns: str, name: str, tmp
     assert len(files) == 2  # one local offset file per instance
     doc = json.loads(files[0].read_text())
     assert sum(e["offset"] for e in doc["offsets"] if e["topic"] == topic) == 20
+
+
+async def test_start_offset_rules(ns: str, name: str) -> None:
+    """A new group starts where the broker says; only without a stored offset does consume_from_where apply.
+
+    Java's broker answers 0 (not "none") for a queue whose first message is still in
+    memory, so on a fresh topic every mode starts at 0, exactly as Java clients do.
+    """
+    import time as _time
+
+    topic = f"T_{name}"
+    await create_topic(ns, topic, 1)
+    with anyio.fail_after(30):
+        async with Producer(f"P_{name}", ns) as producer:
+            for i in range(5):
+                await producer.send(Message(topic, f"old{i}"))
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.2)
+            cut = int(_time.time() * 1000)
+        for mode in ("TIMESTAMP", "LAST_OFFSET", "FIRST_OFFSET"):
+            got = await collect_until(ns, f"G{mode}_{name}", topic, "*", lambda g: len(g) >= 5,
+                                      consume_from_where=mode, consume_timestamp=cut)
+            assert sorted(m.body for m in got) == [f"old{i}".encode() for i in range(5)], mode
+        async with PushConsumer(f"GX_{name}", ns, listener=lambda m: None, consume_from_where="TIMESTAMP",
+                                consume_timestamp=cut) as c:
+            mq = (await c.fetch_subscribe_queues(topic))[0]
+            assert await c.instance.search_offset(mq, cut) in (4, 5)  # nearest stored time: what TIMESTAMP uses

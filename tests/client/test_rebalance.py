@@ -47,6 +47,7 @@ async def test_third_member_joins_and_one_leaves_without_loss(ns: str, name: str
 
     sent = 0
     stop = anyio.Event()
+    produced = anyio.Event()
 
     async def produce(producer: Producer) -> None:
         nonlocal sent
@@ -54,6 +55,7 @@ async def test_third_member_joins_and_one_leaves_without_loss(ns: str, name: str
             await producer.send(Message(topic, str(sent)))
             sent += 1
             await anyio.sleep(0.003)
+        produced.set()
 
     with anyio.fail_after(60):
         async with Producer(f"P_{name}", ns) as producer, anyio.create_task_group() as tg:
@@ -72,8 +74,9 @@ async def test_third_member_joins_and_one_leaves_without_loss(ns: str, name: str
                     await _wait_partition([a, c], topic, 15)
                     await anyio.sleep(0.5)
                     stop.set()
+                    await produced.wait()
                     with anyio.fail_after(15):
-                        while len(received) < sent:  # noqa: ASYNC110
+                        while not set(range(sent)) <= set(received):  # noqa: ASYNC110
                             await anyio.sleep(0.05)
     assert set(received) == set(range(sent)), "a message was lost"
     dups = sum(n - 1 for n in received.values())
@@ -135,3 +138,25 @@ async def test_killed_member_queues_taken_over(ns: str, name: str) -> None:
         if child.poll() is None:
             child.kill()
             child.wait(5)
+
+
+async def test_allocation_by_name_and_unknown_name(ns: str, name: str) -> None:
+    topic, group = f"T_{name}", f"G_{name}"
+    await create_topic(ns, topic, QUEUES)
+
+    async def listener(m: MessageExt) -> None:
+        return None
+
+    with anyio.fail_after(30):
+        a = PushConsumer(group, ns, listener=listener, allocation="averagely_by_circle", **FAST)
+        b = PushConsumer(group, ns, listener=listener, allocation="averagely_by_circle", **FAST)
+        async with a, b:
+            a.subscribe(topic)
+            b.subscribe(topic)
+            await _wait_partition([a, b], topic, 15)
+            ids = sorted(q.queue_id for q in a.assignment() if q.topic == topic)
+            assert ids in ([0, 2, 4, 6], [1, 3, 5, 7])  # circle: every other queue
+        bad = PushConsumer(f"X_{name}", ns, listener=listener, allocation="no_such_strategy")
+        with pytest.raises(KeyError, match="available: .*averagely"):
+            async with bad:
+                pass

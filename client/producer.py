@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -39,7 +40,6 @@ from rmq.protocol.message import (
     create_uniq_id,
     decode_message,
     decode_offset_msg_id,
-    encode_batch,
 )
 
 log = logging.getLogger("rmq.client.producer")
@@ -66,6 +66,8 @@ RETRY_CODES = frozenset(
 )
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_BATCH_HEAD = struct.Struct(">iiiii")  # total, magic (0), body crc (0: the broker computes), flag, body length
+_U16 = struct.Struct(">H")
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
@@ -421,37 +423,45 @@ class Producer(ClientBase):
 
     # ------------------------------------------------------------------ batches
     def _batch_chunks(self, msgs: Sequence[Message]) -> list[tuple[list[str], bytes]]:
+        """Encode members once (§4.9 layout) and cut into bodies of at most ``batch_max_bytes``."""
         if not msgs:
             raise ValueError("send_batch needs at least one message")
         topic = msgs[0].topic
         if topic.startswith("%RETRY%"):
             raise ValueError("batches cannot be sent to retry topics")
         chunks: list[tuple[list[str], bytes]] = []
-        items: list[tuple[bytes, int, str]] = []
+        parts: list[bytes] = []
         ids: list[str] = []
         size = 0
         limit = self.options.batch_max_bytes
+        head = _BATCH_HEAD.pack
+        plen = _U16.pack
+        new_id = create_uniq_id
         for m in msgs:
             if m.topic != topic:
                 raise ValueError(f"a batch goes to one topic; got {topic!r} and {m.topic!r}")
-            if m.delay_level:
-                raise ValueError("batched messages cannot have a delay level")
             props = m.properties
+            if Prop.DELAY in props:
+                raise ValueError("batched messages cannot have a delay level")
             uniq = props.get(Prop.UNIQ_KEY)
             if uniq is None:
-                uniq = create_uniq_id()
-                props = {**props, Prop.UNIQ_KEY: uniq}
-            ps = encode_properties(props)
-            item_size = 22 + len(m.body) + len(ps.encode())
-            if item_size > limit:
-                raise MessageTooLargeError(f"one batched message of {item_size} bytes exceeds {limit}")
-            if items and size + item_size > limit:
-                chunks.append((ids, encode_batch(items)))
-                items, ids, size = [], [], 0
-            items.append((m.body, m.flag, ps))
+                uniq = new_id()
+                ps = encode_properties(props)
+                ps = f"{ps}\x02UNIQ_KEY\x01{uniq}" if ps else f"UNIQ_KEY\x01{uniq}"
+            else:
+                ps = encode_properties(props)
+            pb = ps.encode()
+            body = m.body
+            item = head(22 + len(body) + len(pb), 0, 0, m.flag, len(body)) + body + plen(len(pb)) + pb
+            if len(item) > limit:
+                raise MessageTooLargeError(f"one batched message of {len(item)} bytes exceeds {limit}")
+            if parts and size + len(item) > limit:
+                chunks.append((ids, b"".join(parts)))
+                parts, ids, size = [], [], 0
+            parts.append(item)
             ids.append(uniq)
-            size += item_size
-        chunks.append((ids, encode_batch(items)))
+            size += len(item)
+        chunks.append((ids, b"".join(parts)))
         return chunks
 
     async def send_batch(

@@ -65,13 +65,17 @@ class _PolicyBase:
         self._kick: Any = None  # anyio.Event: somebody waits or data arrived
         self.rounds = 0
         self.flush_seconds = 0.0
+        self._earliest_deadline: float | None = None
+        self._watch: Any = None
 
     async def __aenter__(self) -> Any:
         self._round = anyio.Event()
         self._kick = anyio.Event()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._watch = anyio.Event()
         self._tg.start_soon(self._loop)
+        self._tg.start_soon(self._watchdog)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -113,17 +117,37 @@ class _PolicyBase:
             done.set()
 
     async def wait_flushed(self, end_offset: int) -> bool:
+        """Wait for the round that covers ``end_offset``. No cancel scope per waiter (they cost more
+        than the rest of a put): the watchdog ends the wait of everyone past the deadline."""
         store = self.store
         if store.flushed_offset >= end_offset:
             return True
-        self._demand()
-        with anyio.move_on_after(self.timeout):
-            while store.flushed_offset < end_offset:
-                await self._round.wait()
-                if store.flushed_offset < end_offset:
-                    self._demand()
-            return True
-        return store.flushed_offset >= end_offset
+        deadline = time.monotonic() + self.timeout
+        while store.flushed_offset < end_offset:
+            if time.monotonic() >= deadline:
+                return False
+            if self._earliest_deadline is None:  # (re-)arm the watchdog
+                self._earliest_deadline = deadline
+                self._watch.set()
+            self._demand()
+            await self._round.wait()
+        return True
+
+    async def _watchdog(self) -> None:
+        """RocketMQ's flush-timeout watcher: when a flush round outlives syncFlushTimeout (a stalled
+        disk), wake the waiters so they report FLUSH_DISK_TIMEOUT instead of hanging."""
+        while True:
+            await self._watch.wait()
+            self._watch = anyio.Event()
+            while self._earliest_deadline is not None:
+                delay = self._earliest_deadline - time.monotonic()
+                if delay > 0:
+                    await anyio.sleep(min(delay, 0.05) + 0.001)
+                    if self.store.flushed_offset >= self.store.max_phy_offset:
+                        self._earliest_deadline = None
+                    continue
+                self._earliest_deadline = None
+                self._finish_round()  # waiters re-check their deadlines
 
     def _demand(self) -> None:
         self.wake()

@@ -1,0 +1,189 @@
+"""Flush policies: group commit, timeouts, periodic flushing with least-pages, final flush."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.kernel.config import BrokerConfig
+from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
+from rmq.kernel.markers import hookimpl
+from rmq.kernel.model import MessageRecord, PutStatus
+from rmq.kernel.testing import make_kernel
+from rmq.plugins.flush import AsyncFlushPlugin, AsyncFlushPolicy, SyncFlushPlugin, SyncFlushPolicy
+from rmq.plugins.storage_mmap import MmapStoragePlugin
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Disk:
+    """A ``Flushable`` whose flush takes ``delay`` seconds (a slow or stalled disk)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.written = 0
+        self.flushed = 0
+        self.calls: list[int] = []
+        self.lock = threading.Lock()
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.written
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.flushed
+
+    def flush(self, least_pages: int) -> int:
+        target = self.written
+        with self.lock:
+            self.calls.append(least_pages)
+            if least_pages and target // 4096 - self.flushed // 4096 < least_pages:
+                return self.flushed
+            time.sleep(self.delay)
+            self.flushed = max(self.flushed, target)
+            return self.flushed
+
+
+def cfg(**kw: Any) -> BrokerConfig:
+    return BrokerConfig(**kw)
+
+
+def test_policies_satisfy_the_protocol_and_plugins_check_options() -> None:
+    disk = Disk()
+    assert isinstance(disk, Flushable)
+    assert isinstance(SyncFlushPolicy(disk, cfg()), FlushPolicy) and SyncFlushPolicy(disk, cfg()).synchronous
+    assert (
+        isinstance(AsyncFlushPolicy(disk, cfg()), FlushPolicy)
+        and not AsyncFlushPolicy(disk, cfg()).synchronous
+    )
+    for plugin in (AsyncFlushPlugin, SyncFlushPlugin):
+        with pytest.raises(ValueError, match="unknown option.*interval"):
+            plugin({"interval": 5})
+        policy = plugin({}).rmq_flush_make_policy(kernel=None, store=disk, config=cfg())
+        assert isinstance(policy, FlushPolicy)
+
+
+@pytest.mark.anyio
+async def test_group_commit_shares_flushes() -> None:
+    disk = Disk(delay=0.01)
+    async with SyncFlushPolicy(disk, cfg()) as policy:
+        results: list[bool] = []
+
+        async def putter() -> None:
+            for _ in range(10):
+                disk.written += 100
+                results.append(await policy.wait_flushed(disk.written))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(putter)
+    assert results == [True] * 200
+    assert len(disk.calls) <= 40  # ~10 rounds of 20 waiters, not 200 flushes
+    assert disk.flushed == disk.written
+
+
+@pytest.mark.anyio
+async def test_sync_timeout_reports_false_then_recovers() -> None:
+    disk = Disk(delay=0.6)
+    async with SyncFlushPolicy(disk, cfg(syncFlushTimeout=100)) as policy:
+        disk.written = 10
+        t0 = time.monotonic()
+        assert await policy.wait_flushed(10) is False
+        assert time.monotonic() - t0 < 0.5  # the watchdog ends the wait, not the stalled flush
+        await anyio.sleep(0.7)  # the stalled flush completes
+        assert disk.flushed == 10
+        assert await policy.wait_flushed(10) is True
+
+
+@pytest.mark.anyio
+async def test_async_policy_least_pages_and_thorough() -> None:
+    disk = Disk()
+    conf = cfg(flushIntervalCommitLog=20, flushCommitLogLeastPages=4, flushCommitLogThoroughInterval=400)
+    async with AsyncFlushPolicy(disk, conf) as policy:
+        disk.written = 3 * 4096  # below 4 dirty pages: periodic flushes skip it
+        await anyio.sleep(0.15)
+        assert disk.flushed == 0 and disk.calls and set(disk.calls) == {4}
+        await anyio.sleep(0.4)  # the thorough interval flushes whatever is written
+        assert disk.flushed == 3 * 4096 and 0 in disk.calls
+        disk.written += 5 * 4096
+        await anyio.sleep(0.1)
+        assert disk.flushed == 8 * 4096
+        disk.written += 10
+        with anyio.fail_after(1):  # a waiter asks for a full flush now
+            assert await policy.wait_flushed(disk.written)
+        disk.written += 10
+    assert disk.flushed == disk.written  # final flush on exit
+
+
+@pytest.mark.anyio
+async def test_sync_store_puts_are_durable_before_ack(tmp_path: Path) -> None:
+    kernel = make_kernel(
+        [MmapStoragePlugin(), SyncFlushPlugin()],
+        {
+            "broker": {
+                "storePathRootDir": str(tmp_path),
+                "mappedFileSizeCommitLog": 1 << 20,
+                "flushDiskType": "SYNC_FLUSH",
+            }
+        },
+    )
+    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    async with store:
+        assert store.policy.synchronous
+
+        async def put(i: int) -> None:
+            r = await store.put_message(MessageRecord("T", i % 4, b"x" * 500))
+            assert r.status == PutStatus.PUT_OK
+            assert store.flushed_offset >= r.wrote_offset + r.wrote_bytes
+
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(put, i)
+        assert store.policy.rounds < 64
+        r = await store.put_message(MessageRecord("T", 0, b"y", properties="WAIT\x01false"))
+        assert r.ok  # WAIT=false: stored without waiting for the disk
+
+
+class NeverDurable:
+    """A third-party flush plugin whose disk never confirms: puts must say FLUSH_DISK_TIMEOUT."""
+
+    class Policy:
+        synchronous = True
+
+        async def __aenter__(self) -> Any:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            pass
+
+        async def wait_flushed(self, end_offset: int) -> bool:
+            return False
+
+        def wake(self) -> None:
+            pass
+
+    @hookimpl
+    def rmq_flush_make_policy(self, kernel: Any, store: Any, config: Any) -> Any:
+        return self.Policy()
+
+
+@pytest.mark.anyio
+async def test_flush_timeout_status(tmp_path: Path) -> None:
+    kernel = make_kernel(
+        [MmapStoragePlugin(), NeverDurable()], {"broker": {"storePathRootDir": str(tmp_path)}}
+    )
+    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    async with store:
+        r = await store.put_message(MessageRecord("T", 0, b"x"))
+        assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and r.wrote_offset == 0
+        await store.wait_dispatched()
+        assert store.get_max_offset("T", 0) == 1  # stored all the same

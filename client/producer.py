@@ -214,9 +214,10 @@ class Producer(ClientBase):
             raise TypeError(f"send() takes an rmq.client.Message, got {type(msg).__name__}")
         props = msg.properties
         uniq = props.get(Prop.UNIQ_KEY)
+        extra = ""
         if uniq is None:
             uniq = create_uniq_id()
-            props = {**props, Prop.UNIQ_KEY: uniq}
+            extra = f"UNIQ_KEY\x01{uniq}"
         body = msg.body
         sys_flag = 0
         opts = self.options
@@ -232,7 +233,10 @@ class Producer(ClientBase):
             raise MessageTooLargeError(
                 f"message body of {len(body)} bytes exceeds max_message_size {opts.max_message_size}"
             )
-        prepared = _Prepared(msg.topic, body, msg.flag, sys_flag, encode_properties(props), uniq)
+        ps = encode_properties(props) if props else ""
+        if extra:
+            ps = f"{ps}\x02{extra}" if ps else extra
+        prepared = _Prepared(msg.topic, body, msg.flag, sys_flag, ps, uniq)
         if msg.topic.startswith("%RETRY%"):
             rt = props.get(Prop.RECONSUME_TIME)
             mrt = props.get(Prop.MAX_RECONSUME_TIMES)
@@ -330,7 +334,9 @@ class Producer(ClientBase):
                 last_exc, last_broker = exc, mq.broker_name
             else:
                 if fault is not None:
-                    fault.update(mq.broker_name, (time.monotonic() - t0) * 1000.0)
+                    latency_ms = (time.monotonic() - t0) * 1000.0
+                    if latency_ms >= 550.0 or fault.has_items:  # below 550 ms nothing is isolated
+                        fault.update(mq.broker_name, latency_ms)
                 if result.status is not SendStatus.SEND_OK and self.options.retry_another_broker_when_not_store_ok \
                         and attempt + 1 < attempts:
                     last_broker = mq.broker_name

@@ -82,6 +82,10 @@ class LatencyFaultTolerance:
         self._clock = clock
         self._counter = itertools.count()
 
+    @property
+    def has_items(self) -> bool:
+        return bool(self._items)
+
     @staticmethod
     def isolation_ms(latency_ms: float) -> int:
         for lim, dur in zip(reversed(LATENCY_MAX_MS), reversed(NOT_AVAILABLE_MS), strict=True):

@@ -36,6 +36,7 @@ log = logging.getLogger("rmq.client.push")
 Listener = Callable[[Any], Any]
 _FAIL = (ConsumeResult.RECONSUME_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
 MIB = 1024 * 1024
+FLOW_CONTROL_DELAY = 0.01  # Java waits 50 ms; shorter keeps a fast listener busy
 
 
 def _is_async(fn: Any) -> bool:
@@ -193,7 +194,7 @@ class PushConsumer(ConsumerBase):
                     await anyio.sleep(0.2)
                     continue
                 if pq.count > max_count or pq.msg_size > max_bytes or (not orderly and pq.span() > opts.max_span):
-                    await anyio.sleep(0.05)
+                    await anyio.sleep(FLOW_CONTROL_DELAY)
                     continue
                 if orderly and clustering and not self._lock_valid(pq):
                     await anyio.sleep(0.5)

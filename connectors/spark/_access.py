@@ -201,7 +201,42 @@ class Session:
         return self._call(all_())
 
     def search(self, q: QueueRef, timestamp_ms: int) -> int:
-        return self._call(self._consumer.search_offset(_mq(q), timestamp_ms))
+        """First offset stored at or after ``timestamp_ms`` (Kafka's semantics; max if none).
+
+        The broker answers with the offset stored *nearest* the time (RocketMQ's semantics),
+        which may be one before it; a few one-message pulls settle the exact boundary.
+        """
+        consumer = self._consumer
+        mq = _mq(q)
+
+        async def store_time(offset: int) -> int | None:
+            from rmq.client import PullStatus
+
+            res = await consumer.pull(mq, offset, 1)
+            if res.status is PullStatus.FOUND and res.messages:
+                return int(res.messages[0].store_timestamp)
+            return None
+
+        async def find() -> int:
+            lo, hi = await asyncio.gather(consumer.min_offset(mq), consumer.max_offset(mq))
+            off = min(max(await consumer.search_offset(mq, timestamp_ms), lo), hi)
+            for _ in range(64):  # forward past messages stored before the time
+                if off >= hi:
+                    return hi
+                t = await store_time(off)
+                if t is None or t >= timestamp_ms:
+                    break
+                off += 1
+            for _ in range(64):  # back over equal-or-later neighbours
+                if off <= lo:
+                    break
+                t = await store_time(off - 1)
+                if t is None or t < timestamp_ms:
+                    break
+                off -= 1
+            return off
+
+        return self._call(find())
 
     def commit_offsets(self, group: str, offsets: Mapping[QueueRef, int]) -> None:
         """Store ``offsets`` as ``group``'s consume offsets on the brokers (for monitoring tools)."""

@@ -140,24 +140,35 @@ def resolve(
 
 
 def check_data_loss(
-    wanted: Mapping[QueueRef, int], bounds: Mapping[QueueRef, Bounds], fail: bool
+    wanted: Mapping[QueueRef, int], bounds: Mapping[QueueRef, Bounds], fail: bool, *, beyond_end: bool = False
 ) -> dict[QueueRef, int]:
     """Offsets below a queue's min (data already gone) fail or move up to the min.
 
-    With ``fail`` the error says which queue, what was wanted, what is left, and how to go on.
+    With ``beyond_end`` an offset past the queue's max (the queue was deleted and recreated,
+    so its offsets restarted) fails too, or restarts at the queue's min. The error says which
+    queue, what was wanted, what is there, and how to go on.
     """
     out = dict(wanted)
     for q, off in wanted.items():
         b = bounds.get(q)
-        if b is None or off >= b.min:
+        if b is None:
             continue
-        if fail:
-            raise DataLossError(
-                f"rocketmq: offsets {off}..{b.min - 1} of queue {q} are no longer on the broker "
-                f"(its earliest offset is {b.min}); some data was lost. Set failOnDataLoss=false to skip "
-                "ahead and continue."
-            )
-        out[q] = b.min
+        if off < b.min:
+            if fail:
+                raise DataLossError(
+                    f"rocketmq: offsets {off}..{b.min - 1} of queue {q} are no longer on the broker "
+                    f"(its earliest offset is {b.min}); some data was lost. Set failOnDataLoss=false to skip "
+                    "ahead and continue."
+                )
+            out[q] = b.min
+        elif beyond_end and off > b.max:
+            if fail:
+                raise DataLossError(
+                    f"rocketmq: queue {q} ends at offset {b.max} but the query already read up to {off}; the "
+                    "queue was recreated or truncated and some data may be lost. Set failOnDataLoss=false to "
+                    "read it again from its earliest offset."
+                )
+            out[q] = b.min
     return out
 
 

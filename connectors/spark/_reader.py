@@ -335,6 +335,7 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
         self._session = None
         self._target: dict[QueueRef, int] | None = None  # availableNow: never read past this
         self._latest: dict[QueueRef, int] | None = None  # last seen max offsets, for reportLatestOffset
+        self._committed: dict[QueueRef, int] = {}  # what groupId holds on the brokers, as far as we know
 
     # -- offsets -------------------------------------------------------------------------------
     def _snapshot(self) -> dict[QueueRef, Bounds]:
@@ -362,6 +363,9 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_json(start)
+        # Spark plans the next batch only once the previous one completed, so ``start`` is
+        # processed: mirror it to the group now (commit() is not called after a query's last batch).
+        self._commit_group(begin)
         bounds = self._snapshot()
         new = {q: b.min for q, b in bounds.items() if q not in begin}
         if new:
@@ -370,7 +374,13 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
             log.info("rocketmq: new queues %s start at their earliest offsets", ", ".join(map(str, new)))
             return offsets_to_json({**begin, **new})
         present = {q: off for q, off in begin.items() if q in bounds}
-        present = check_data_loss(present, bounds, self.config.fail_on_data_loss)
+        moved = check_data_loss(present, bounds, self.config.fail_on_data_loss, beyond_end=True)
+        if moved != present:
+            # failOnDataLoss=false: first a micro-batch that only moves the offsets of the queues that lost data
+            # (nothing is read from them), then reading goes on from there
+            changed = {q: off for q, off in moved.items() if off != present[q]}
+            log.warning("rocketmq: data lost; queues %s continue at %s", ", ".join(map(str, changed)), changed)
+            return offsets_to_json({**begin, **changed})
         latest = {q: max(bounds[q].max, present[q]) for q in present}
         if self._target is not None:
             latest = {q: max(present[q], min(latest[q], self._target.get(q, present[q]))) for q in latest}
@@ -395,11 +405,18 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
         yield from read_range(self._read_spec(), partition, _arrow_schema(self.schema))
 
     def commit(self, end: dict) -> None:
+        self._commit_group(offsets_from_json(end))
+
+    def _commit_group(self, offsets: dict[QueueRef, int]) -> None:
         group = self.config.group_id
         if group is None:
             return
+        changed = {q: off for q, off in offsets.items() if self._committed.get(q) != off}
+        if not changed:
+            return
         try:
-            self._open().commit_offsets(group, offsets_from_json(end))
+            self._open().commit_offsets(group, changed)
+            self._committed.update(changed)
         except Exception as exc:  # monitoring only: never fail the query for it
             log.warning("rocketmq: could not commit offsets of group %s: %s", group, exc)
 

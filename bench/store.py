@@ -90,12 +90,18 @@ def line(name: str, n: int, wall: float, cpu: float, nbytes: int = 0, extra: str
 
 
 async def bench_put(base: Path) -> None:
-    cases = [(128, 200_000, False), (1024, 200_000, False), (16 * 1024, 40_000, False), (128, 200_000, True)]
-    for size, n, keys in cases:
+    cases = [
+        (128, 200_000, False, True),
+        (1024, 200_000, False, True),
+        (16 * 1024, 40_000, False, True),
+        (128, 200_000, True, True),  # KEYS set too: two index entries per message
+        (128, 200_000, False, False),  # messageIndexEnable=false: consume queue only
+    ]
+    for size, n, keys, index in cases:
         for batch in (1, 32):
             root = Path(tempfile.mkdtemp(dir=base))
             msgs = messages(n, size, keys)
-            async with make_store(root) as store:
+            async with make_store(root, messageIndexEnable=index) as store:
                 clock = Clock()
                 if batch == 1:
                     put = store.put_message
@@ -113,7 +119,8 @@ async def bench_put(base: Path) -> None:
             del msgs
             gc.unfreeze()
             kind = "single" if batch == 1 else f"batch {batch}"
-            line(f"put {size:>5} B {kind:<8}{' +KEYS' if keys else ''}", n, wall, cpu, nbytes)
+            note = " +KEYS" if keys else "" if index else " noidx"
+            line(f"put {size:>5} B {kind:<8}{note}", n, wall, cpu, nbytes)
 
 
 async def bench_get(base: Path) -> None:

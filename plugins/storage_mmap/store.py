@@ -10,6 +10,11 @@ one slice assignment into the mmap, wake the reput loop, and only then await the
 flush policy when it is synchronous. The reput loop turns new commitlog bytes into
 ``DispatchRequest`` batches for every dispatcher (consume queues, index, broker
 notifier, third parties) once per loop turn.
+
+Records appended by this process are handed to the reput loop as small tuples (the
+values the put just packed), so it does not re-parse bytes it has just written;
+anything else (recovery replay, a hand-off out of step) is parsed from the mapping.
+A test checks that both paths produce identical requests.
 """
 
 from __future__ import annotations

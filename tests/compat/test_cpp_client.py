@@ -96,9 +96,10 @@ def test_e_two_push_consumers_share_a_clustering_group(rmqd: Any, cpp: Any, comp
     while len(compat.consumer_ids(rmqd, group)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(compat.consumer_ids(rmqd, group)) == 2
-    # both rebalanced (NOTIFY_CONSUMER_IDS_CHANGED): 8 topic queues + 1 retry queue held between them
+    # both rebalanced (NOTIFY_CONSUMER_IDS_CHANGED): the 8 topic queues held between them (the retry
+    # queue joins later: librocketmq re-reads the route of %RETRY%group only on its 30 s timer)
     deadline = time.monotonic() + 20
-    while compat.held_pulls(rmqd) < 9 and time.monotonic() < deadline:
+    while compat.held_pulls(rmqd) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
     n = 5000
@@ -146,7 +147,7 @@ def test_g_push_consumer_resumes_after_rmqd_restart(rmqd_factory: Any, cpp: Any,
     c = cpp("push", namesrv=proc.namesrv_addr, topic="CompatG", group=group, instance="g1")
     c.wait(lambda: c.has("started"), 30, "consumer started")
     deadline = time.monotonic() + 20
-    while compat.held_pulls(proc) < 5 and time.monotonic() < deadline:
+    while compat.held_pulls(proc) < 4 and time.monotonic() < deadline:
         time.sleep(0.1)
     n1 = 300
     p = cpp("produce", namesrv=proc.namesrv_addr, topic="CompatG", count=n1, method="sync")

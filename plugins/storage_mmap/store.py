@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
-import shutil
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -787,14 +787,18 @@ class MmapMessageStore:
                 log.exception("retention pass failed")
 
     def _default_disk_probe(self) -> float:
+        """Used fraction of the fullest partition holding the commitlog or the consume queues, as
+        RocketMQ computes it: used / (used + usable), so root-reserved blocks count as neither."""
         ratios = []
         for d in {self.commitlog.dir, self.cqs.root}:
             try:
-                u = shutil.disk_usage(d)
+                st = os.statvfs(d)
             except OSError:
                 return 1.0  # unreadable counts as full: clean up rather than run out
-            if u.total:
-                ratios.append((u.total - u.free) / u.total)
+            used = (st.f_blocks - st.f_bfree) * st.f_frsize
+            usable = st.f_bavail * st.f_frsize
+            if used + usable > 0:
+                ratios.append(used / (used + usable))
         return max(ratios, default=0.0)
 
     def check_disk(self) -> float:

@@ -377,6 +377,10 @@ async def test_disk_ratio_guards(tmp_path: Path, store_factory: Callable[..., An
     async with store_factory(tmp_path, fileReservedTime=72, deleteWhen="99") as store:
         await put_many(store, 800, size=200)
         n = len(store.commitlog.files)
+        real = store._default_disk_probe()  # what runs when no probe is injected: used / (used + usable)
+        st = os.statvfs(tmp_path)
+        used = st.f_blocks - st.f_bfree
+        assert 0.0 < real < 1.0 and abs(real - used / (used + st.f_bavail)) < 0.01
         ratio = [0.80]
         store.disk_usage_probe = lambda: ratio[0]
         assert await store.clean_expired_files() == 0  # > 75%: pass runs, but files are not expired

@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
-from cattrs.v import format_exception
+
+from rmq.kernel.options import did_you_mean, first_error, make_converter
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -187,7 +188,7 @@ class RootConfig:
 
 
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv = make_converter()
 
     def names_hook(value: Any, _: Any) -> list[str]:
         if isinstance(value, str):
@@ -202,7 +203,7 @@ def _make_converter() -> cattrs.Converter:
         out = {}
         for ns, names in value.items():
             if ns not in NAMESPACES:
-                hint = _did_you_mean(ns, NAMESPACES)
+                hint = did_you_mean(ns, NAMESPACES)
                 raise ValueError(f"unknown plugin namespace {ns!r}{hint}; namespaces: {', '.join(NAMESPACES)}")
             try:
                 out[ns] = names_hook(names, None)
@@ -210,19 +211,6 @@ def _make_converter() -> cattrs.Converter:
                 raise ValueError(f"{ns}: {e}") from None
         return out
 
-    def strict_scalar(kind: type) -> Any:
-        def hook(value: Any, _: Any) -> Any:
-            # TOML is typed: refuse silent coercions such as "10911" -> 10911 or 1 -> True.
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                return float(value)
-            if type(value) is not kind:
-                raise ValueError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
-            return value
-
-        return hook
-
-    for kind in (int, float, str, bool):
-        conv.register_structure_hook(kind, strict_scalar(kind))
     conv.register_structure_hook_func(lambda t: t == dict[str, list[str]], plugins_hook)
     for cls in (NamesrvConfig, BrokerConfig, LogConfig):
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
@@ -232,36 +220,16 @@ def _make_converter() -> cattrs.Converter:
 CONVERTER = _make_converter()
 
 
-def _did_you_mean(word: str, choices: Any) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
     """One line: file, key path, what was expected."""
-    def fmt(e: BaseException, kind: Any) -> str:
-        if type(e) is ValueError:  # our own hooks' precise words
-            return str(e)
-        return format_exception(e, kind)
-
-    msgs = (
-        cattrs.transform_error(exc, format_exception=fmt)
-        if isinstance(exc, cattrs.BaseValidationError)
-        else [str(exc)]
-    )
-    msg = msgs[0]
-    # cattrs says "... @ $.broker.listenPort"; turn the path into TOML's dotted form.
-    text, _, path = msg.partition(" @ ")
-    path = path.removeprefix("$").lstrip(".")
+    path, text = first_error(exc)
     if text.startswith("extra fields found (") and text.endswith(")"):
         extras = text[len("extra fields found (") : -1].split(", ")
         section = path.split(".")[0] if path else ""
         cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "log": LogConfig}.get(section, RootConfig)
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
-        return f"{source}: unknown key {key!r}{_did_you_mean(extras[0], known)}"
+        return f"{source}: unknown key {key!r}{did_you_mean(extras[0], known)}"
     return f"{source}: {path or '(top level)'}: {text}"
 
 
@@ -276,7 +244,7 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
     if cls is not None and len(parts) == 2:
         fields = {f.name: f for f in attrs.fields(cls)}
         if key not in fields:
-            raise ConfigError(f"--set {dotted}: unknown key {dotted!r}{_did_you_mean(key, fields)}")
+            raise ConfigError(f"--set {dotted}: unknown key {dotted!r}{did_you_mean(key, fields)}")
         kind = fields[key].type
         try:
             if kind in ("int", int):
@@ -340,7 +308,7 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         raise ConfigError(f"{source}: no role enabled: add a [namesrv] and/or a [broker] section")
     for ns, tables in cfg.plugin.items():
         if ns not in NAMESPACES:
-            raise ConfigError(f"{source}: plugin.{ns}: unknown plugin namespace{_did_you_mean(ns, NAMESPACES)}")
+            raise ConfigError(f"{source}: plugin.{ns}: unknown plugin namespace{did_you_mean(ns, NAMESPACES)}")
         for name, table in tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")

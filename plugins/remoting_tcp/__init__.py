@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.kernel.markers import hookimpl
+from rmq.kernel.options import structure_options
 from rmq.plugins.remoting_tcp.client import TcpRemotingClient
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.plugins.remoting_tcp.server import TcpRemotingServer
@@ -57,12 +58,7 @@ class TcpOptions:
 
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> TcpOptions:
-        unknown = sorted(set(options) - {"max_frame_size", "idle_timeout"})
-        if unknown:
-            raise ValueError(
-                f"unknown key(s) in [remoting.tcp]: {', '.join(unknown)}; known: idle_timeout, max_frame_size"
-            )
-        return cls(**options)
+        return structure_options(cls, options, "[plugin.remoting.tcp]")
 
 
 class TcpRemotingPlugin:

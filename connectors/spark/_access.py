@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import struct
 import threading
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -261,27 +262,26 @@ class Session:
         expression_type: str,
         fail_on_data_loss: bool,
         pull_batch_size: int,
-    ) -> Iterator[list[Any]]:
-        """Messages of ``[start, end)`` in offset order, as lists (one per span pulled).
+    ) -> Iterator[tuple[list[bytes], int, int]]:
+        """Raw pull bodies covering ``[start, end)`` in offset order, as (bodies, lo, hi) per span.
 
         The range is cut into spans of ``pull_batch_size`` offsets, up to PULLS_IN_FLIGHT of
-        them pulled concurrently; each span keeps only offsets inside it, so spans never
-        overlap even when a filtered pull scans past its span.
+        them pulled concurrently. A body may hold records outside its span (a filtered pull
+        scans on); the caller keeps only offsets in ``[lo, hi)``, so spans never overlap.
+        Bodies are decoded by the caller, off the event loop (see ``_decode.Columns``).
         """
-        mq = _mq(q)
         span = max(1, pull_batch_size)
         starts = iter(range(start, end, span))
-        window: list[concurrent.futures.Future[list[Any]]] = []
+        window: list[tuple[int, int, concurrent.futures.Future[list[bytes]]]] = []
         filtered = expression not in (None, "*") or expression_type != "TAG"
-        ctx = _SpanContext(self._consumer, mq, q, expression or "*", expression_type, fail_on_data_loss,
-                           filtered, span)
+        puller = _SpanPuller(self._consumer, q, expression or "*", expression_type, fail_on_data_loss, filtered, span)
 
         def submit() -> bool:
             lo = next(starts, None)
             if lo is None:
                 return False
-            coro = ctx.pull_span(lo, min(lo + span, end))
-            window.append(asyncio.run_coroutine_threadsafe(coro, self._loop))
+            hi = min(lo + span, end)
+            window.append((lo, hi, asyncio.run_coroutine_threadsafe(puller.pull_span(lo, hi), self._loop)))
             return True
 
         try:
@@ -289,12 +289,13 @@ class Session:
                 if not submit():
                     break
             while window:
-                msgs = window.pop(0).result(self.timeout_s * 3)
+                lo, hi, fut = window.pop(0)
+                bodies = fut.result(self.timeout_s * 3)
                 submit()
-                if msgs:
-                    yield msgs
+                if bodies:
+                    yield bodies, lo, hi
         finally:
-            for fut in window:
+            for _, _, fut in window:
                 fut.cancel()
 
     # -- writing ---------------------------------------------------------------------------------
@@ -344,28 +345,38 @@ class Producer:
             self.session._call(all_(), timeout=self.session.timeout_s * (3 + len(jobs) / SENDS_IN_FLIGHT))
 
 
-class _SpanContext:
-    """Pulls one span ``[lo, hi)`` completely, deciding what gaps and illegal offsets mean."""
+_RAW_STATUS = {0: "FOUND", 19: "NO_NEW_MSG", 20: "NO_MATCHED_MSG", 21: "OFFSET_ILLEGAL"}
+
+
+class _SpanPuller:
+    """Pulls one span ``[lo, hi)`` of a queue completely, deciding what gaps and illegal offsets mean.
+
+    Pulls return the raw record bytes (decoding happens in the reader thread, columnar).
+    That uses the client's instance-level ``invoke``; if the client ever stops offering it,
+    the public ``PullConsumer.pull`` is used and its messages are re-encoded (slower).
+    """
 
     def __init__(
-        self,
-        consumer: Any,
-        mq: Any,
-        q: QueueRef,
-        expression: str,
-        expression_type: str,
-        fail: bool,
-        filtered: bool,
+        self, consumer: Any, q: QueueRef, expression: str, expression_type: str, fail: bool, filtered: bool,
         max_nums: int,
     ) -> None:
         self.consumer = consumer
-        self.mq = mq
+        self.mq = _mq(q)
         self.q = q
         self.expression = expression
         self.expression_type = expression_type
         self.fail = fail
         self.filtered = filtered
         self.max_nums = max_nums
+        try:
+            from rmq.client.consumer import pull_ext
+            from rmq.client.subscription import Subscription
+
+            self._sub = Subscription.parse(q.topic, expression, expression_type)
+            self._pull_ext = pull_ext
+            self._raw = callable(getattr(consumer.instance, "invoke", None))
+        except (ImportError, AttributeError):  # pragma: no cover - client API drift
+            self._raw = False
 
     def _lost(self, lo: int, hi: int, why: str) -> None:
         if self.fail:
@@ -375,35 +386,68 @@ class _SpanContext:
             )
         log.warning("rocketmq: skipping offsets %d..%d of %s (%s)", lo, hi - 1, self.q, why)
 
-    async def pull_span(self, lo: int, hi: int) -> list[Any]:
-        from rmq.client import PullStatus
+    async def _pull(self, offset: int, max_nums: int) -> tuple[str, int, int, int, bytes]:
+        """(status, next offset, min offset, max offset, record bytes) of one pull."""
+        if self._raw:
+            from rmq.client.errors import BrokerError
 
-        out: list[Any] = []
+            inst = self.consumer.instance
+            mq = self.mq
+            addr = inst.broker_addr(mq.broker_name) or await inst.find_broker_addr(mq.broker_name, mq.topic)
+            ext = self._pull_ext(self.consumer.group, mq, offset, max_nums, self._sub)
+            resp = await inst.invoke(addr, 11, ext, timeout=self.consumer.pull_timeout, ok=tuple(_RAW_STATUS),
+                                     what=f"pull {self.q}")
+            status = _RAW_STATUS.get(resp.code)
+            if status is None:  # pragma: no cover - invoke raised already
+                raise BrokerError(resp.code, resp.remark, f"pull {self.q}", addr)
+            e = resp.ext
+            return (status, int(e.get("nextBeginOffset") or 0), int(e.get("minOffset") or 0),
+                    int(e.get("maxOffset") or 0), bytes(resp.body or b"") if status == "FOUND" else b"")
+        res = await self.consumer.pull(self.mq, offset, max_nums, expression=self.expression,
+                                       expression_type=self.expression_type)
+        return (res.status.name, res.next_begin_offset, res.min_offset, res.max_offset,
+                _encode(res.messages) if res.messages else b"")
+
+    async def pull_span(self, lo: int, hi: int) -> list[bytes]:
+        out: list[bytes] = []
         cur = lo
         while cur < hi:
-            res = await self.consumer.pull(
-                self.mq, cur, min(self.max_nums, hi - cur),
-                expression=self.expression, expression_type=self.expression_type,
-            )
-            status = res.status
-            if status is PullStatus.FOUND:
-                msgs = res.messages
-                if msgs and not self.filtered and msgs[0].queue_offset > cur:
-                    self._lost(cur, min(msgs[0].queue_offset, hi), "gap in the queue")
-                out.extend(m for m in msgs if cur <= m.queue_offset < hi)
-                nxt = max(res.next_begin_offset, msgs[-1].queue_offset + 1 if msgs else cur)
-            elif status is PullStatus.NO_MATCHED_MSG:
-                nxt = res.next_begin_offset
-            elif status is PullStatus.OFFSET_ILLEGAL and cur < res.min_offset:
-                self._lost(cur, min(res.min_offset, hi), f"the queue now starts at {res.min_offset}")
-                nxt = res.min_offset
+            status, nxt, min_off, max_off, body = await self._pull(cur, min(self.max_nums, hi - cur))
+            if status == "FOUND":
+                if body:
+                    first = _QOFF.unpack_from(body, 20)[0]
+                    if not self.filtered and first > cur:
+                        self._lost(cur, min(first, hi), "gap in the queue")
+                    out.append(body)
+                nxt = max(nxt, cur + 1) if body else nxt
+            elif status == "NO_MATCHED_MSG":
+                pass
+            elif status == "OFFSET_ILLEGAL" and cur < min_off:
+                self._lost(cur, min(min_off, hi), f"the queue now starts at {min_off}")
+                nxt = min_off
             else:  # NO_NEW_MSG, or illegal above the max: the range's tail is gone
-                self._lost(cur, hi, f"the queue now ends at {res.max_offset}")
+                self._lost(cur, hi, f"the queue now ends at {max_off}")
                 return out
             if nxt <= cur:
-                raise RuntimeError(f"rocketmq: pull of {self.q} at {cur} made no progress ({status.name})")
+                raise RuntimeError(f"rocketmq: pull of {self.q} at {cur} made no progress ({status})")
             cur = nxt
         return out
+
+
+_QOFF = struct.Struct(">q")  # a record's QUEUEOFFSET sits at byte 20
+
+
+def _encode(msgs: Sequence[Any]) -> bytes:
+    """MessageExt objects back to record bytes (only on the fallback path)."""
+    from rmq.protocol.message import encode_message
+
+    return b"".join(
+        encode_message(m.topic, m.body, queue_id=m.queue_id, flag=m.flag, properties=m.properties,
+                       sys_flag=m.sys_flag & ~0x1, queue_offset=m.queue_offset, commit_log_offset=m.commit_log_offset,
+                       born_timestamp=m.born_timestamp, born_host=m.born_host, store_timestamp=m.store_timestamp,
+                       store_host=m.store_host)
+        for m in msgs
+    )
 
 
 def _mq(q: QueueRef) -> Any:

@@ -110,12 +110,18 @@ def tag_set(expression: str | None) -> frozenset[str] | None:
 
 def read_range(spec: ReadSpec, part: RangePartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Pull ``[part.start, part.end)`` and yield Arrow batches of about BATCH_ROWS rows."""
-    from rmq.connectors.spark._schema import to_record_batch
+    from rmq.connectors.spark._decode import Columns
+    from rmq.connectors.spark._schema import SYSTEM_PROPERTIES
 
     q = QueueRef(part.topic, part.broker, part.queue_id)
     session = _access.shared_session(spec.nameserver, spec.timeout_s)
-    pending: list[Any] = []
-    for chunk in session.read(
+    cols = Columns()
+
+    def batch() -> pa.RecordBatch:
+        return cols.to_batch(schema, topic=q.topic, broker=q.broker, queue_id=q.queue_id, partition=part.partition,
+                             born_time=spec.born_time, tags=spec.tags, system_properties=SYSTEM_PROPERTIES)
+
+    for bodies, lo, hi in session.read(
         q,
         part.start,
         part.end,
@@ -124,16 +130,17 @@ def read_range(spec: ReadSpec, part: RangePartition, schema: pa.Schema) -> Itera
         fail_on_data_loss=spec.fail_on_data_loss,
         pull_batch_size=spec.pull_batch_size,
     ):
-        if spec.tags is not None:
-            chunk = [m for m in chunk if m.properties.get("TAGS") in spec.tags]
-        pending.extend(chunk)
-        if len(pending) >= BATCH_ROWS:
-            yield to_record_batch(pending, schema, topic=q.topic, broker=q.broker, queue_id=q.queue_id,
-                                  partition=part.partition, born_time=spec.born_time)
-            pending = []
-    if pending:
-        yield to_record_batch(pending, schema, topic=q.topic, broker=q.broker, queue_id=q.queue_id,
-                              partition=part.partition, born_time=spec.born_time)
+        for body in bodies:
+            cols.add(body, lo, hi)
+        if len(cols) >= BATCH_ROWS:
+            out = batch()
+            cols = Columns()
+            if out.num_rows:
+                yield out
+    if len(cols):
+        out = batch()
+        if out.num_rows:
+            yield out
 
 
 class _Planner:

@@ -1,0 +1,163 @@
+"""Throughput of the Spark connector: batch read and sink, rows/s (figures printed, never asserted).
+
+    python bench/spark.py                        # starts its own rmqd in a temp dir
+    python bench/spark.py --messages 1000000 --size 100 --queues 8 --master local[2]
+    python bench/spark.py --nameserver 127.0.0.1:9876 --topic bench_existing --skip-produce
+
+Steps: produce the topic with the client's batch sends (time printed), read it back whole
+with ``spark.read.format("rocketmq")`` (a warm-up pass, then the timed pass), then write
+the same number of rows with the sink. The reader side is also timed without Spark
+(the connector's pull + Arrow conversion in one process) to show Spark's share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def produce(namesrv: str, topic: str, n: int, size: int, queues: int) -> float:
+    """Send n messages of ``size`` bytes in batches, several batches in flight; returns seconds."""
+    from rmq.client import Admin, Message, Producer
+
+    async def run() -> float:
+        async with Admin(namesrv_addr=namesrv) as admin:
+            await admin.create_topic(topic, queues)
+        body = b"x" * size
+        async with Producer("bench_spark_producer", namesrv_addr=namesrv) as p:
+            mqs = sorted(await p.fetch_publish_queues(topic))
+            batch = 500
+            slots = asyncio.Semaphore(16)
+            t0 = time.perf_counter()
+
+            async def send(i: int) -> None:
+                async with slots:
+                    msgs = [Message(topic, body, keys=f"k{j}") for j in range(i, min(i + batch, n))]
+                    await p.send_batch(msgs, queue=mqs[(i // batch) % len(mqs)])
+
+            await asyncio.gather(*(send(i) for i in range(0, n, batch)))
+            return time.perf_counter() - t0
+
+    return asyncio.run(run())
+
+
+def read_without_spark(namesrv: str, topic: str) -> tuple[int, float]:
+    """The connector's own read path (pull spans + Arrow batches) for every queue, in this process."""
+    from rmq.connectors.spark._access import Session
+    from rmq.connectors.spark._offsets import partition_indexes
+    from rmq.connectors.spark._reader import RangePartition, ReadSpec, read_range
+    from rmq.connectors.spark._schema import arrow_schema
+
+    with Session(namesrv) as s:
+        qs = s.queues(topic)
+        bounds = s.bounds(qs)
+    idx = partition_indexes(qs)
+    spec = ReadSpec(namesrv, 10.0, None, "TAG", None, True, False, False, 256)
+    schema = arrow_schema(False)
+    t0 = time.perf_counter()
+    rows = 0
+    for q in qs:
+        part = RangePartition(q.topic, q.broker, q.queue_id, idx[q], bounds[q].min, bounds[q].max)
+        rows += sum(b.num_rows for b in read_range(spec, part, schema))
+    return rows, time.perf_counter() - t0
+
+
+def spark_session(master: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from rmq.connectors.spark import register
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("rmq-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def spark_read(spark: Any, namesrv: str, topic: str) -> tuple[int, int, float]:
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("rocketmq").option("nameserver", namesrv).option("subscribe", topic).load()
+    t0 = time.perf_counter()
+    row = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"), F.max("offset")).first()
+    return int(row["n"]), int(row["bytes"] or 0), time.perf_counter() - t0
+
+
+def spark_write(spark: Any, namesrv: str, topic: str, n: int, size: int, partitions: int) -> float:
+    from rmq.client.blocking import Admin
+
+    with Admin(namesrv_addr=namesrv) as admin:
+        admin.create_topic(topic, 8)
+    df = spark.range(0, n, 1, partitions).selectExpr(
+        "CAST(id AS STRING) AS key", f"CAST(repeat('y', {size}) AS BINARY) AS value"
+    )
+    t0 = time.perf_counter()
+    df.write.format("rocketmq").option("nameserver", namesrv).option("topic", topic).mode("append").save()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Spark connector throughput")
+    ap.add_argument("--nameserver", help="use this cluster instead of starting an rmqd")
+    ap.add_argument("--topic", default=None)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100, help="body bytes")
+    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--skip-produce", action="store_true")
+    ap.add_argument("--skip-write", action="store_true")
+    args = ap.parse_args(argv)
+
+    proc = None
+    if args.nameserver is None:
+        from rmq.kernel.testing.daemon import RmqdProcess
+
+        proc = RmqdProcess(Path(tempfile.mkdtemp(prefix="rmq-spark-bench-")),
+                           broker_conf={"mappedFileSizeCommitLog": 1024 * 1024 * 1024})
+        proc.start()
+        namesrv = proc.namesrv_addr
+    else:
+        namesrv = args.nameserver
+    topic = args.topic or f"bench_spark_{os.getpid()}"
+    n, size = args.messages, args.size
+    try:
+        print(f"rmq spark bench: {n:,} messages x {size} B, {args.queues} queues, {args.master}, namesrv {namesrv}")
+        if not args.skip_produce:
+            secs = produce(namesrv, topic, n, size, args.queues)
+            print(f"produce (client batch send):   {secs:7.2f} s  {n / secs:12,.0f} msgs/s")
+        rows, secs = read_without_spark(namesrv, topic)
+        print(f"read, connector alone (1 proc): {secs:7.2f} s  {rows / secs:12,.0f} rows/s")
+        spark = spark_session(args.master)
+        try:
+            spark_read(spark, namesrv, topic)  # warm-up: JVM, Python workers, connections
+            rows, nbytes, secs = spark_read(spark, namesrv, topic)
+            print(f"spark batch read:               {secs:7.2f} s  {rows / secs:12,.0f} rows/s"
+                  f"  {nbytes / secs / 1e6:8.1f} MB/s  ({rows:,} rows)")
+            if not args.skip_write:
+                secs = spark_write(spark, namesrv, f"{topic}_sink", n, size, spark.sparkContext.defaultParallelism)
+                print(f"spark sink (write):             {secs:7.2f} s  {n / secs:12,.0f} rows/s")
+        finally:
+            spark.stop()
+    finally:
+        if proc is not None:
+            proc.stop()
+
+
+if __name__ == "__main__":
+    main()

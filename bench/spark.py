@@ -122,14 +122,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--skip-produce", action="store_true")
     ap.add_argument("--skip-write", action="store_true")
+    ap.add_argument("--max-transfer", type=int, default=None,
+                    help="own rmqd only: maxTransferCountOnMessageInMemory (messages per pull; broker default 32)")
     args = ap.parse_args(argv)
 
     proc = None
     if args.nameserver is None:
         from rmq.kernel.testing.daemon import RmqdProcess
 
-        proc = RmqdProcess(Path(tempfile.mkdtemp(prefix="rmq-spark-bench-")),
-                           broker_conf={"mappedFileSizeCommitLog": 1024 * 1024 * 1024})
+        conf: dict[str, Any] = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024}
+        if args.max_transfer:
+            conf["maxTransferCountOnMessageInMemory"] = args.max_transfer
+            conf["maxTransferBytesOnMessageInMemory"] = max(256 * 1024, args.max_transfer * (args.size + 200))
+        proc = RmqdProcess(Path(tempfile.mkdtemp(prefix="rmq-spark-bench-")), broker_conf=conf)
         proc.start()
         namesrv = proc.namesrv_addr
     else:
@@ -137,7 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     topic = args.topic or f"bench_spark_{os.getpid()}"
     n, size = args.messages, args.size
     try:
-        print(f"rmq spark bench: {n:,} messages x {size} B, {args.queues} queues, {args.master}, namesrv {namesrv}")
+        per_pull = args.max_transfer or "broker default"
+        print(f"rmq spark bench: {n:,} messages x {size} B, {args.queues} queues, {args.master}, "
+              f"namesrv {namesrv}, messages per pull: {per_pull}")
         if not args.skip_produce:
             secs = produce(namesrv, topic, n, size, args.queues)
             print(f"produce (client batch send):   {secs:7.2f} s  {n / secs:12,.0f} msgs/s")

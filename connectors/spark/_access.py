@@ -15,14 +15,14 @@ import concurrent.futures
 import logging
 import struct
 import threading
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rmq.connectors.spark._offsets import Bounds, DataLossError, QueueRef
 
 log = logging.getLogger("rmq.connectors.spark")
 
-__all__ = ["Session", "shared_session", "make_message", "stable_index"]
+__all__ = ["Session", "shared_session", "message_factory", "key_hash"]
 
 T = TypeVar("T")
 
@@ -31,19 +31,19 @@ SENDS_IN_FLIGHT = 8  # batches sent concurrently by one task
 _GROUP = "rmq_spark_reader"  # pulls need a group name; nothing is committed under it
 
 
-def make_message(
-    topic: str, value: bytes | str, *, tags: str | None, keys: str | None, properties: Mapping[str, str] | None
-) -> Any:
+def message_factory() -> Callable[..., Any]:
+    """``Message(topic, body, tags=, keys=, properties=)`` of the client (resolved once per task)."""
     from rmq.client import Message
 
-    return Message(topic, value, tags=tags or None, keys=keys or None, properties=properties or None)
+    return Message
 
 
-def stable_index(key: str, n: int) -> int:
-    """Queue index for a key: the client's cross-process hash (Java ``String.hashCode`` for str)."""
+def key_hash() -> Callable[[str], int]:
+    """The client's cross-process key hash (Java ``String.hashCode`` for str, as Java's
+    SelectMessageQueueByHash): the same key picks the same queue from any process or language."""
     from rmq.client.selector import stable_hash
 
-    return stable_hash(key) % n
+    return stable_hash
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -122,6 +122,8 @@ class _Sender:
         self.producer = self.session.producer(config.producer_group, config.send_timeout_s)
         self._queues: dict[str, list[Any]] = {}
         self._rr = itertools.count(random.randrange(1 << 16))
+        self._message = _access.message_factory()
+        self._hash = _access.key_hash()
         self.messages = 0
         self.batches = 0
 
@@ -144,6 +146,7 @@ class _Sender:
             parts = _column(batch, "partition")
             headers = _column(batch, "headers")
             groups: dict[tuple[str, int], list[Any]] = {}
+            make, key_hash = self._message, self._hash
             unkeyed: dict[str, list[Any]] = {}
             for i in range(n):
                 value = values[i] if values is not None else None
@@ -153,12 +156,12 @@ class _Sender:
                 if not topic:
                     raise ValueError(f"rocketmq sink: row {i} has no topic (set the 'topic' option or column)")
                 key = _text(keys[i]) if keys is not None and keys[i] is not None else None
-                msg = _access.make_message(
+                msg = make(
                     topic,
                     value,
                     tags=tags[i] if tags is not None else None,
                     keys=key,
-                    properties=_headers(headers[i]) if headers is not None else None,
+                    properties=_headers(headers[i]) if headers is not None and headers[i] else None,
                 )
                 part = parts[i] if parts is not None else None
                 if part is not None:
@@ -170,7 +173,7 @@ class _Sender:
                     groups.setdefault((topic, part), []).append(msg)
                 elif key is not None:
                     qs = self.queues(topic)
-                    groups.setdefault((topic, _access.stable_index(key, len(qs))), []).append(msg)
+                    groups.setdefault((topic, key_hash(key) % len(qs)), []).append(msg)
                 else:
                     unkeyed.setdefault(topic, []).append(msg)
             jobs: list[tuple[Any, list[Any]]] = []

@@ -155,7 +155,7 @@ class BrokerController:
             return self._filters[key]
         except KeyError:
             pass
-        if etype.upper() == "TAG" and expr.strip() in ("", "*") and expr != " * ":
+        if expr in ("", "*") and etype.upper() == "TAG":  # exactly as the tag filter defines subscribe-all
             f: MessageFilter | None = None
         else:
             if etype.upper() != "TAG" and not self.config.enablePropertyFilter:

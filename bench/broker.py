@@ -1,0 +1,214 @@
+"""Broker figures over TCP against a real ``rmqd`` child process (rmq's own codec + remoting client).
+
+    python bench/broker.py [--messages N] [--size BYTES] [--inflight K] [--flush async|sync|both]
+
+For each flush mode (ASYNC_FLUSH, SYNC_FLUSH) it starts a fresh rmqd (namesrv +
+broker, mmap store in a temp dir) and prints:
+
+* produce throughput: N sends of SIZE bytes with K requests in flight on one connection;
+* consume throughput: everything pulled back, one puller per queue, 32 messages per pull;
+* single-connection sync send latency p50/p99 (one request at a time);
+* long-poll wake-up latency p50/p99: a PULL held with the SUSPEND flag at the queue's
+  end, then a send to that queue; time from issuing the send to the held pull's response.
+
+Only rmq.protocol and the tcp remoting client are used (not rmq.client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.kernel.testing.daemon import RmqdProcess
+from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import Prop, encode_properties
+from rmq.protocol.message import UniqIdGenerator
+
+TOPIC = "BenchTopic"
+QUEUES = 8
+
+
+def send_cmd(body: bytes, queue_id: int, uniq: UniqIdGenerator) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 request as a Java producer writes it."""
+    props = encode_properties({Prop.TAGS: "TagA", Prop.UNIQ_KEY: uniq(), Prop.WAIT: "true"})
+    ext = {"a": "bench_producer", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
+           "g": str(time.time_ns() // 1_000_000), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+async def create_topic(client: TcpRemotingClient, addr: str) -> None:
+    ext = {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+           "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+    r = await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), 10)
+    assert r.code == 0, r
+
+
+async def throughput(addr: str, n: int, size: int, inflight: int) -> tuple[float, float]:
+    body = b"x" * size
+    uniq = UniqIdGenerator()
+    async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
+        await create_topic(client, addr)
+        for q in range(QUEUES):  # warm-up
+            await client.invoke(addr, send_cmd(body, q, uniq), 10)
+        counter = iter(range(n))
+        errors = 0
+
+        async def worker(k: int) -> None:
+            nonlocal errors
+            for i in counter:
+                r = await client.invoke(addr, send_cmd(body, (i + k) % QUEUES, uniq), 30)
+                if r.code != 0:
+                    errors += 1
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for k in range(inflight):
+                tg.start_soon(worker, k)
+        dt = time.perf_counter() - t0
+    if errors:
+        print(f"  !! {errors} sends failed")
+    return n / dt, n * size / dt / 1e6
+
+
+async def consume(addr: str) -> tuple[float, int]:
+    """Pull every queue of the topic from offset 0 to its end (one puller per queue, 32 per pull)."""
+    total = 0
+    async with TcpRemotingClient(RemotingConfig(name="bench-consume")) as client:
+        async def drain(q: int) -> None:
+            nonlocal total
+            offset = 0
+            while True:
+                r = await client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": "bench_drain", "topic": TOPIC, "queueId": str(q), "queueOffset": str(offset),
+                    "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                    "subscription": "*", "subVersion": "0", "expressionType": "TAG"}), 30)
+                if r.code != 0:
+                    return
+                offset = int(r.ext["nextBeginOffset"])
+                total += _records(r.body)
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for q in range(QUEUES):
+                tg.start_soon(drain, q)
+        dt = time.perf_counter() - t0
+    return total / dt, total
+
+
+def _records(body: bytes) -> int:
+    """Count records by walking TOTALSIZE (no decode: the figure is the broker's, not the client's)."""
+    n = pos = 0
+    end = len(body)
+    while pos + 4 <= end:
+        pos += int.from_bytes(body[pos : pos + 4], "big")
+        n += 1
+    return n
+
+
+async def sync_latency(addr: str, n: int, size: int) -> list[float]:
+    body = b"x" * size
+    uniq = UniqIdGenerator()
+    out = []
+    async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
+        for i in range(200):
+            await client.invoke(addr, send_cmd(body, i % QUEUES, uniq), 10)
+        for i in range(n):
+            cmd = send_cmd(body, i % QUEUES, uniq)
+            t0 = time.perf_counter()
+            r = await client.invoke(addr, cmd, 10)
+            out.append((time.perf_counter() - t0) * 1e6)
+            assert r.code == 0
+    return out
+
+
+async def wake_latency(addr: str, n: int, size: int) -> list[float]:
+    body = b"x" * size
+    uniq = UniqIdGenerator()
+    out = []
+    queue = 0
+    async with TcpRemotingClient(RemotingConfig(name="bench-pull")) as puller, \
+            TcpRemotingClient(RemotingConfig(name="bench-send")) as sender:
+        r = await sender.invoke(addr, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(queue)}), 10)
+        offset = int(r.ext["offset"])
+        for _ in range(n):
+            pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "bench_consumer", "topic": TOPIC, "queueId": str(queue), "queueOffset": str(offset),
+                "maxMsgNums": "32", "sysFlag": str(2 | 4), "commitOffset": "0", "suspendTimeoutMillis": "15000",
+                "subscription": "*", "subVersion": "0", "expressionType": "TAG"})
+            done = anyio.Event()
+            result: dict[str, Any] = {}
+
+            async def held(pull: RemotingCommand = pull, done: anyio.Event = done,
+                           result: dict[str, Any] = result) -> None:
+                result["resp"] = await puller.invoke(addr, pull, 30)
+                result["t"] = time.perf_counter()
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(held)
+                await anyio.sleep(0.005)  # let the pull reach the broker and park
+                t0 = time.perf_counter()
+                await sender.invoke(addr, send_cmd(body, queue, uniq), 10)
+                await done.wait()
+            resp = result["resp"]
+            assert resp.code == 0, resp
+            offset = int(resp.ext["nextBeginOffset"])
+            out.append((result["t"] - t0) * 1e6)
+    return out
+
+
+async def run_all(addr: str, args: argparse.Namespace) -> dict[str, Any]:
+    tput, mbps = await throughput(addr, args.messages, args.size, args.inflight)
+    ctput, consumed = await consume(addr)
+    lat = await sync_latency(addr, args.latency_count, args.size)
+    wake = await wake_latency(addr, args.wake_count, args.size)
+    return {"tput": tput, "mbps": mbps, "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--inflight", type=int, default=32)
+    p.add_argument("--latency-count", type=int, default=5000)
+    p.add_argument("--wake-count", type=int, default=300)
+    p.add_argument("--flush", choices=["async", "sync", "both"], default="both")
+    p.add_argument("--no-uvloop", action="store_true", help="client event loop: plain asyncio")
+    args = p.parse_args()
+    modes = ["ASYNC_FLUSH", "SYNC_FLUSH"] if args.flush == "both" else [f"{args.flush.upper()}_FLUSH"]
+    backend_options = {} if args.no_uvloop else {"use_uvloop": True}
+    print(f"rmqd broker bench: {args.messages} x {args.size} B, {args.inflight} in flight, one connection")
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
+            proc = RmqdProcess(Path(tmp), broker_conf={"flushDiskType": mode,
+                                                       "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+            proc.start()
+            try:
+                r = anyio.run(run_all, proc.broker_addr, args, backend="asyncio", backend_options=backend_options)
+            finally:
+                proc.stop()
+        print(f"{mode}:")
+        print(f"  produce           {r['tput']:>10,.0f} msg/s  ({r['mbps']:.1f} MB/s)")
+        print(f"  consume (pull)    {r['ctput']:>10,.0f} msg/s  ({r['consumed']} messages, 8 queues, 32 per pull)")
+        print(f"  sync send         p50 {statistics.median(r['lat']):7.0f} µs   p99 {pct(r['lat'], 0.99):7.0f} µs")
+        print(f"  long-poll wake    p50 {statistics.median(r['wake']) / 1000:7.2f} ms   "
+              f"p99 {pct(r['wake'], 0.99) / 1000:7.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

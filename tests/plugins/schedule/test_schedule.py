@@ -1,0 +1,93 @@
+"""The schedule plugin: per-level delivery order and timing, offsets file, clamping, options."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.kernel.testing import make_kernel
+from rmq.plugins.broker import BrokerPlugin
+from rmq.plugins.broker.configfile import loads_lenient
+from rmq.plugins.filters import TagFilterPlugin
+from rmq.plugins.flush import AsyncFlushPlugin
+from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
+from rmq.plugins.schedule import SchedulePlugin
+from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import encode_properties
+from rmq.protocol.message import decode_messages
+
+pytestmark = pytest.mark.anyio
+
+
+def kernel(tmp: Path, levels: str, **opts: Any) -> Any:
+    conf = {"broker": {"listenHost": "127.0.0.1", "listenPort": 0, "brokerIP1": "127.0.0.1",
+                       "storePathRootDir": str(tmp), "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+                       "messageDelayLevel": levels, "flushDelayOffsetInterval": 200}}
+    return make_kernel([TcpRemotingPlugin({}), MmapStoragePlugin({}), AsyncFlushPlugin({}), TagFilterPlugin({}),
+                        BrokerPlugin({}), SchedulePlugin(opts)], conf)
+
+
+async def send(c: TcpRemotingClient, addr: str, topic: str, body: bytes, delay: int) -> RemotingCommand:
+    ext = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "1",
+           "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0",
+           "properties": encode_properties({"DELAY": str(delay), "KEYS": body.decode()})}
+    return await c.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body), 5)
+
+
+async def pull_all(c: TcpRemotingClient, addr: str, topic: str) -> list[Any]:
+    r = await c.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "G", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}), 5)
+    return decode_messages(r.body) if r.code == 0 else []
+
+
+async def test_levels_deliver_in_time_order(tmp_path: Path) -> None:
+    async with kernel(tmp_path, "1s 1s 2s", poll_interval_ms=20) as k:
+        b = k.services["broker"]
+        async with TcpRemotingClient(RemotingConfig(name="t")) as c:
+            t0 = time.monotonic()
+            for body, level in ((b"late", 3), (b"early", 1), (b"early2", 1), (b"capped", 99)):
+                r = await send(c, b.broker_addr, "Sch", body, level)
+                assert r.code == 0 and r.ext["queueId"] == "0"
+            seen: dict[bytes, float] = {}
+            for _ in range(200):
+                for m in await pull_all(c, b.broker_addr, "Sch"):
+                    seen.setdefault(m.body, time.monotonic() - t0)
+                if len(seen) == 4:
+                    break
+                await anyio.sleep(0.02)
+            assert set(seen) == {b"late", b"early", b"early2", b"capped"}
+            assert 0.9 <= seen[b"early"] < 1.8 and seen[b"late"] >= 1.9 and seen[b"capped"] >= 1.9
+            msgs = await pull_all(c, b.broker_addr, "Sch")
+            assert [m.queue_offset for m in msgs] == [0, 1, 2, 3]  # new records in the real queue
+            assert all("DELAY" not in m.properties and m.properties["REAL_QID"] == "0" for m in msgs)
+            r = await c.invoke(b.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET), 5)
+            table = loads_lenient(r.body)
+            assert table["offsetTable"] == {"1": 2, "2": 0, "3": 2}
+
+
+async def test_offsets_clamped_and_persisted(tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "delayOffset.json").write_text('{"offsetTable":{1:500,2:-3}}')
+    async with kernel(tmp_path, "1s 1s") as k:
+        svc = k.services["broker"]
+        assert svc is not None
+        sched = [p for p in k.pm.get_plugins() if isinstance(p, SchedulePlugin)][0].service
+        assert sched.offsets == {1: 0, 2: 0}  # empty queues: clamped into [0, 0]
+    text = (cfg / "delayOffset.json").read_text()
+    assert "1:0" in text.replace("\t", "").replace("\n", "")
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="poll_interval"):
+        SchedulePlugin({"poll_interval_ms": 0})
+    with pytest.raises(ValueError, match="known keys"):
+        SchedulePlugin({"nope": 1})

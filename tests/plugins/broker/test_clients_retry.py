@@ -158,3 +158,19 @@ async def test_delay_level_and_persisted_delay_offsets(broker_env: Any, tmp_path
         await anyio.sleep(0.5)
         p = await env.pull("D", 0, 0)
         assert len(decode_messages(p.body)) == 1
+
+
+async def test_client_side_retry_send_goes_to_dlq_at_max(broker_env: Any) -> None:
+    """client A re-sends failed messages to %RETRY%group itself; the broker moves them to the DLQ at max."""
+    async with broker_env() as env:
+        r = await env.send("%RETRY%CG", b"again", reconsumeTimes=3)
+        assert r.code == 0
+        assert (await env.pull("%RETRY%CG", 0, 0, group="CG")).code == 0
+        r = await env.send("%RETRY%CG", b"dead", reconsumeTimes=16)
+        assert r.code == 0
+        m = decode_messages((await env.pull("%DLQ%CG", 0, 0, group="CG")).body)[0]
+        assert m.body == b"dead" and m.topic == "%DLQ%CG"
+        # header maxReconsumeTimes is honoured (client version >= 121)
+        r = await env.send("%RETRY%CG2", b"early-dead", reconsumeTimes=2, maxReconsumeTimes=2)
+        assert r.code == 0
+        assert (await env.pull("%DLQ%CG2", 0, 0, group="CG2")).code == 0

@@ -230,3 +230,27 @@ async def test_commit_offset_flag_and_offset_queries(broker_env: Any) -> None:
         assert r.code == 0 and r.ext["offset"] == "0"
         r = await env.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
         assert b'"O@G":{0:3}' in r.body
+
+
+async def test_store_full_and_busy_answers(broker_env: Any) -> None:
+    async with broker_env(store="mmap") as env:
+        assert (await env.send("Full", b"x")).code == 0
+        store = env.broker.store
+        store.disk_usage_probe = lambda: 0.99  # the mmap store refuses puts past diskSpaceWarningLevelRatio
+        store.check_disk()
+        r = await env.send("Full", b"x")
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk" in r.remark
+        store.disk_usage_probe = lambda: 0.10
+        store.check_disk()
+        assert (await env.send("Full", b"x")).code == 0
+    async with broker_env(sendThreadPoolQueueCapacity=0) as env:
+        r = await env.send("Busy", b"x")
+        assert r.code == ResponseCode.SYSTEM_BUSY and "flow control" in r.remark
+
+
+async def test_short_polling_when_long_polling_disabled(broker_env: Any) -> None:
+    async with broker_env(longPollingEnable=False, shortPollingTimeMills=200) as env:
+        await env.send("SP", b"0")
+        t0 = time.monotonic()
+        r = await env.pull("SP", 0, 1, suspend_ms=10_000)
+        assert r.code == ResponseCode.PULL_NOT_FOUND and 0.15 < time.monotonic() - t0 < 2

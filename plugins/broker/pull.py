@@ -129,9 +129,11 @@ class PullProcessor:
 
         if allow_suspend and sys_flag & COMMIT_OFFSET:
             try:
-                b.offsets.commit(group, topic, queue_id, int(ext.get("commitOffset") or -1))
+                commit = int(ext.get("commitOffset") or -1)
             except ValueError:
-                pass
+                commit = -1
+            if commit >= 0:
+                b.offsets.commit(group, topic, queue_id, commit)
 
         if code == _NOT_FOUND and allow_suspend and sys_flag & SUSPEND:
             if cfg.longPollingEnable:

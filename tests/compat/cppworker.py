@@ -11,7 +11,7 @@ Modes:
             "props": {name: value-template}, "delay", "group", "batch_size", "arg_mod"}
   pull     {"namesrv","topic","group","expression","props": [names]}
   push     {"namesrv","topic","group","expression","model": clustering|broadcasting,"instance",
-            "props": [names], "fail_first": n}  -- runs until a line "stop" arrives on stdin
+            "props": [names], "fail_first": n, "orderly": bool}  -- runs until "stop" arrives on stdin
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def pull(cfg: dict[str, Any]) -> None:
 
 def push(cfg: dict[str, Any]) -> None:
     model = MessageModel.BROADCASTING if cfg.get("model") == "broadcasting" else MessageModel.CLUSTERING
-    c = PushConsumer(cfg.get("group", "CG_PUSH"), message_model=model)
+    orderly = bool(cfg.get("orderly"))
+    c = PushConsumer(cfg.get("group", "CG_PUSH"), orderly=orderly, message_model=model)
     c.set_namesrv_addr(cfg["namesrv"])
     if cfg.get("instance"):
         c.set_instance_name(cfg["instance"])
@@ -146,7 +147,8 @@ def push(cfg: dict[str, Any]) -> None:
     ffi_check(dll.Subscribe(c._handle, cfg["topic"].encode(), cfg.get("expression", "*").encode()))
     callback = MSG_CALLBACK_FUNC(on_message)
     c._callback_refs.append(callback)
-    ffi_check(dll.RegisterMessageCallback(c._handle, callback))
+    register = dll.RegisterMessageCallbackOrderly if orderly else dll.RegisterMessageCallback
+    ffi_check(register(c._handle, callback))
     c.start()
     emit({"started": True})
     try:

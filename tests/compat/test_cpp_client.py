@@ -225,3 +225,16 @@ def test_delay_level_and_consumer_retry(rmqd_factory: Any, cpp: Any, compat: Any
     assert {m["body"] for m in got} == want
     assert all(m["reconsume"] >= 1 and m["topic"] == "CompatR" for m in got)
     assert {f["failed"]["body"] for f in c.lines if "failed" in f} <= want
+
+
+def test_orderly_push_consumer_keeps_queue_order(rmqd: Any, cpp: Any, compat: Any) -> None:
+    compat.create_topic(rmqd, "CompatO", 4)
+    c = cpp("push", namesrv=rmqd.namesrv_addr, topic="CompatO", group="CG_O", instance="o1", orderly=True)
+    c.wait(lambda: c.has("started"), 30, "consumer started")
+    n = 400
+    p = cpp("produce", namesrv=rmqd.namesrv_addr, topic="CompatO", count=n, method="orderly", arg_mod=4)
+    assert len([ln for ln in p.finish(60) if "i" in ln]) == n
+    c.wait(lambda: len(c.messages()) >= n, 60, "orderly consumer got everything")
+    got = c.messages()
+    for q in range(4):  # per queue, in send order (LOCK_BATCH_MQ granted the queues)
+        assert [m["body"] for m in got if m["queue_id"] == q] == [f"body-{i}" for i in range(n) if i % 4 == q]

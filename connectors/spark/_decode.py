@@ -33,9 +33,6 @@ _BORN_V6, _STORE_V6 = 0x10, 0x20
 _COMPRESSED = 0x1
 _COMPRESSION_TYPE = 0x700  # 0 (legacy) and 0x300 are zlib
 
-_PROPERTY_RX = "(?:^|\x02){}\x01(?P<v>[^\x02]*)"  # a whole name, then its value
-
-
 class RecordError(ValueError):
     """A pull body that does not parse as stored records."""
 
@@ -48,7 +45,7 @@ class Columns:
     """Accumulates the rows of one queue, then hands them to Arrow in one go.
 
     The Python loop only walks records and slices; the properties (tags, keys, message id)
-    are pulled out of the raw property strings by Arrow's vectorised regex in ``to_batch``.
+    are pulled out of the raw property strings by vectorised Arrow kernels in ``to_batch``.
     """
 
     __slots__ = ("offsets", "born", "store", "bodies", "props", "phys", "hosts")
@@ -143,9 +140,19 @@ class Columns:
 
         n = len(self.offsets)
         props = pa.array(self.props, pa.binary()).cast(pa.string())
+        # split every row's "k\x01v\x02k\x01v" once; each wanted property is then a
+        # prefix match over the flattened items, put back in row order by index
+        items = pc.split_pattern(props, "\x02")
+        parents = pc.list_parent_indices(items)
+        flat = pc.list_flatten(items)
+        row_ids = pa.array(range(n), pa.int64())
 
         def prop(name: str) -> pa.Array:
-            found = pc.struct_field(pc.extract_regex(props, _PROPERTY_RX.format(name)), [0])
+            prefix = name + "\x01"
+            hit = pc.starts_with(flat, prefix)
+            values = pc.utf8_slice_codeunits(pc.filter(flat, hit), len(prefix))
+            where = pc.index_in(row_ids, value_set=pc.filter(parents, hit).cast(pa.int64()))
+            found = pc.take(values, where)
             return pc.if_else(pc.equal(found, ""), None, found)  # empty values count as unset
 
         ids = prop("UNIQ_KEY")

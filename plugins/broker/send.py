@@ -20,6 +20,7 @@ from rmq.plugins.broker.topics import (
     PERM_READ,
     PERM_WRITE,
     RETRY_PREFIX,
+    TopicConfig,
     validate_topic,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -43,6 +44,9 @@ _V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
 _V2_CODES = frozenset((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                        RequestCode.SEND_REPLY_MESSAGE_V2))
 _TRUE = frozenset(("true", "1", "True", "TRUE"))
+_BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
+_PROPS_SAFE_CHARS = MAX_PROPERTIES_BYTES // 4  # at most 4 UTF-8 bytes per character: no encode needed below
+_BORN_KEY = "broker.born"
 _VERSION_HONOURS_MAX_RECONSUME = 121  # V3_4_9
 
 _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
@@ -121,7 +125,8 @@ class SendProcessor:
         ext = cmd.ext
         code = cmd.code
         keys = _V2 if code in _V2_CODES else _LONG
-        topic = ext.get(keys[1])
+        get = ext.get
+        topic = get(keys[1])
         if topic is None:
             raise HeaderError(keys[1], "is missing")
         try:
@@ -133,50 +138,33 @@ class SendProcessor:
             raise HeaderError(str(e.args[0]), "is missing") from None
         except ValueError as e:
             raise HeaderError("queueId/sysFlag/bornTimestamp/flag", f"is not an integer: {e}") from None
-        props = ext.get(keys[8]) or ""
-        batch = code == RequestCode.SEND_BATCH_MESSAGE or ext.get(keys[12]) in _TRUE
+        props = get(keys[8]) or ""
+        batch = code == _BATCH_CODE or get(keys[12]) in _TRUE
+        body = cmd.body
 
-        if not cfg.brokerPermission & PERM_WRITE:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
         tc = b.topics.table.get(topic)
-        if tc is None:
-            reason = validate_topic(topic)
-            if reason is not None:
-                log.info("send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
-            try:
-                client_nums = int(ext.get(keys[3]) or 4)
-            except ValueError:
-                client_nums = 4
-            unit = ext.get(keys[10]) in _TRUE
-            default_topic = ext.get(keys[2]) or ""
-            tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
-            if tc is None and topic.startswith(RETRY_PREFIX):
-                tc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
-            if tc is None:
-                log.info("send to missing topic %s from %s:%d refused (auto-create %s)", topic,
-                         *conn.remote_addr[:2], "on" if cfg.autoCreateTopicEnable else "off")
-                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
-        if topic in NOT_ALLOWED_SEND:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        if tc is None or not cfg.brokerPermission & PERM_WRITE or topic in NOT_ALLOWED_SEND:
+            refused = self._check_topic(conn, cmd, topic, keys)
+            if isinstance(refused, RemotingCommand):
+                return refused
+            tc = refused
         if not tc.perm & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        nums = tc.writeQueueNums if tc.writeQueueNums > tc.readQueueNums else tc.readQueueNums
-        if queue_id >= nums:
+        if queue_id >= tc.writeQueueNums and queue_id >= tc.readQueueNums:
+            nums = max(tc.writeQueueNums, tc.readQueueNums)
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, topic[{topic}] has {nums} queues. Producer: {_peer(conn)}",
             )
         if queue_id < 0:
             queue_id = random.randrange(tc.writeQueueNums) if tc.writeQueueNums > 0 else 0
-        body = cmd.body
         if len(body) > cfg.maxMessageSize:
             log.info("send to %s from %s:%d refused: body of %d bytes", topic, *conn.remote_addr[:2], len(body))
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size over max value, MAX: {cfg.maxMessageSize}, got {len(body)} bytes",
             )
-        if len(props) * 3 > MAX_PROPERTIES_BYTES and len(props.encode()) > MAX_PROPERTIES_BYTES:
+        if len(props) > _PROPS_SAFE_CHARS and len(props.encode()) > MAX_PROPERTIES_BYTES:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties length {len(props.encode())} exceeds the limit {MAX_PROPERTIES_BYTES}",
@@ -184,13 +172,13 @@ class SendProcessor:
         reconsume = 0
         if topic[0] == "%":
             try:
-                reconsume = int(ext.get(keys[9]) or 0)
+                reconsume = int(get(keys[9]) or 0)
             except ValueError:
                 reconsume = 0
             if topic.startswith(RETRY_PREFIX):
                 if batch:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
-                routed = self._retry_or_dlq(cmd, topic, reconsume, ext.get(keys[11]), queue_id)
+                routed = self._retry_or_dlq(cmd, topic, reconsume, get(keys[11]), queue_id)
                 if isinstance(routed, RemotingCommand):
                     return routed
                 topic, queue_id = routed
@@ -201,13 +189,54 @@ class SendProcessor:
         try:
             if batch:
                 return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume)
-            rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, b.born_host(conn), reconsume)
-            if "DELAY\x01" in props and sys_flag & SysFlag.TX_MASK in (SysFlag.TX_NOT, SysFlag.TX_COMMIT):
+            born = conn.attributes.get(_BORN_KEY) or b.born_host(conn)
+            rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, born, reconsume)
+            if "DELAY\x01" in props and not sys_flag & SysFlag.TX_PREPARED:
                 b.apply_delay(rec)
             result = await b.store.put_message(rec)
-            return self._answer(cmd, queue_id, result, None)
         finally:
             self.inflight -= 1
+        if result.status is PutStatus.PUT_OK:  # the common case, inline
+            return cmd.response(0, None, {
+                "msgId": f"{b.msg_id_prefix}{result.wrote_offset:016X}",
+                "queueId": str(queue_id),
+                "queueOffset": str(result.queue_offset),
+                "MSG_REGION": cfg.region,
+                "TRACE_ON": b.trace_on,
+            })
+        return self._answer(cmd, queue_id, result, None)
+
+    def _check_topic(self, conn: Connection, cmd: RemotingCommand, topic: str,
+                     keys: tuple[str, ...]) -> RemotingCommand | TopicConfig:
+        """The slow path of topic checks: broker permission, system topics, validation, auto-creation."""
+        b = self.broker
+        cfg = b.config
+        ext = cmd.ext
+        if not cfg.brokerPermission & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
+        if topic in NOT_ALLOWED_SEND:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        tc = b.topics.table.get(topic)
+        if tc is not None:
+            return tc
+        reason = validate_topic(topic)
+        if reason is not None:
+            log.info("send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
+        try:
+            client_nums = int(ext.get(keys[3]) or 4)
+        except ValueError:
+            client_nums = 4
+        unit = ext.get(keys[10]) in _TRUE
+        default_topic = ext.get(keys[2]) or ""
+        tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
+        if tc is None and topic.startswith(RETRY_PREFIX):
+            tc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
+        if tc is None:
+            log.info("send to missing topic %s from %s:%d refused (auto-create %s)", topic,
+                     *conn.remote_addr[:2], "on" if cfg.autoCreateTopicEnable else "off")
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
+        return tc
 
     def _retry_or_dlq(self, cmd: RemotingCommand, topic: str, reconsume: int, max_hdr: str | None,
                       queue_id: int) -> tuple[str, int] | RemotingCommand:

@@ -64,6 +64,7 @@ class ConsumerProcessor:
             (rc.LOCK_BATCH_MQ, self.lock_batch),
             (rc.UNLOCK_BATCH_MQ, self.unlock_batch),
             (rc.CONSUMER_SEND_MSG_BACK, self.send_back),
+            (rc.CHECK_CLIENT_CONFIG, self.check_client_config),
         ):
             registry.register(code, proc, owner=owner)
 
@@ -112,6 +113,27 @@ class ConsumerProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         body = json.dumps({"consumerIdList": info.client_ids()}, separators=(",", ":")).encode()
         return cmd.response(body=body)
+
+    async def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46): Java consumers with SQL92 subscriptions ask before starting."""
+        try:
+            doc = json.loads(cmd.body or b"{}")
+            sub = doc.get("subscriptionData") or {}
+            etype = str(sub.get("expressionType") or "TAG")
+            expr = str(sub.get("subString") or "*")
+            group = str(doc.get("group") or "")
+            topic = str(sub.get("topic") or "")
+        except (ValueError, AttributeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad CHECK_CLIENT_CONFIG body: {e}")
+        if etype.upper() == "TAG":
+            return cmd.response()
+        try:
+            self.broker.get_filter(group, topic, etype, expr)
+        except LookupError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        except ValueError as e:  # FilterExpressionError is a ValueError
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+        return cmd.response()
 
     # ------------------------------------------------------------------ offsets
 

@@ -174,3 +174,18 @@ async def test_client_side_retry_send_goes_to_dlq_at_max(broker_env: Any) -> Non
         r = await env.send("%RETRY%CG2", b"early-dead", reconsumeTimes=2, maxReconsumeTimes=2)
         assert r.code == 0
         assert (await env.pull("%DLQ%CG2", 0, 0, group="CG2")).code == 0
+
+
+async def test_check_client_config(broker_env: Any) -> None:
+    def body(etype: str, expr: str) -> bytes:
+        return json.dumps({"clientId": "c", "group": "G", "subscriptionData": {
+            "expressionType": etype, "subString": expr, "topic": "T"}}).encode()
+
+    async with broker_env() as env:
+        assert (await env.call(RequestCode.CHECK_CLIENT_CONFIG, body=body("TAG", "a || b"))).code == 0
+        r = await env.call(RequestCode.CHECK_CLIENT_CONFIG, body=body("SQL92", "a > 1"))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "SQL92" in r.remark
+    async with broker_env(enablePropertyFilter=True) as env:
+        assert (await env.call(RequestCode.CHECK_CLIENT_CONFIG, body=body("SQL92", "a > 1"))).code == 0
+        r = await env.call(RequestCode.CHECK_CLIENT_CONFIG, body=body("SQL92", "a >>> 1"))
+        assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED

@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -347,6 +347,3 @@ class BrokerController:
         self.topics.persist()
         log.info("broker metadata persisted (%d topics, %d offset entries)", len(self.topics.table),
                  len(self.offsets.table))
-
-    def describe(self) -> dict[str, Any]:
-        return {"addr": self.broker_addr, "topics": len(self.topics.table), "held_pulls": self.hold.held}

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
     from rmq.kernel.hookspecs.processors import ProcessorRegistry
     from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
+    from rmq.kernel.hookspecs.replication import ReplicationService
     from rmq.kernel.hookspecs.storage import MessageStore
     from rmq.kernel.kernel import Kernel
 
@@ -88,6 +89,8 @@ class BrokerController:
         self.hold = PullHoldService()
         self.notifier = ArrivalNotifier(self.hold)
         self.store: MessageStore = None  # type: ignore[assignment]  # set in run()
+        self.replication: ReplicationService | None = None  # None: standalone (no slaves)
+        self.sync_master = config.brokerRole.upper() == "SYNC_MASTER"
         self.server: RemotingServer | None = None
         self.registrar: NamesrvRegistrar | None = None
         self.ip = config.brokerIP1 or reachable_ipv4()
@@ -287,6 +290,10 @@ class BrokerController:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(store)
             stack.callback(self._persist_all)  # runs before the store closes
+            repl = kernel.hook.rmq_replication_make_service(kernel=kernel, store=store)
+            if repl is not None:
+                self.replication = await stack.enter_async_context(repl)
+                log.info("replication service %s started (brokerRole %s)", type(repl).__name__, cfg.brokerRole)
             kernel.services["broker"] = self
             stack.callback(kernel.services.pop, "broker", None)
             server, _ = await kernel.serve_role(

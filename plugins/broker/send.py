@@ -194,6 +194,8 @@ class SendProcessor:
             if "DELAY\x01" in props and not sys_flag & SysFlag.TX_PREPARED:
                 b.apply_delay(rec)
             result = await b.store.put_message(rec)
+            if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
+                await self._wait_slave(result)
         finally:
             self.inflight -= 1
         if result.status is PutStatus.PUT_OK:  # the common case, inline
@@ -278,7 +280,18 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
             recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
+        if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
+            await self._wait_slave(result)
         return self._answer(cmd, queue_id, result, result.physical_offsets)
+
+    async def _wait_slave(self, result: PutResult) -> None:
+        """SYNC_MASTER: the put counts once a slave has it (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT)."""
+        repl = self.broker.replication
+        assert repl is not None
+        if not repl.slave_available:
+            result.status = PutStatus.SLAVE_NOT_AVAILABLE
+        elif not await repl.wait_replicated(result.wrote_offset + result.wrote_bytes):
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
 
     async def _transactional(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
                              flag: int, props: str, sys_flag: int, born_ts: int) -> RemotingCommand:

@@ -254,3 +254,68 @@ async def test_short_polling_when_long_polling_disabled(broker_env: Any) -> None
         t0 = time.monotonic()
         r = await env.pull("SP", 0, 1, suspend_ms=10_000)
         assert r.code == ResponseCode.PULL_NOT_FOUND and 0.15 < time.monotonic() - t0 < 2
+
+
+class SlaveDouble:
+    """A third-party replication plugin as the hookspec describes it (a test double, not the SUT)."""
+
+    def __init__(self) -> None:
+        self.available = False
+        self.acked = True
+        self.waited: list[int] = []
+        self.entered = False
+
+    def rmq_replication_make_service(self, kernel: Any, store: Any) -> Any:
+        return self
+
+    async def __aenter__(self) -> SlaveDouble:
+        self.entered = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.entered = False
+
+    @property
+    def slave_available(self) -> bool:
+        return self.available
+
+    async def wait_replicated(self, end_offset: int) -> bool:
+        self.waited.append(end_offset)
+        return self.acked
+
+
+async def test_sync_master_waits_for_the_slave(tmp_path: Any) -> None:
+    from rmq.kernel.markers import hookimpl
+
+    class Plugin(SlaveDouble):
+        rmq_replication_make_service = hookimpl(SlaveDouble.rmq_replication_make_service)
+
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.kernel.testing import make_kernel
+    from rmq.plugins.broker import BrokerPlugin
+    from rmq.plugins.memory import MemoryStoragePlugin
+    from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
+    from rmq.protocol.command import RemotingCommand
+
+    slave = Plugin()
+    conf = {"broker": {"listenHost": "127.0.0.1", "listenPort": 0, "brokerIP1": "127.0.0.1",
+                       "storePathRootDir": str(tmp_path), "brokerRole": "SYNC_MASTER"}}
+    kernel = make_kernel([TcpRemotingPlugin({}), MemoryStoragePlugin({}), slave, BrokerPlugin({})], conf)
+    async with kernel, TcpRemotingClient(RemotingConfig(name="t")) as client:
+        b = kernel.services["broker"]
+        assert slave.entered and b.replication is slave
+        ext = {"producerGroup": "PG", "topic": "Rep", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+               "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+
+        async def send() -> RemotingCommand:
+            return await client.invoke(b.broker_addr, RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"x"), 5)
+
+        r = await send()
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and r.ext["msgId"]  # stored, answered like Java
+        slave.available, slave.acked = True, False
+        r = await send()
+        assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and r.ext["queueOffset"] == "1"
+        slave.acked = True
+        r = await send()
+        assert r.code == 0 and slave.waited[-1] > slave.waited[0]
+    assert not slave.entered

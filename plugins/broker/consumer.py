@@ -218,7 +218,7 @@ class ConsumerProcessor:
         sg = b.groups.find(group)
         if sg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
-        if not b.config.brokerPermission & PERM_WRITE:
+        if not b.accepts_writes:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.brokerName}] sending message is forbidden")
         if sg.retryQueueNums <= 0:
             return cmd.response()

@@ -91,6 +91,8 @@ class BrokerController:
         self.store: MessageStore = None  # type: ignore[assignment]  # set in run()
         self.replication: ReplicationService | None = None  # None: standalone (no slaves)
         self.sync_master = config.brokerRole.upper() == "SYNC_MASTER"
+        self.is_slave = config.brokerRole.upper() == "SLAVE"
+        self.accepts_writes = bool(config.brokerPermission & 2) and not self.is_slave
         self.server: RemotingServer | None = None
         self.registrar: NamesrvRegistrar | None = None
         self.ip = config.brokerIP1 or reachable_ipv4()

@@ -143,7 +143,7 @@ class SendProcessor:
         body = cmd.body
 
         tc = b.topics.table.get(topic)
-        if tc is None or not cfg.brokerPermission & PERM_WRITE or topic in NOT_ALLOWED_SEND:
+        if tc is None or not b.accepts_writes or topic in NOT_ALLOWED_SEND:
             refused = self._check_topic(conn, cmd, topic, keys)
             if isinstance(refused, RemotingCommand):
                 return refused
@@ -214,6 +214,9 @@ class SendProcessor:
         b = self.broker
         cfg = b.config
         ext = cmd.ext
+        if b.is_slave:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"the broker[{cfg.brokerName}] is a slave (brokerRole SLAVE) and takes no messages")
         if not cfg.brokerPermission & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
         if topic in NOT_ALLOWED_SEND:

@@ -65,8 +65,8 @@ class SchedulePlugin:
 
     @hookimpl
     def rmq_lifespan(self, kernel: Kernel) -> Any:
-        if kernel.config.broker is None:
-            return None
+        if kernel.config.broker is None or kernel.config.broker.brokerRole.upper() == "SLAVE":
+            return None  # delivery runs on masters only (a slave replicates the master's deliveries)
         return self._run(kernel)
 
     @asynccontextmanager

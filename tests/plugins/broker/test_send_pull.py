@@ -319,3 +319,15 @@ async def test_sync_master_waits_for_the_slave(tmp_path: Any) -> None:
         r = await send()
         assert r.code == 0 and slave.waited[-1] > slave.waited[0]
     assert not slave.entered
+
+
+async def test_slave_and_read_only_brokers_refuse_writes(broker_env: Any) -> None:
+    async with broker_env(brokerRole="SLAVE", brokerId=1) as env:
+        r = await env.send("S", b"x")
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in r.remark
+        assert not any(type(p).__name__ == "SchedulePlugin" and p.service for p in env.kernel.pm.get_plugins())
+    async with broker_env(brokerPermission=4) as env:
+        r = await env.send("S", b"x")
+        assert r.code == ResponseCode.NO_PERMISSION
+        r = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 0, "group": "G", "delayLevel": 0})
+        assert r.code == ResponseCode.NO_PERMISSION

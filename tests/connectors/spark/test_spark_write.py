@@ -63,9 +63,10 @@ def test_partition_column_topic_column_and_topic_option(spark: Any, cluster: Any
     got_a, got_b = _read(spark, cluster.namesrv, a), _read(spark, cluster.namesrv, b)
     assert len(got_a) == 20 and {r.partition for r in got_a} == {1}
     assert len(got_b) == 20 and {r.partition for r in got_b} == {0}
-    _write(df.drop("partition"), cluster.namesrv, topic=c)  # the option overrides the column
+    _write(df.drop("partition"), cluster.namesrv, topic=c, batchSize="5")  # the option overrides the column
     got_c = _read(spark, cluster.namesrv, c)
-    assert len(got_c) == 40 and len({r.partition for r in got_c}) > 1  # no key, no partition: spread
+    # no key, no partition: each batch of 5 goes to the next queue (round robin, sticky per batch)
+    assert len(got_c) == 40 and len({r.partition for r in got_c}) == 4
 
 
 def test_stream_to_stream_through_the_sink(spark: Any, cluster: Any, tmp_path: Path) -> None:

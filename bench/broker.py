@@ -8,6 +8,8 @@ broker, mmap store in a temp dir) and prints:
 * produce throughput: N sends of SIZE bytes with K requests in flight on one connection;
 * consume throughput: everything pulled back, one puller per queue, 32 messages per pull;
 * single-connection sync send latency p50/p99 (one request at a time);
+* the rmqd process's CPU per produced message and its share of one core (on a shared box a figure
+  below ~95% means the broker was starved, not saturated);
 * long-poll wake-up latency p50/p99: a PULL held with the SUSPEND flag at the queue's
   end, then a send to that queue; time from issuing the send to the held pull's response.
 
@@ -17,6 +19,7 @@ Only rmq.protocol and the tcp remoting client are used (not rmq.client).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -43,6 +46,16 @@ def send_cmd(body: bytes, queue_id: int, uniq: UniqIdGenerator) -> RemotingComma
     ext = {"a": "bench_producer", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
            "g": str(time.time_ns() // 1_000_000), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -172,12 +185,15 @@ async def wake_latency(addr: str, n: int, size: int) -> list[float]:
     return out
 
 
-async def run_all(addr: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, Any]:
+    cpu0, t0 = process_cpu(pid), time.perf_counter()
     tput, mbps = await throughput(addr, args.messages, args.size, args.inflight)
+    cpu, wall = process_cpu(pid) - cpu0, time.perf_counter() - t0
     ctput, consumed = await consume(addr)
     lat = await sync_latency(addr, args.latency_count, args.size)
     wake = await wake_latency(addr, args.wake_count, args.size)
-    return {"tput": tput, "mbps": mbps, "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
+    return {"tput": tput, "mbps": mbps, "cpu_us": cpu / (args.messages + QUEUES) * 1e6, "cpu_share": cpu / wall,
+            "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
 
 
 def main() -> None:
@@ -199,11 +215,14 @@ def main() -> None:
                                                        "mappedFileSizeCommitLog": 256 * 1024 * 1024})
             proc.start()
             try:
-                r = anyio.run(run_all, proc.broker_addr, args, backend="asyncio", backend_options=backend_options)
+                assert proc.proc is not None
+                r = anyio.run(run_all, proc.broker_addr, args, proc.proc.pid, backend="asyncio",
+                              backend_options=backend_options)
             finally:
                 proc.stop()
         print(f"{mode}:")
-        print(f"  produce           {r['tput']:>10,.0f} msg/s  ({r['mbps']:.1f} MB/s)")
+        print(f"  produce           {r['tput']:>10,.0f} msg/s  ({r['mbps']:.1f} MB/s; rmqd CPU {r['cpu_us']:.1f} µs/msg, "
+              f"{r['cpu_share'] * 100:.0f}% of a core)")
         print(f"  consume (pull)    {r['ctput']:>10,.0f} msg/s  ({r['consumed']} messages, 8 queues, 32 per pull)")
         print(f"  sync send         p50 {statistics.median(r['lat']):7.0f} µs   p99 {pct(r['lat'], 0.99):7.0f} µs")
         print(f"  long-poll wake    p50 {statistics.median(r['wake']) / 1000:7.2f} ms   "

@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import struct
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -72,6 +73,7 @@ class Session:
         self._producers: dict[str, Producer] = {}
         self._lock = threading.Lock()
         self.closed = False
+        _all_sessions.add(self)
         try:
             self._consumer = self._host(self._pull_consumer(_GROUP))
         except BaseException:
@@ -457,6 +459,7 @@ def _mq(q: QueueRef) -> Any:
 
 
 _shared: dict[tuple[str, float], Session] = {}
+_all_sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed at exit, so no loop dies mid-task
 _shared_lock = threading.Lock()
 
 
@@ -474,8 +477,8 @@ def shared_session(nameserver: str, timeout_s: float) -> Session:
 
 
 @atexit.register
-def _close_shared() -> None:
-    for s in list(_shared.values()):
+def _close_all() -> None:
+    for s in list(_all_sessions):
         try:
             s.close()
         except Exception:  # noqa: S110 - interpreter exit

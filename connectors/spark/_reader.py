@@ -174,13 +174,17 @@ class _Planner:
         rx = re.compile(sel.pattern)
         return sorted(t for t in session.list_topics() if rx.fullmatch(t) and not _SYSTEM_TOPIC.match(t))
 
-    def _queues(self, session: _access.Session) -> list[QueueRef]:
-        """Selected queues now; a subscribed topic the cluster does not know is an error."""
+    def _queues(self, session: _access.Session, strict: bool = True) -> list[QueueRef]:
+        """Selected queues now. A subscribed topic the cluster does not know is an error when
+        ``strict`` (planning a batch, starting a stream); a running stream waits for it instead."""
         sel = self.config.selection
         out: list[QueueRef] = []
         for topic in self._topics(session):
             queues = session.queues(topic)
             if not queues and sel.pattern is None:
+                if not strict:
+                    log.warning("rocketmq: topic %s has no route now; its queues keep their offsets", topic)
+                    continue
                 raise RocketMQOptionError(sel.kind, f"topic {topic!r} does not exist on {self.config.nameserver}")
             if sel.assignment is not None:
                 wanted = sel.assignment[topic]
@@ -345,10 +349,10 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
         self._committed: dict[QueueRef, int] = {}  # what groupId holds on the brokers, as far as we know
 
     # -- offsets -------------------------------------------------------------------------------
-    def _snapshot(self) -> dict[QueueRef, Bounds]:
+    def _snapshot(self, strict: bool = False) -> dict[QueueRef, Bounds]:
         session = self._open()
         try:
-            bounds = session.bounds(self._queues(session))
+            bounds = session.bounds(self._queues(session, strict))
         except Exception:
             self._close()  # reconnect next trigger
             raise
@@ -356,7 +360,7 @@ class RocketMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvai
         return bounds
 
     def initialOffset(self) -> dict:
-        bounds = self._snapshot()
+        bounds = self._snapshot(strict=True)
         start = resolve(self.config.starting, bounds, self._open().search, option=_start_option(self.config))
         start = check_data_loss(start, bounds, self.config.fail_on_data_loss)
         return offsets_to_json(start)

@@ -162,3 +162,36 @@ async def test_unknown_code(namesrv: Any) -> None:
     _, client, addr = namesrv
     r = await client.invoke(addr, RemotingCommand.request(9999), 3)
     assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+def test_plugin_options_are_strict(tmp_path: Any) -> None:
+    from rmq.plugins.broker import BrokerPlugin
+    from rmq.plugins.namesrv import NamesrvPlugin
+
+    with pytest.raises(ValueError, match="known keys: kv_config_path"):
+        NamesrvPlugin({"kv_path": "x"})
+    with pytest.raises(ValueError, match="plugin.processors.broker"):
+        BrokerPlugin({"anything": 1})
+    assert NamesrvPlugin({"kv_config_path": str(tmp_path / "kv.json")}).options.kv_config_path.endswith("kv.json")
+
+
+async def test_kv_config_persisted(tmp_path: Any) -> None:
+    from rmq.plugins.namesrv.kvconfig import KVConfigManager
+
+    kv = KVConfigManager(tmp_path / "kvConfig.json")
+    kv.put("ORDER_TOPIC_CONFIG", "T", "broker-a:4")
+    kv.put("ns", "k", "v")
+    again = KVConfigManager(tmp_path / "kvConfig.json")
+    again.load()
+    assert again.get("ORDER_TOPIC_CONFIG", "T") == "broker-a:4" and again.namespace("ns") == {"k": "v"}
+    assert json.loads((tmp_path / "kvConfig.json").read_text())["configTable"]["ns"] == {"k": "v"}
+
+
+def test_order_topic_conf_in_route() -> None:
+    from rmq.plugins.namesrv.routes import RegisterBody, RouteInfoManager
+
+    rm = RouteInfoManager()
+    rm.register_broker("C", "1.1.1.1:1", "b", 0, "", RegisterBody(DataVersion(1, 1), [TopicConfigData("T", 2, 2, 6)],
+                                                                   []), None, 0.0)
+    assert rm.pickup_route("T", "b:2")["orderTopicConf"] == "b:2"
+    assert "orderTopicConf" not in rm.pickup_route("T")

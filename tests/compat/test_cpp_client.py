@@ -238,3 +238,23 @@ def test_orderly_push_consumer_keeps_queue_order(rmqd: Any, cpp: Any, compat: An
     got = c.messages()
     for q in range(4):  # per queue, in send order (LOCK_BATCH_MQ granted the queues)
         assert [m["body"] for m in got if m["queue_id"] == q] == [f"body-{i}" for i in range(n) if i % 4 == q]
+
+
+def test_two_namesrvs_one_down(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
+    ns1 = rmqd_factory(broker=False)
+    ns2 = rmqd_factory(broker=False)
+    broker = rmqd_factory(namesrv=False, broker_conf={"namesrvAddr": f"{ns1.namesrv_addr};{ns2.namesrv_addr}"})
+    r = compat.admin(broker.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "TwoNs", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6})
+    assert r.code == 0
+    for ns in (ns1, ns2):
+        deadline = time.monotonic() + 5
+        while compat.admin(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TwoNs"}).code != 0:
+            assert time.monotonic() < deadline, "route missing on a namesrv"
+            time.sleep(0.05)
+    ns1.stop()  # the client is given both; the first one is gone
+    both = f"{ns1.namesrv_addr};{ns2.namesrv_addr}"
+    p = cpp("produce", namesrv=both, topic="TwoNs", count=20, method="sync")
+    assert [ln.get("status") for ln in p.finish(60) if "i" in ln] == [0] * 20
+    msgs = pulled(cpp, both, "TwoNs", "CG_TWO")
+    assert sorted(m["body"] for m in msgs) == sorted(f"body-{i}" for i in range(20))

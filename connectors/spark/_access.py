@@ -116,7 +116,13 @@ class Session:
                 raise
 
         self._hosts.append(asyncio.run_coroutine_threadsafe(host(), self._loop))
-        started.result(self.timeout_s * 3)
+        try:
+            started.result(self.timeout_s * 3)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"rocketmq: {type(client).__name__} for name server {self.nameserver} did not start within "
+                f"{self.timeout_s * 3:.0f}s"
+            ) from None
         return client
 
     def close(self) -> None:

@@ -203,3 +203,12 @@ def test_bad_options_fail_with_one_line(spark: Any, cluster: Any, options: dict[
     lines = [ln for ln in str(info.value).splitlines() if "RocketMQOptionError: " in ln]
     assert lines, str(info.value)
     assert message in lines[0] and lines[0].split("RocketMQOptionError: ", 1)[1].startswith("rocketmq option '")
+
+
+def test_explicit_register_on_a_session(spark: Any, cluster: Any) -> None:
+    from rmq.connectors.spark import register
+
+    register(spark)  # same class again: harmless, and what users with editable installs call
+    topic = cluster.topic("register", 1)
+    cluster.produce(topic, _messages(3))
+    assert _reader(spark, cluster.namesrv, subscribe=topic).count() == 3

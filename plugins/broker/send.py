@@ -130,7 +130,8 @@ class SendProcessor:
         if topic is None:
             raise HeaderError(keys[1], "is missing")
         try:
-            queue_id = int(ext[keys[4]])
+            qid_text = ext[keys[4]]
+            queue_id = int(qid_text)
             sys_flag = int(ext[keys[5]])
             born_ts = int(ext[keys[6]])
             flag = int(ext[keys[7]])
@@ -158,6 +159,7 @@ class SendProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(tc.writeQueueNums) if tc.writeQueueNums > 0 else 0
+            qid_text = str(queue_id)
         if len(body) > cfg.maxMessageSize:
             log.info("send to %s from %s:%d refused: body of %d bytes", topic, *conn.remote_addr[:2], len(body))
             return cmd.response(
@@ -182,6 +184,7 @@ class SendProcessor:
                 if isinstance(routed, RemotingCommand):
                     return routed
                 topic, queue_id = routed
+                qid_text = str(queue_id)
         if "TRAN_MSG\x01" in props and prop_value(props, "TRAN_MSG") == "true":
             return await self._transactional(conn, cmd, topic, queue_id, body, flag, props, sys_flag, born_ts)
 
@@ -201,7 +204,7 @@ class SendProcessor:
         if result.status is PutStatus.PUT_OK:  # the common case, inline
             return cmd.response(0, None, {
                 "msgId": f"{b.msg_id_prefix}{result.wrote_offset:016X}",
-                "queueId": str(queue_id),
+                "queueId": qid_text,
                 "queueOffset": str(result.queue_offset),
                 "MSG_REGION": cfg.region,
                 "TRACE_ON": b.trace_on,

@@ -1,0 +1,130 @@
+"""Contract tests every remoting plugin must pass; subclass to run them against yours.
+
+    from rmq.kernel.testing.remoting import RemotingContract
+
+    class TestMyTransport(RemotingContract):
+        def make_plugin(self):
+            return MyTransportPlugin({})
+
+The plugin must implement ``rmq_remoting_make_server`` and ``rmq_remoting_make_client``;
+the suite runs both inside a kernel built by ``make_kernel`` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
+from rmq.kernel.testing import make_kernel
+from rmq.protocol.command import RemotingCommand
+
+ECHO, SLOW, ASK_BACK, NOTE = 9101, 9102, 9103, 9104
+
+
+class RemotingContract:
+    """Base class (no ``Test`` prefix, so pytest collects only your subclass)."""
+
+    def make_plugin(self) -> object:
+        raise NotImplementedError("subclass provides make_plugin()")
+
+    @asynccontextmanager
+    async def pair(self) -> AsyncIterator[tuple[RemotingServer, RemotingClient, SimpleNamespace]]:
+        """A server and a client of the plugin; ``state`` holds ``release`` (held requests) and ``notes``."""
+        state = SimpleNamespace(release=anyio.Event(), noted=anyio.Event(), notes=[])
+        release = state.release
+
+        async def server_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            if cmd.code == ECHO:
+                return cmd.response(0, ext={"n": cmd.ext.get("n", "")}, body=cmd.body)
+            if cmd.code == SLOW:
+                await release.wait()
+                return cmd.response(0, ext={"n": cmd.ext.get("n", "")})
+            if cmd.code == ASK_BACK:  # the server asks the client something on the same connection
+                answer = await conn.send_request(RemotingCommand.request(ECHO, ext={"n": "back"}), timeout=3)
+                return cmd.response(0, ext={"n": answer.ext.get("n", "")})
+            if cmd.code == NOTE:
+                state.notes.append(cmd.ext.get("n"))
+                state.noted.set()
+                return None
+            return cmd.response(3, remark="unknown")
+
+        async def client_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            return cmd.response(0, ext={"n": "client:" + cmd.ext.get("n", "")})
+
+        kernel = make_kernel([self.make_plugin()])
+        async with kernel:
+            server = kernel.hook.rmq_remoting_make_server(
+                kernel=kernel, config=RemotingConfig(host="127.0.0.1", port=0, name="contract"), handler=server_handler
+            )
+            await kernel.task_group.start(server.serve)
+            client = kernel.hook.rmq_remoting_make_client(
+                kernel=kernel, config=RemotingConfig(name="contract-client"), handler=client_handler
+            )
+            try:
+                yield server, client, state
+            finally:
+                release.set()
+                await client.aclose()
+                await server.aclose()
+
+    @staticmethod
+    def addr(server: RemotingServer) -> str:
+        return f"127.0.0.1:{server.port}"
+
+    @pytest.mark.anyio
+    async def test_request_response_round_trip(self) -> None:
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(10):
+                resp = await client.invoke(self.addr(server), RemotingCommand.request(ECHO, ext={"n": 1}, body=b"x"), 3)
+        assert resp.is_response and resp.code == 0 and resp.ext["n"] == "1" and resp.body == b"x"
+
+    @pytest.mark.anyio
+    async def test_a_held_request_does_not_block_others_on_the_connection(self) -> None:
+        async with self.pair() as (server, client, state):
+            release = state.release
+            got: list[str] = []
+
+            async def slow() -> None:
+                got.append((await client.invoke(self.addr(server), RemotingCommand.request(SLOW, ext={"n": "s"}), 5)).ext["n"])
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(slow)
+                    await anyio.sleep(0.05)
+                    for i in range(20):
+                        r = await client.invoke(self.addr(server), RemotingCommand.request(ECHO, ext={"n": i}), 3)
+                        got.append(r.ext["n"])
+                    release.set()
+        assert got[:20] == [str(i) for i in range(20)] and got[20] == "s"
+
+    @pytest.mark.anyio
+    async def test_oneway_reaches_the_handler_and_gets_no_answer(self) -> None:
+        async with self.pair() as (server, client, state):
+            with anyio.fail_after(10):
+                await client.invoke_oneway(self.addr(server), RemotingCommand.request(NOTE, ext={"n": "hi"}, oneway=True))
+                await state.noted.wait()
+        assert state.notes == ["hi"]
+
+    @pytest.mark.anyio
+    async def test_timeout_raises_timeout_error(self) -> None:
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(10), pytest.raises(TimeoutError):
+                await client.invoke(self.addr(server), RemotingCommand.request(SLOW), 0.2)
+
+    @pytest.mark.anyio
+    async def test_server_can_ask_the_client_on_the_same_connection(self) -> None:
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(10):
+                resp = await client.invoke(self.addr(server), RemotingCommand.request(ASK_BACK), 5)
+        assert resp.ext["n"] == "client:back"
+
+    @pytest.mark.anyio
+    async def test_connect_failure_is_an_error_not_a_hang(self) -> None:
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(10), pytest.raises(Exception):  # noqa: B017 - any clear error will do
+                await client.invoke("127.0.0.1:1", RemotingCommand.request(ECHO), 2)

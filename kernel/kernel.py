@@ -129,6 +129,7 @@ def make_handler(registry: ProcessorRegistry) -> Any:
     async def handle(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         proc = table.get(cmd.code)
         if proc is None:
+            rlog.info("request code %d from %s:%d not supported", cmd.code, *conn.remote_addr[:2])
             return cmd.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
             )

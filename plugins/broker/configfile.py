@@ -92,6 +92,37 @@ class ConfigFile:
         os.replace(self.tmp, self.path)
 
 
+class PersistedTable:
+    """A metadata table kept in one ``ConfigFile``: changes mark it dirty; persisting writes once.
+
+    Subclasses set ``file`` and implement ``encode``; the periodic flusher writes
+    ``snapshot()`` (None when nothing changed) from a worker thread.
+    """
+
+    file: ConfigFile
+    dirty: bool = False
+
+    def encode(self, pretty: bool = False) -> str:
+        raise NotImplementedError
+
+    def snapshot(self) -> str | None:
+        """The file content to write if anything changed since the last snapshot, else None."""
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.encode(pretty=True)
+
+    def persist(self) -> None:
+        """Write now (shutdown, or right after a change that must not be lost)."""
+        self.dirty = True
+        text = self.snapshot()
+        if text is not None:
+            try:
+                self.file.write(text)
+            except OSError as e:
+                log.error("cannot persist %s: %s", self.file.path, e)
+
+
 class DataVersion:
     """RocketMQ's ``{"counter":N,"timestamp":ms}``: bumped on every metadata change."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.plugins.broker.configfile import ConfigFile, DataVersion, dumps
+from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -54,7 +54,7 @@ class SubscriptionGroupConfig:
         return cls(**kwargs)
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(PersistedTable):
     def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
         self.config = config
         self.file = ConfigFile(config_dir / "subscriptionGroup.json")
@@ -83,21 +83,6 @@ class SubscriptionGroupManager:
             },
             pretty=pretty,
         )
-
-    def snapshot(self) -> str | None:
-        if not self.dirty:
-            return None
-        self.dirty = False
-        return self.encode(pretty=True)
-
-    def persist(self) -> None:
-        self.dirty = True
-        text = self.snapshot()
-        if text is not None:
-            try:
-                self.file.write(text)
-            except OSError as e:
-                log.error("cannot persist %s: %s", self.file.path, e)
 
     def _changed(self) -> None:
         self.data_version.next(time.time_ns() // 1_000_000)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rmq.plugins.broker.configfile import ConfigFile, dumps
+from rmq.plugins.broker.configfile import ConfigFile, PersistedTable, dumps
 
 log = logging.getLogger("rmq.broker")
 
 TOPIC_GROUP_SEP = "@"
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(PersistedTable):
     def __init__(self, config_dir: Path) -> None:
         self.file = ConfigFile(config_dir / "consumerOffset.json")
         self.table: dict[str, dict[int, int]] = {}
@@ -37,22 +37,6 @@ class ConsumerOffsetManager:
             pretty=pretty,
             int_keys=True,
         )
-
-    def snapshot(self) -> str | None:
-        """The file content to write if anything changed since the last snapshot, else None."""
-        if not self.dirty:
-            return None
-        self.dirty = False
-        return self.encode(pretty=True)
-
-    def persist(self) -> None:
-        self.dirty = True
-        text = self.snapshot()
-        if text is not None:
-            try:
-                self.file.write(text)
-            except OSError as e:
-                log.error("cannot persist %s: %s", self.file.path, e)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + TOPIC_GROUP_SEP + group

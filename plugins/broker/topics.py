@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.plugins.broker.configfile import ConfigFile, DataVersion, dumps
+from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -110,7 +110,7 @@ class TopicConfig:
         )
 
 
-class TopicConfigManager:
+class TopicConfigManager(PersistedTable):
     """Topic name -> TopicConfig, persisted; ``on_change`` runs after every mutation (re-register)."""
 
     def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
@@ -159,12 +159,6 @@ class TopicConfigManager:
             },
             pretty=pretty,
         )
-
-    def persist(self) -> None:
-        try:
-            self.file.write(self.encode(pretty=True))
-        except OSError as e:
-            log.error("cannot persist %s: %s", self.file.path, e)
 
     def _changed(self) -> None:
         self.data_version.next(_now_ms())

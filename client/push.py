@@ -307,6 +307,17 @@ class PushConsumer(ConsumerBase):
         pq.inflight += 1
         await self._consume_concurrently(mq, pq, msgs)
 
+    def _calls(self, msgs: list[MessageExt]) -> list[tuple[Any, list[MessageExt]]]:
+        """(listener argument, messages it covers): one message each, or lists of the batch size."""
+        bs = self.options.consume_batch_size
+        if bs == 1:
+            return [(m, [m]) for m in msgs]
+        return [(msgs[i : i + bs], msgs[i : i + bs]) for i in range(0, len(msgs), bs)]
+
+    def _listener_failed(self, covered: list[MessageExt]) -> None:
+        what = covered[0].msg_id if len(covered) == 1 else f"a batch of {len(covered)}"
+        log.warning("%s: listener raised on %s", self.group, what, exc_info=True)
+
     async def _run_listener(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Consume ``msgs``; return those that failed."""
         self.consumed += len(msgs)
@@ -315,56 +326,29 @@ class PushConsumer(ConsumerBase):
         listener = self.listener
         assert listener is not None
         failed: list[MessageExt] = []
-        bs = self.options.consume_batch_size
-        if bs == 1:
-            for m in msgs:
-                try:
-                    r = await listener(m)
-                except Exception:
-                    log.warning("%s: listener raised on %s", self.group, m.msg_id, exc_info=True)
-                    failed.append(m)
-                    continue
-                if r in _FAIL:
-                    failed.append(m)
-            return failed
-        for i in range(0, len(msgs), bs):
-            chunk = msgs[i : i + bs]
+        for arg, covered in self._calls(msgs):
             try:
-                r = await listener(chunk)
+                r = await listener(arg)
             except Exception:
-                log.warning("%s: listener raised on a batch of %d", self.group, len(chunk), exc_info=True)
-                failed.extend(chunk)
-                continue
+                self._listener_failed(covered)
+                r = ConsumeResult.RECONSUME_LATER
             if r in _FAIL:
-                failed.extend(chunk)
+                failed.extend(covered)
         return failed
 
     def _run_sync(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """The same for a plain function, in a worker thread."""
         listener = self.listener
         assert listener is not None
         failed: list[MessageExt] = []
-        bs = self.options.consume_batch_size
-        if bs == 1:
-            for m in msgs:
-                try:
-                    r = listener(m)
-                except Exception:
-                    log.warning("%s: listener raised on %s", self.group, m.msg_id, exc_info=True)
-                    failed.append(m)
-                    continue
-                if r in _FAIL:
-                    failed.append(m)
-            return failed
-        for i in range(0, len(msgs), bs):
-            chunk = msgs[i : i + bs]
+        for arg, covered in self._calls(msgs):
             try:
-                r = listener(chunk)
+                r = listener(arg)
             except Exception:
-                log.warning("%s: listener raised on a batch of %d", self.group, len(chunk), exc_info=True)
-                failed.extend(chunk)
-                continue
+                self._listener_failed(covered)
+                r = ConsumeResult.RECONSUME_LATER
             if r in _FAIL:
-                failed.extend(chunk)
+                failed.extend(covered)
         return failed
 
     # ------------------------------------------------------------------ retries

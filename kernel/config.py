@@ -315,22 +315,26 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
     return cfg
 
 
+def toml_value(v: Any) -> str:
+    """One TOML value (scalars, lists, inline tables) for config dumps and generated test configs."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
 def dump_config(cfg: RootConfig) -> str:
     """The effective config as TOML (``rmqd config``)."""
     lines: list[str] = [f"# effective configuration (source: {cfg.source})"]
 
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, int | float):
-            return repr(v)
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, list):
-            return "[" + ", ".join(fmt(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {fmt(x)}" for k, x in v.items()) + " }"
-        raise TypeError(type(v))
+    fmt = toml_value
 
     for role in ("namesrv", "broker"):
         section = getattr(cfg, role)

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rmq.kernel.config import toml_value
+
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now whose neighbours (port-2, port+1) are too (RocketMQ's VIP/HA)."""
@@ -37,18 +39,6 @@ def free_port() -> int:
     raise RuntimeError("no free port found")
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def write_toml(path: Path, doc: dict[str, Any]) -> Path:
     """A tiny TOML writer for test configs (tables of scalars/lists, nested plugin tables)."""
     lines: list[str] = []
@@ -58,7 +48,7 @@ def write_toml(path: Path, doc: dict[str, Any]) -> Path:
         subs = {k: v for k, v in d.items() if isinstance(v, dict)}
         if scalars or not subs:
             lines.append(f"[{prefix}]")
-            lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+            lines.extend(f"{k} = {toml_value(v)}" for k, v in scalars.items())
         for k, v in subs.items():
             table(f"{prefix}.{k}", v)
 

@@ -31,6 +31,8 @@ class ConfigError(Exception):
 class NamesrvConfig:
     listenPort: int = 9876
     listenHost: str = "0.0.0.0"
+    maxConnections: int = 4096  # accepted connections held at once; more are closed at accept
+    allowRemoteAdmin: bool = False  # state-changing admin requests from non-loopback peers (until ACL)
     scanNotActiveBrokerInterval: int = 10_000  # ms
     brokerChannelExpiredTime: int = 120_000  # ms
     orderMessageEnable: bool = False
@@ -46,6 +48,8 @@ class BrokerConfig:
     brokerIP2: str = ""
     listenPort: int = 10911
     listenHost: str = "0.0.0.0"
+    maxConnections: int = 4096  # accepted connections held at once; more are closed at accept
+    allowRemoteAdmin: bool = False  # state-changing admin requests from non-loopback peers (until ACL)
     namesrvAddr: str = ""  # "" with an embedded namesrv = that one
     registerBrokerTimeoutMills: int = 6_000
     registerNameServerPeriod: int = 30_000
@@ -272,14 +276,37 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
     node[key] = value
 
 
+EMBEDDED = "<embedded default>"
+
+
+def embedded_default() -> dict[str, Any]:
+    """``rmqd`` with no config: both roles, loopback only, a store sized for a laptop (~170 MB reserved).
+
+    Loopback because nothing is protected yet (no ACL) and a first run should not expose
+    a broker to the network; the segment sizes because RocketMQ's (1 GiB commitlog segments
+    plus a 420 MB index file) reserve 2.4 GB before the first message.
+    """
+    loopback = {"listenHost": "127.0.0.1"}
+    return {
+        "namesrv": dict(loopback),
+        "broker": {
+            **loopback,
+            "brokerIP1": "127.0.0.1",
+            "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+            "maxHashSlotNum": 500_000,
+            "maxIndexNum": 2_000_000,
+        },
+    }
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RootConfig:
     """Read, override and validate; raise ``ConfigError`` with one precise line on any problem.
 
     With no file the embedded default applies: both roles on with defaults.
     """
     if path is None:
-        doc: dict[str, Any] = {"namesrv": {}, "broker": {}}
-        source = "<embedded default>"
+        doc: dict[str, Any] = embedded_default()
+        source = EMBEDDED
     else:
         source = str(path)
         try:

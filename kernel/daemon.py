@@ -19,7 +19,7 @@ import time
 import anyio
 
 from rmq import __version__
-from rmq.kernel.config import NAMESPACES, ConfigError, RootConfig, dump_config, load_config
+from rmq.kernel.config import EMBEDDED, NAMESPACES, ConfigError, RootConfig, dump_config, load_config
 from rmq.kernel.plugin_manager import PluginError, describe
 
 log = logging.getLogger("rmq.daemon")
@@ -70,11 +70,21 @@ async def _run(config: RootConfig) -> None:
             # Start-up objects (plugins, tables, mmaps) live forever: keep the cyclic GC from rescanning
             # them on every collection; measured ~5x cheaper allocation on the put path.
             gc.freeze()
-            log.info("rmqd %s ready: roles %s, pid %d", __version__, "+".join(config.roles()), os.getpid())
+            log.info("rmqd %s ready: roles %s, pid %d%s", __version__, "+".join(config.roles()), os.getpid(),
+                     _exposure(config))
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
     log.info("rmqd stopped")
+
+
+def _exposure(config: RootConfig) -> str:
+    """What the start-up line says about who can reach this daemon."""
+    hosts = sorted({c.listenHost for c in (config.namesrv, config.broker) if c is not None})
+    if config.source == EMBEDDED and all(h.startswith("127.") for h in hosts):
+        return (f"; embedded default: listening on {', '.join(hosts)} only "
+                "(give a --config, or --set <role>.listenHost=0.0.0.0, to serve other hosts)")
+    return f"; listening on {', '.join(h or '*' for h in hosts)}"
 
 
 def main(argv: list[str] | None = None) -> int:

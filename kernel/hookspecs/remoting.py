@@ -31,6 +31,7 @@ class RemotingConfig:
     max_frame_size: int = 16 * 1024 * 1024
     idle_timeout: float = 120.0  # seconds without traffic before a connection is closed
     connect_timeout: float = 3.0
+    max_connections: int = 4096  # server: connections held at once; the next ones are closed at accept
     name: str = "remoting"  # for log lines: "namesrv", "broker", "client"
 
 

@@ -299,7 +299,8 @@ class BrokerController:
             kernel.services["broker"] = self
             stack.callback(kernel.services.pop, "broker", None)
             server, _ = await kernel.serve_role(
-                "broker", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, name="broker")
+                "broker", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,
+                           name="broker")
             )
             self.server = server
             stack.push_async_callback(server.aclose)

@@ -72,7 +72,8 @@ class NamesrvPlugin:
         self.service = svc = NamesrvService(cfg, self.options.kv_config_path)
         kernel.services["namesrv"] = svc
         server, _ = await kernel.serve_role(
-            "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, name="namesrv")
+            "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,
+                           name="namesrv")
         )
         svc.server = server
         scope = anyio.CancelScope()

@@ -25,11 +25,22 @@ def test_embedded_default_runs_both_roles_with_rocketmq_defaults() -> None:
     assert (b.listenPort, b.brokerName, b.brokerClusterName, b.brokerId) == (10911, "broker-a", "DefaultCluster", 0)
     assert (b.flushDiskType, b.brokerRole, b.autoCreateTopicEnable) == ("ASYNC_FLUSH", "ASYNC_MASTER", True)
     assert (b.fileReservedTime, b.deleteWhen, b.maxMessageSize) == (72, "04", 4 * 1024 * 1024)
-    assert b.mappedFileSizeCommitLog == 1 << 30 and b.mappedFileSizeConsumeQueue == 6_000_000
+    assert b.mappedFileSizeConsumeQueue == 6_000_000
+    # the embedded default is loopback-only and sized for a laptop; a config file gets RocketMQ's sizes
+    assert (cfg.namesrv.listenHost, b.listenHost, b.brokerIP1) == ("127.0.0.1",) * 3
+    assert b.mappedFileSizeCommitLog == 64 << 20 and b.maxIndexNum == 2_000_000
+    assert not b.allowRemoteAdmin and not cfg.namesrv.allowRemoteAdmin
     assert b.delay_levels_ms()[:3] == [1000, 5000, 10000] and len(b.delay_levels_ms()) == 18
     sel = cfg.selected()
     assert sel["storage"] == ["mmap"] and sel["flush"] == ["async"] and sel["remoting"] == ["tcp"]
     assert sel["processors"][:2] == ["namesrv", "broker"]
+
+
+def test_a_config_file_gets_rocketmq_sizes_and_binds_every_interface(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "[namesrv]\n[broker]\n"))
+    b = cfg.broker
+    assert b.mappedFileSizeCommitLog == 1 << 30 and b.maxHashSlotNum == 5_000_000 and b.maxIndexNum == 20_000_000
+    assert (cfg.namesrv.listenHost, b.listenHost, b.brokerIP1) == ("0.0.0.0", "0.0.0.0", "")
 
 
 def test_store_root_defaults_to_rmq_home_then_cwd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ No module globals: every daemon and every test builds its own kernel.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
@@ -111,12 +112,47 @@ class Kernel:
         """Build the request table of ``role`` from every plugin, then listen (generic role plumbing)."""
         registry = ProcessorRegistry(role, self)
         self.hook.rmq_processors_register(kernel=self, registry=registry)
+        role_config = getattr(self.config, role, None)
+        if not getattr(role_config, "allowRemoteAdmin", True):
+            guard_admin_codes(registry)
         server = self.hook.rmq_remoting_make_server(kernel=self, config=config, handler=make_handler(registry))
         if server is None:
             raise pmod.PluginError("no rmq.remoting plugin built a server; select one under [plugins] remoting")
         await self.task_group.start(server.serve)
         log.info("%s listening on %s:%d (%d request codes)", role, config.host, server.port, len(registry.table))
         return server, registry
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def guard_admin_codes(registry: ProcessorRegistry) -> None:
+    """Until ACL exists: state-changing admin requests only from loopback peers (NO_PERMISSION otherwise)."""
+    from rmq.protocol.codes import ADMIN_WRITE_CODES, ResponseCode
+
+    role = registry.role
+    rlog = logging.getLogger(f"rmq.{role}")
+    for code in ADMIN_WRITE_CODES & registry.table.keys():
+        inner = registry.table[code]
+
+        async def guarded(conn: Connection, cmd: RemotingCommand, _inner: Any = inner) -> RemotingCommand | None:
+            host = conn.remote_addr[0]
+            if is_loopback(host):
+                return await _inner(conn, cmd)
+            rlog.warning("refused admin request code %d from %s: not a loopback peer", cmd.code, host)
+            return cmd.response(
+                ResponseCode.NO_PERMISSION,
+                f"request code {cmd.code} changes {role} state and is only accepted from loopback peers; "
+                f"set {role}.allowRemoteAdmin = true to accept it from {host} (no ACL is enabled)",
+            )
+
+        registry.table[code] = guarded
 
 
 def make_handler(registry: ProcessorRegistry) -> Any:

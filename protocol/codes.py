@@ -111,6 +111,38 @@ class RequestCode(enum.IntEnum):
     DELETE_EXPIRED_COMMITLOG = 329
 
 
+#: Requests by which an operator changes or destroys a role's state (topics, groups, offsets,
+#: configuration, permissions, files) — not a client's normal traffic. Until ACL is enabled only
+#: loopback peers may send them, unless the role sets ``allowRemoteAdmin``.
+ADMIN_WRITE_CODES = frozenset(
+    int(c)
+    for c in (
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.TRIGGER_DELETE_FILES,
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.RESET_CONSUMER_OFFSET_IN_BROKER,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.DELETE_KV_CONFIG_BY_VALUE,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+        RequestCode.CLONE_GROUP_OFFSET,
+        RequestCode.CLEAN_UNUSED_TOPIC,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.DELETE_EXPIRED_COMMITLOG,
+    )
+)
+
+
 class ResponseCode(enum.IntEnum):
     """Response codes as numbered by RocketMQ 4.9.8."""
 

@@ -79,6 +79,30 @@ def validate_group(group: object) -> str | None:
     return _check("group", group, MAX_GROUP_LENGTH)
 
 
+class InvalidNameError(ValueError):
+    """A topic or group name broke the rule; ``code`` is the RocketMQ response code to answer with."""
+
+    def __init__(self, reason: str, code: int = 1) -> None:  # 1 = SYSTEM_ERROR, as Java's TopicValidator
+        super().__init__(reason)
+        self.code = code
+
+
+def require_topic(topic: object, code: int = 1) -> str:
+    """``topic`` when legal, else ``InvalidNameError``: the guard before any side effect."""
+    reason = validate_topic(topic)
+    if reason is not None:
+        raise InvalidNameError(reason, code)
+    return topic  # type: ignore[return-value]
+
+
+def require_group(group: object, code: int = 1) -> str:
+    """``group`` when legal, else ``InvalidNameError``."""
+    reason = validate_group(group)
+    if reason is not None:
+        raise InvalidNameError(reason, code)
+    return group  # type: ignore[return-value]
+
+
 def is_system_topic(topic: str) -> bool:
     """Reserved for the broker: clients cannot create or delete it."""
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)

@@ -12,10 +12,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from rmq.plugins.broker.groups import SubscriptionGroupConfig
-from rmq.plugins.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, validate_topic
+from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
+from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.jsonbody import loads
+from rmq.protocol.names import is_system_topic, require_group, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
@@ -70,21 +72,23 @@ class AdminProcessor:
         reason = validate_topic(topic)
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
-        if topic == b.config.brokerClusterName or topic == AUTO_CREATE_TOPIC and not b.config.autoCreateTopicEnable:
+        if is_system_topic(topic) or topic in b.topics.system_topics:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         read = ext_int(cmd, "readQueueNums", 16)
         write = ext_int(cmd, "writeQueueNums", 16)
-        if read < 0 or write < 0 or max(read, write) > 1024:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad queue numbers read={read} write={write}")
-        tc = TopicConfig(
-            topic,
-            read,
-            write,
-            ext_int(cmd, "perm", 6),
-            ext_str(cmd, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
-            ext_int(cmd, "topicSysFlag", 0),
-            ext_bool(cmd, "order", False),
-        )
+        if not (0 <= read <= MAX_QUEUE_NUMS and 0 <= write <= MAX_QUEUE_NUMS):
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"bad queue numbers read={read} write={write}: each must be in 0..{MAX_QUEUE_NUMS}",
+            )
+        perm = ext_int(cmd, "perm", 6)
+        sys_flag = ext_int(cmd, "topicSysFlag", 0)
+        if not 0 <= perm <= 15 or not 0 <= sys_flag < 1 << 31:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad perm {perm} or topicSysFlag {sys_flag}")
+        filter_type = ext_str(cmd, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG"
+        if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {filter_type[:40]!r}")
+        tc = TopicConfig(topic, read, write, perm, filter_type, sys_flag, ext_bool(cmd, "order", False))
         log.info("UPDATE_AND_CREATE_TOPIC %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.update(tc)
         await b.register_now()
@@ -93,7 +97,10 @@ class AdminProcessor:
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.broker
         topic = ext_str(cmd, "topic")
-        if topic in b.topics.system_topics:
+        reason = validate_topic(topic)
+        if reason is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
+        if is_system_topic(topic) or topic in b.topics.system_topics:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
         log.info("DELETE_TOPIC_IN_BROKER %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.delete(topic)
@@ -109,7 +116,8 @@ class AdminProcessor:
 
     async def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            sg = SubscriptionGroupConfig.from_json(json.loads(cmd.body))
+            sg = SubscriptionGroupConfig.from_json(loads(cmd.body))
+            require_group(sg.groupName)
         except (ValueError, TypeError, AttributeError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
         self.broker.groups.update(sg)
@@ -119,7 +127,9 @@ class AdminProcessor:
         return cmd.response(body=self.broker.groups.encode().encode())
 
     async def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = ext_str(cmd, "groupName")
+        group = require_group(ext_str(cmd, "groupName"))
+        if group in SYSTEM_GROUPS:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the subscription group[{group}] is a system group")
         self.broker.groups.delete(group)
         if ext_bool(cmd, "removeOffset", False):
             self.broker.offsets.delete_group(group)

@@ -13,8 +13,9 @@ from typing import Any
 
 import attrs
 
-from rmq.plugins.broker.configfile import loads_lenient
 from rmq.protocol.common import tags_code
+from rmq.protocol.jsonbody import loads
+from rmq.protocol.names import printable, require_group, require_topic
 
 log = logging.getLogger("rmq.broker")
 
@@ -119,23 +120,46 @@ class HeartbeatData:
     consumers: list[ConsumerData]
 
 
+MAX_HEARTBEAT_GROUPS = 1024  # producer + consumer groups in one heartbeat
+MAX_SUBSCRIPTIONS = 1024  # topics one consumer group subscribes in one heartbeat
+MAX_CLIENT_ID = 255
+
+
 def parse_heartbeat(body: bytes) -> HeartbeatData:
-    """Decode any client's HeartbeatData JSON; raises ValueError when it is not one."""
-    doc = loads_lenient(body)
+    """Decode any client's HeartbeatData JSON; raises ValueError when it is not one.
+
+    Every name is checked here, before the broker registers anything: a group or topic
+    name becomes a retry topic, a directory and a log line later.
+    """
+    doc = loads(body)
     if not isinstance(doc, dict):
         raise ValueError("heartbeat body is not a JSON object")
     client_id = str(doc.get("clientID") or doc.get("clientId") or "")
+    if len(client_id) > MAX_CLIENT_ID or not client_id.isprintable():
+        raise ValueError(f"clientID {printable(client_id, 60)} is not printable or longer than {MAX_CLIENT_ID}")
+    producer_set = doc.get("producerDataSet") or []
+    consumer_set = doc.get("consumerDataSet") or []
+    if not isinstance(producer_set, list) or not isinstance(consumer_set, list):
+        raise ValueError("producerDataSet and consumerDataSet must be arrays")
+    if len(producer_set) + len(consumer_set) > MAX_HEARTBEAT_GROUPS:
+        raise ValueError(f"more than {MAX_HEARTBEAT_GROUPS} groups in one heartbeat")
     producers = [
-        str(p.get("groupName")) for p in (doc.get("producerDataSet") or []) if isinstance(p, dict) and p.get("groupName")
+        require_group(str(p.get("groupName"))) for p in producer_set if isinstance(p, dict) and p.get("groupName")
     ]
     consumers = []
-    for c in doc.get("consumerDataSet") or []:
+    for c in consumer_set:
         if not isinstance(c, dict) or not c.get("groupName"):
             continue
-        subs = [SubscriptionData.from_json(s) for s in (c.get("subscriptionDataSet") or []) if isinstance(s, dict)]
+        raw_subs = c.get("subscriptionDataSet") or []
+        if not isinstance(raw_subs, list) or len(raw_subs) > MAX_SUBSCRIPTIONS:
+            raise ValueError(f"subscriptionDataSet must be an array of at most {MAX_SUBSCRIPTIONS}")
+        subs = [SubscriptionData.from_json(s) for s in raw_subs if isinstance(s, dict)]
+        for sub in subs:
+            if sub.topic:
+                require_topic(sub.topic)
         consumers.append(
             ConsumerData(
-                group=str(c["groupName"]),
+                group=require_group(str(c["groupName"])),
                 consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
                 message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
                 consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM_WHERE, CONSUME_FROM_WHERE[0]),

@@ -19,20 +19,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rmq.protocol.jsonbody import loads
+
 log = logging.getLogger("rmq.broker")
 
-_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 _QUOTED_INT_KEY = re.compile(r'"(-?\d+)"(\s*:)')
-
-
-def loads_lenient(text: str | bytes) -> Any:
-    """JSON, also accepting fastjson's unquoted integer map keys."""
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        text = bytes(text).decode("utf-8")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
 
 
 def dumps(obj: Any, pretty: bool = False, int_keys: bool = False) -> str:
@@ -68,7 +59,7 @@ class ConfigFile:
             if not text.strip():
                 continue
             try:
-                doc = loads_lenient(text)
+                doc = loads(text)
             except ValueError as e:
                 log.warning("cannot parse %s: %s", candidate, e)
                 continue

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.plugins.broker.send import set_props
-from rmq.plugins.broker.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX
+from rmq.plugins.broker.topics import PERM_READ, PERM_WRITE
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
 from rmq.protocol.common import Prop
+from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes, offset_msg_id
+from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_group, require_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
@@ -117,7 +119,7 @@ class ConsumerProcessor:
     async def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (46): Java consumers with SQL92 subscriptions ask before starting."""
         try:
-            doc = json.loads(cmd.body or b"{}")
+            doc = loads(cmd.body or b"{}")
             sub = doc.get("subscriptionData") or {}
             etype = str(sub.get("expressionType") or "TAG")
             expr = str(sub.get("subString") or "*")
@@ -158,9 +160,17 @@ class ConsumerProcessor:
         return store.max_phy_offset - phys > self._in_memory_bytes
 
     async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        self.broker.offsets.commit(
-            ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_int(cmd, "queueId"), ext_int(cmd, "commitOffset")
-        )
+        b = self.broker
+        group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
+        qid, offset = ext_int(cmd, "queueId"), ext_int(cmd, "commitOffset")
+        tc = b.topics.table.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {printable(topic)} not exist!")
+        if not 0 <= qid < max(tc.readQueueNums, tc.writeQueueNums, 1):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal for topic[{topic}]")
+        if not 0 <= offset < 1 << 63:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"commitOffset {offset} is out of range")
+        b.offsets.commit(group, topic, qid, offset)
         return cmd.response()
 
     async def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -183,13 +193,19 @@ class ConsumerProcessor:
 
     @staticmethod
     def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
-        doc = json.loads(cmd.body or b"{}")
+        doc = loads(cmd.body or b"{}")
         if not isinstance(doc, dict):
             raise ValueError("lock body is not a JSON object")
+        mq_set = doc.get("mqSet") or []
+        if not isinstance(mq_set, list) or len(mq_set) > 65536:
+            raise ValueError("mqSet must be an array of at most 65536 queues")
         mqs = []
-        for mq in doc.get("mqSet") or []:
-            mqs.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
-        return str(doc.get("consumerGroup") or ""), str(doc.get("clientId") or ""), mqs
+        for mq in mq_set:
+            mqs.append((require_topic(str(mq["topic"])), str(mq["brokerName"]), int(mq["queueId"])))
+        client_id = str(doc.get("clientId") or "")
+        if len(client_id) > 255 or not client_id.isprintable():
+            raise ValueError(f"clientId {printable(client_id, 60)} is not printable or too long")
+        return require_group(str(doc.get("consumerGroup") or "")), client_id, mqs
 
     async def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:

@@ -32,11 +32,12 @@ from rmq.plugins.broker.offsets import ConsumerOffsetManager
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
 from rmq.plugins.broker.send import SendProcessor, prop_value, set_props
-from rmq.plugins.broker.topics import SCHEDULE_TOPIC, TopicConfigManager
+from rmq.plugins.broker.topics import TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import Prop
 from rmq.protocol.message import host_bytes
+from rmq.protocol.names import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -289,6 +290,8 @@ class BrokerController:
             raise PluginError("no rmq.storage plugin built a store; select one under [plugins] storage")
         self.store = store
         self._set_store_host()
+        if hasattr(store, "on_forced_clean"):  # optional MessageStore member (issue 11 turns it into a seam)
+            store.on_forced_clean = self._forced_clean
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(store)
             stack.callback(self._persist_all)  # runs before the store closes
@@ -346,6 +349,20 @@ class BrokerController:
                 self.store.store_host = self.store_host  # type: ignore[attr-defined]
             except (AttributeError, ValueError) as e:
                 log.warning("store does not take store_host %s: %s; message ids may not resolve", self.broker_addr, e)
+
+    def _forced_clean(self, moved: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """The store deleted data early (disk nearly full): say which groups lost unconsumed messages."""
+        lost: dict[tuple[str, str], int] = {}
+        for (topic, qid), (old_min, new_min) in moved.items():
+            for group in self.offsets.groups_of_topic(topic):
+                committed = self.offsets.query(group, topic, qid)
+                if 0 <= committed < new_min:
+                    key = (group, topic)
+                    lost[key] = lost.get(key, 0) + new_min - max(committed, old_min)
+        for (group, topic), n in sorted(lost.items()):
+            log.error("forced clean: consumer group %s lost %d unconsumed messages of topic %s", group, n, topic)
+        if not lost:
+            log.warning("forced clean: no consumer group had unconsumed messages in the deleted files")
 
     def _topics_changed(self) -> None:
         if self.registrar is not None:

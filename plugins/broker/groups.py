@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.protocol.names import require_group
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -69,7 +70,7 @@ class SubscriptionGroupManager(PersistedTable):
         if isinstance(doc, dict):
             for name, d in (doc.get("subscriptionGroupTable") or {}).items():
                 try:
-                    self.table[str(name)] = SubscriptionGroupConfig.from_json(d)
+                    self.table[require_group(name)] = SubscriptionGroupConfig.from_json(d)
                 except (ValueError, TypeError) as e:
                     log.warning("subscriptionGroup.json: skipping %s: %s", name, e)
             self.data_version = DataVersion.from_json(doc.get("dataVersion"))
@@ -92,12 +93,14 @@ class SubscriptionGroupManager(PersistedTable):
         """The group's config, created with defaults when auto-creation is on (else None)."""
         sg = self.table.get(group)
         if sg is None and (self.config.autoCreateSubscriptionGroup or group in SYSTEM_GROUPS):
+            require_group(group)
             sg = self.table[group] = SubscriptionGroupConfig(group)
             log.info("subscription group auto-created: %s", group)
             self._changed()
         return sg
 
     def update(self, sg: SubscriptionGroupConfig) -> None:
+        require_group(sg.groupName)
         old = self.table.get(sg.groupName)
         self.table[sg.groupName] = sg
         log.info("subscription group %s: %s", "updated" if old else "created", sg)

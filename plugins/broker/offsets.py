@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from rmq.plugins.broker.configfile import ConfigFile, PersistedTable, dumps
+from rmq.protocol.names import printable, require_group, require_topic, validate_group, validate_topic
 
 log = logging.getLogger("rmq.broker")
 
@@ -27,8 +28,14 @@ class ConsumerOffsetManager(PersistedTable):
         doc = self.file.load()
         if isinstance(doc, dict):
             for key, queues in (doc.get("offsetTable") or {}).items():
-                if isinstance(queues, dict):
-                    self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+                topic, _, group = str(key).partition(TOPIC_GROUP_SEP)
+                if validate_topic(topic) or validate_group(group) or not isinstance(queues, dict):
+                    log.warning("%s: skipping entry %s", self.file.path, printable(key, 80))
+                    continue
+                try:
+                    self.table[key] = {int(q): int(o) for q, o in queues.items()}
+                except (TypeError, ValueError) as e:
+                    log.warning("%s: skipping entry %s: %s", self.file.path, key, e)
         log.info("consumer offsets loaded: %d topic@group entries", len(self.table))
 
     def encode(self, pretty: bool = False) -> str:
@@ -42,6 +49,8 @@ class ConsumerOffsetManager(PersistedTable):
         key = topic + TOPIC_GROUP_SEP + group
         queues = self.table.get(key)
         if queues is None:
+            require_topic(topic)  # a new key: both names end up in consumerOffset.json and log lines
+            require_group(group)
             queues = self.table[key] = {}
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset

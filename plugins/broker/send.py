@@ -14,19 +14,12 @@ import random
 from typing import TYPE_CHECKING
 
 from rmq.kernel.model import MessageRecord, PutResult, PutStatus
-from rmq.plugins.broker.topics import (
-    DLQ_PREFIX,
-    NOT_ALLOWED_SEND,
-    PERM_READ,
-    PERM_WRITE,
-    RETRY_PREFIX,
-    TopicConfig,
-    validate_topic,
-)
+from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, SysFlag
 from rmq.protocol.message import BatchError, decode_batch
+from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
@@ -47,6 +40,8 @@ _TRUE = frozenset(("true", "1", "True", "TRUE"))
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 _PROPS_SAFE_CHARS = MAX_PROPERTIES_BYTES // 4  # at most 4 UTF-8 bytes per character: no encode needed below
 _BORN_KEY = "broker.born"
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _VERSION_HONOURS_MAX_RECONSUME = 121  # V3_4_9
 
 _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
@@ -66,6 +61,35 @@ _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
 }
 _STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                            PutStatus.SLAVE_NOT_AVAILABLE))
+
+
+def properties_problem(props: str) -> str | None:
+    """None when ``props`` is a well-formed properties string (``k\x01v\x02…``), else what is wrong.
+
+    Empty values are legal (Java clients write ``KEYS\x01`` for an empty key). Java drops
+    malformed pairs silently; we refuse them, so that what is stored is exactly what
+    every reader (dispatch, filters, clients) will parse. The common case costs a few C-level counts.
+    """
+    if not props:
+        return None
+    seps = props.count("\x02")
+    items = seps + 1 - (props[-1] == "\x02")
+    if (
+        props.count("\x01") == items
+        and props[0] not in "\x01\x02"
+        and "\x02\x02" not in props
+        and "\x02\x01" not in props
+    ):
+        return None
+    for item in props.split("\x02"):
+        if not item:
+            continue
+        name, sep, value = item.partition("\x01")
+        if not sep or not name:
+            return f"a property has no name/value separator or no name: {printable(item, 60)}"
+        if "\x01" in value:
+            return f"property {printable(name, 60)} holds more than one name/value separator"
+    return None
 
 
 def prop_value(props: str, name: str) -> str | None:
@@ -139,6 +163,13 @@ class SendProcessor:
             raise HeaderError(str(e.args[0]), "is missing") from None
         except ValueError as e:
             raise HeaderError("queueId/sysFlag/bornTimestamp/flag", f"is not an integer: {e}") from None
+        if not (
+            _I32_MIN <= queue_id <= _I32_MAX
+            and _I32_MIN <= sys_flag <= _I32_MAX
+            and _I32_MIN <= flag <= _I32_MAX
+            and _I64_MIN <= born_ts <= _I64_MAX
+        ):
+            raise HeaderError(_out_of_range(keys, queue_id, sys_flag, born_ts, flag), "is out of its Java type's range")
         props = get(keys[8]) or ""
         batch = code == _BATCH_CODE or get(keys[12]) in _TRUE
         body = cmd.body
@@ -171,12 +202,17 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties length {len(props.encode())} exceeds the limit {MAX_PROPERTIES_BYTES}",
             )
+        bad_props = properties_problem(props)
+        if bad_props is not None:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed message properties: {bad_props}")
         reconsume = 0
         if topic[0] == "%":
             try:
                 reconsume = int(get(keys[9]) or 0)
             except ValueError:
                 reconsume = 0
+            if not 0 <= reconsume <= _I32_MAX:
+                raise HeaderError(keys[9], f"is out of its Java type's range (int): {reconsume}")
             if topic.startswith(RETRY_PREFIX):
                 if batch:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
@@ -284,6 +320,9 @@ class SendProcessor:
                 mprops = f"{mprops}{props}" if not mprops or mprops.endswith("\x02") else f"{mprops}\x02{props}"
             if len(mprops.encode()) > MAX_PROPERTIES_BYTES:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
+            bad_props = properties_problem(mprops)
+            if bad_props is not None:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch member properties: {bad_props}")
             recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
         if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
@@ -334,6 +373,15 @@ class SendProcessor:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
         log.warning("put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)
+
+
+def _out_of_range(keys: tuple[str, ...], queue_id: int, sys_flag: int, born_ts: int, flag: int) -> str:
+    """The name of the first header field outside its Java type (for the error remark)."""
+    for name, v, lo, hi in ((keys[4], queue_id, _I32_MIN, _I32_MAX), (keys[5], sys_flag, _I32_MIN, _I32_MAX),
+                            (keys[6], born_ts, _I64_MIN, _I64_MAX), (keys[7], flag, _I32_MIN, _I32_MAX)):
+        if not lo <= v <= hi:
+            return name
+    return keys[4]
 
 
 def _peer(conn: Connection) -> str:

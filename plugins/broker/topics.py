@@ -9,7 +9,6 @@ and asks the broker to re-register with the name servers.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.protocol.names import (
+    AUTO_CREATE_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    require_topic,
+    validate_topic,
+)
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -28,44 +36,10 @@ PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-
-AUTO_CREATE_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
-MAX_TOPIC_LENGTH = 127
+MAX_QUEUE_NUMS = 1024  # per topic, read or write: more is a typo or an attack (RocketMQ sets no cap)
 
-NOT_ALLOWED_SEND = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC))
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
-
-
-def validate_topic(topic: str) -> str | None:
-    """None when ``topic`` is a legal name, else the reason (used as the response remark)."""
-    if not topic or not topic.strip():
-        return "The specified topic is blank."
-    n = len(topic.encode("utf-8"))
-    if n > MAX_TOPIC_LENGTH:
-        return f"The specified topic is longer than topic max length {MAX_TOPIC_LENGTH}: {n} bytes."
-    if not _VALID.match(topic):
-        return (
-            f"The specified topic[{topic}] contains illegal characters, allowing only "
-            "^[%|a-zA-Z0-9_-]+$"
-        )
-    return None
+NOT_ALLOWED_SEND = NOT_ALLOWED_SEND_TOPICS
 
 
 @attrs.define(slots=True)
@@ -141,8 +115,14 @@ class TopicConfigManager(PersistedTable):
         doc = self.file.load()
         if isinstance(doc, dict):
             for name, tc in (doc.get("topicConfigTable") or {}).items():
-                if isinstance(tc, dict):
-                    self.table[str(name)] = TopicConfig.from_json(str(name), tc)
+                reason = validate_topic(name)
+                if reason is not None or not isinstance(tc, dict):
+                    log.warning("%s: skipping topic entry: %s", self.file.path, reason or "not an object")
+                    continue
+                try:
+                    self.table[name] = TopicConfig.from_json(name, tc)
+                except (TypeError, ValueError) as e:
+                    log.warning("%s: skipping topic %s: %s", self.file.path, name, e)
             self.data_version = DataVersion.from_json(doc.get("dataVersion"))
         if not cfg.autoCreateTopicEnable and self.table.pop(AUTO_CREATE_TOPIC, None) is not None:
             log.info("autoCreateTopicEnable=false: dropped persisted %s", AUTO_CREATE_TOPIC)
@@ -172,6 +152,7 @@ class TopicConfigManager(PersistedTable):
 
     def update(self, tc: TopicConfig) -> None:
         """Create or replace (admin code 17)."""
+        require_topic(tc.topicName)
         old = self.table.get(tc.topicName)
         self.table[tc.topicName] = tc
         log.info("topic %s: %s", "updated" if old else "created", tc)
@@ -191,6 +172,7 @@ class TopicConfigManager(PersistedTable):
         tc = self.table.get(topic)
         if tc is not None:
             return tc
+        require_topic(topic)
         template = self.table.get(default_topic)
         if template is None or not template.perm & PERM_INHERIT:
             return None
@@ -210,6 +192,7 @@ class TopicConfigManager(PersistedTable):
         tc = self.table.get(topic)
         if tc is not None:
             return tc
+        require_topic(topic)
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, "SINGLE_TAG", topic_sys_flag)
         self.table[topic] = tc
         log.info("topic created on demand: %s", tc)

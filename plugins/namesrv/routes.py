@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import struct
 import zlib
 from collections.abc import Iterable
@@ -17,24 +16,15 @@ from typing import Any
 
 import attrs
 
+from rmq.protocol.jsonbody import loads
+from rmq.protocol.names import validate_topic
+
 log = logging.getLogger("rmq.namesrv")
 
 MASTER_ID = 0
+MAX_REGISTER_BODY = 64 * 1024 * 1024  # inflated size of a compressed registration (~500k topics)
 PERM_READ = 4
 PERM_WRITE = 2
-
-_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
-
-
-def loads_lenient(text: str | bytes) -> Any:
-    """JSON, also accepting fastjson's unquoted integer map keys (``{0:"addr"}``)."""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
-
 
 def dumps(obj: Any) -> bytes:
     """Standard JSON with sorted keys (fastjson's order), ASCII-escaped, compact."""
@@ -91,14 +81,34 @@ def decode_register_body(body: bytes, compressed: bool) -> RegisterBody:
     if not body:
         return RegisterBody(DataVersion(), [], [])
     if compressed:
-        return _decode_compressed(zlib.decompress(body))
-    doc = loads_lenient(body)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(body, MAX_REGISTER_BODY)
+        if inflater.unconsumed_tail:
+            raise ValueError(f"compressed register body inflates beyond {MAX_REGISTER_BODY} bytes")
+        return _checked(_decode_compressed(raw))
+    doc = loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError("register body is not a JSON object")
     wrapper = doc.get("topicConfigSerializeWrapper") or {}
-    table = wrapper.get("topicConfigTable") or {}
+    table = wrapper.get("topicConfigTable") or {} if isinstance(wrapper, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError("topicConfigSerializeWrapper.topicConfigTable is not an object")
     topics = [TopicConfigData.from_json(name, tc) for name, tc in table.items() if isinstance(tc, dict)]
-    return RegisterBody(
-        DataVersion.from_json(wrapper.get("dataVersion")), topics, list(doc.get("filterServerList") or [])
-    )
+    filters = doc.get("filterServerList") or []
+    if not isinstance(filters, list):
+        raise ValueError("filterServerList is not an array")
+    return _checked(RegisterBody(DataVersion.from_json(wrapper.get("dataVersion")), topics, [str(f) for f in filters]))
+
+
+def _checked(body: RegisterBody) -> RegisterBody:
+    """Refuse a registration naming an illegal topic (a Java broker never sends one)."""
+    for t in body.topics:
+        reason = validate_topic(t.topic)
+        if reason is not None:
+            raise ValueError(f"register body names an illegal topic: {reason}")
+        if not (0 <= t.read_queue_nums <= 65535 and 0 <= t.write_queue_nums <= 65535 and 0 <= t.perm <= 15):
+            raise ValueError(f"register body: topic {t.topic} has out-of-range queue numbers or perm")
+    return body
 
 
 def _decode_compressed(raw: bytes) -> RegisterBody:
@@ -116,7 +126,7 @@ def _decode_compressed(raw: bytes) -> RegisterBody:
         pos += n
         return out
 
-    version = DataVersion.from_json(loads_lenient(chunk()))
+    version = DataVersion.from_json(loads(chunk()))
     (count,) = struct.unpack_from(">i", raw, pos)
     pos += 4
     topics = []
@@ -127,7 +137,7 @@ def _decode_compressed(raw: bytes) -> RegisterBody:
         topics.append(TopicConfigData(fields[0], int(fields[1]), int(fields[2]), int(fields[3])))
     filters: list[str] = []
     if pos < len(raw):
-        filters = list(loads_lenient(chunk()) or [])
+        filters = list(loads(chunk()) or [])
     return RegisterBody(version, topics, filters)
 
 

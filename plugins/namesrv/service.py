@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import struct
 import time
 import zlib
 from typing import TYPE_CHECKING
 
 import anyio
 
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rmq.plugins.namesrv.routes import (
     PERM_WRITE,
@@ -16,10 +18,11 @@ from rmq.plugins.namesrv.routes import (
     RouteInfoManager,
     decode_register_body,
     dumps,
-    loads_lenient,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.jsonbody import loads
+from rmq.protocol.names import printable, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.config import NamesrvConfig
@@ -30,6 +33,17 @@ log = logging.getLogger("rmq.namesrv")
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _WATCHED = "namesrv.watched"
+_refusals = RateLimitedLog(log)
+
+
+def _addr_problem(addr: str) -> str | None:
+    """None for a plausible ``host:port`` (what brokers register), else why not."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or len(addr) > 255 or not port.isdigit() or int(port) > 65535:
+        return f"address {printable(addr, 80)} is not host:port"
+    if not host.isprintable() or " " in host:
+        return f"address {printable(addr, 80)} has an unprintable host"
+    return None
 
 
 class NamesrvService:
@@ -108,20 +122,29 @@ class NamesrvService:
         if crc and cmd.body and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
             log.warning("register from %s:%d rejected: body crc32 mismatch", *conn.remote_addr[:2])
             return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        cluster, broker_addr = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerAddr")
+        broker_name, broker_id = ext_str(cmd, "brokerName"), ext_int(cmd, "brokerId")
+        ha_addr = ext_str(cmd, "haServerAddr", "")
+        problem = (validate_topic(cluster) or validate_topic(broker_name) or _addr_problem(broker_addr)
+                   or (ha_addr and _addr_problem(ha_addr)) or (None if 0 <= broker_id < 1 << 63 else "bad brokerId"))
+        if problem:
+            _refusals.warning("register", "register from %s:%d rejected: %s", *conn.remote_addr[:2], problem)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad register request: {problem}")
         try:
             body = decode_register_body(cmd.body, ext_bool(cmd, "compressed", False))
-        except (ValueError, zlib.error, UnicodeDecodeError) as e:
-            log.warning("register from %s:%d rejected: undecodable body: %s", *conn.remote_addr[:2], e)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {e}")
+        except (ValueError, TypeError, zlib.error, struct.error, UnicodeDecodeError) as e:
+            _refusals.warning("register", "register from %s:%d rejected: undecodable body: %s",
+                              *conn.remote_addr[:2], printable(str(e)))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {printable(str(e))}")
         if not conn.attributes.get(_WATCHED):
             conn.attributes[_WATCHED] = True
             conn.on_close(self._on_close)
         ha, master = self.routes.register_broker(
-            ext_str(cmd, "clusterName"),
-            ext_str(cmd, "brokerAddr"),
-            ext_str(cmd, "brokerName"),
-            ext_int(cmd, "brokerId"),
-            ext_str(cmd, "haServerAddr", ""),
+            cluster,
+            broker_addr,
+            broker_name,
+            broker_id,
+            ha_addr,
             body,
             conn,
             time.monotonic(),
@@ -143,7 +166,7 @@ class NamesrvService:
 
     async def query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            version = DataVersion.from_json(loads_lenient(cmd.body)) if cmd.body else DataVersion()
+            version = DataVersion.from_json(loads(cmd.body)) if cmd.body else DataVersion()
         except ValueError:
             version = DataVersion()
         changed, held = self.routes.is_data_version_changed(ext_str(cmd, "brokerAddr"), version, time.monotonic())

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from rmq.plugins.broker.configfile import ConfigFile, dumps, loads_lenient
+from rmq.plugins.broker.configfile import ConfigFile, dumps
 from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.jsonbody import loads as loads_lenient
 from rmq.protocol.message import decode_messages
 
 pytestmark = pytest.mark.anyio

@@ -11,8 +11,8 @@ from rmq.plugins.broker.clients import SubscriptionData, parse_heartbeat
 from rmq.plugins.broker.locks import RebalanceLockManager
 from rmq.plugins.broker.longpoll import PullHoldService
 from rmq.plugins.broker.send import prop_value, set_props
-from rmq.plugins.broker.topics import validate_topic
 from rmq.protocol.common import java_hash
+from rmq.protocol.names import validate_topic
 
 
 def test_parse_heartbeat_cpp_and_java_forms() -> None:

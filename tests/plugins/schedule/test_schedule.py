@@ -12,7 +12,6 @@ import pytest
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.testing import make_kernel
 from rmq.plugins.broker import BrokerPlugin
-from rmq.plugins.broker.configfile import loads_lenient
 from rmq.plugins.filters import TagFilterPlugin
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
@@ -21,6 +20,7 @@ from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
+from rmq.protocol.jsonbody import loads as loads_lenient
 from rmq.protocol.message import decode_messages
 
 pytestmark = pytest.mark.anyio

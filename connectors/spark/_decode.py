@@ -37,6 +37,20 @@ class RecordError(ValueError):
     """A pull body that does not parse as stored records."""
 
 
+MAX_INFLATED = 64 * 1024 * 1024  # a compressed body may not inflate beyond this (a zip bomb is a RecordError)
+
+
+def _inflate(body: bytes, qoff: int) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, MAX_INFLATED)
+    except zlib.error as e:
+        raise RecordError(f"message at offset {qoff}: body does not inflate: {e}") from None
+    if inflater.unconsumed_tail:
+        raise RecordError(f"message at offset {qoff}: body inflates beyond {MAX_INFLATED} bytes")
+    return out
+
+
 def _offset_msg_id(host: bytes, phys: int) -> str:
     return (host + _Q.pack(phys)).hex().upper()
 
@@ -79,13 +93,15 @@ class Columns:
             if n - pos < 91:
                 raise RecordError(f"record at {pos} truncated ({n - pos} bytes left)")
             (total, _, _, _, _, qoff, phys, sysflag, born_ts, _, store_ts, store_host, _, _, blen) = v4(data, pos)
+            end = pos + total
+            if total < 91 or end > n:
+                raise RecordError(f"record at {pos} truncated or corrupt: total size {total}, {n - pos} bytes left")
             if sysflag & _V6_BITS:
-                qoff, phys, sysflag, born_ts, store_ts, store_host, b = self._v6_head(data, pos)
+                qoff, phys, sysflag, born_ts, store_ts, store_host, b = self._v6_head(data, pos, end)
                 blen = struct.unpack_from(">i", data, b - 4)[0]
             else:
                 b = pos + 88
-            end = pos + total
-            if total < 91 or end > n or blen < 0 or b + blen + 3 > end:
+            if blen < 0 or b + blen + 3 > end:
                 raise RecordError(f"record at {pos}: sizes do not add up (total {total}, body {blen})")
             if first < 0:
                 first = qoff
@@ -98,8 +114,10 @@ class Columns:
             if sysflag & _COMPRESSED:
                 if sysflag & _COMPRESSION_TYPE not in (0, 0x300):
                     raise RecordError(f"message at offset {qoff}: compression 0x{sysflag & 0x700:x} is not zlib")
-                body = zlib.decompress(body)
+                body = _inflate(body, qoff)
             p += 1 + data[p]
+            if p + 2 > end:
+                raise RecordError(f"record at {pos}: topic length overruns the record")
             offsets.append(qoff)
             born.append(born_ts)
             store.append(store_ts)
@@ -111,12 +129,14 @@ class Columns:
         return added, first, last
 
     @staticmethod
-    def _v6_head(data: bytes, pos: int) -> tuple[int, int, int, int, int, bytes, int]:
+    def _v6_head(data: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, bytes, int]:
         _, _, _, _, _, qoff, phys, sysflag, born_ts = _HEAD.unpack_from(data, pos)
         p = pos + 48 + (20 if sysflag & _BORN_V6 else 8)
+        hl = 20 if sysflag & _STORE_V6 else 8
+        if p + 8 + hl + 16 > end:
+            raise RecordError(f"record at {pos}: IPv6 header overruns the record")
         store_ts = _Q.unpack_from(data, p)[0]
         p += 8
-        hl = 20 if sysflag & _STORE_V6 else 8
         store_host = data[p : p + hl]
         p += hl + 16  # reconsume times, prepared offset, body length
         return qoff, phys, sysflag, born_ts, store_ts, store_host, p

@@ -71,3 +71,32 @@ def test_truncated_body_is_an_error() -> None:
     data = _records()
     with pytest.raises(RecordError, match="truncated|do not add up"):
         Columns().add(data[:-5], 0, 1 << 62)
+
+
+# ----------------------------------------------------------------------------- hostile bodies
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), cut=st.integers(0, 2000), flip=st.integers(0, 255))
+def test_any_pull_body_decodes_or_raises_record_error(data: bytes, cut: int, flip: int) -> None:
+    """Peer bytes (garbage, or real records truncated / with one byte changed) never raise anything else."""
+    real = bytearray(_records()[:2000])
+    real[cut % len(real)] ^= flip
+    for body in (data, bytes(real), bytes(real[:cut])):
+        cols = Columns()
+        try:
+            cols.add(body, 0, 1 << 62)
+        except RecordError:
+            pass
+
+
+def test_a_zip_bomb_body_is_a_record_error() -> None:
+    bomb = zlib.compress(b"\0" * (80 * 1024 * 1024), 9)
+    rec = encode_message("T", bomb, queue_id=0, properties={}, sys_flag=0x1, queue_offset=0, commit_log_offset=0,
+                         born_timestamp=0, born_host="10.0.0.1:1", store_timestamp=0, store_host="127.0.0.1:1")
+    with pytest.raises(RecordError, match="inflates beyond"):
+        Columns().add(rec, 0, 10)

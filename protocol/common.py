@@ -31,6 +31,25 @@ class SysFlag:
     STOREHOST_V6 = 0x20
 
 
+class Perm:
+    """Topic / broker permission bits (``perm``, ``brokerPermission``)."""
+
+    PRIORITY = 8
+    READ = 4
+    WRITE = 2
+    INHERIT = 1
+    READ_WRITE = READ | WRITE
+
+
+class PullFlag:
+    """PULL_MESSAGE ``sysFlag`` bits."""
+
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+
+
 class Prop:
     """System property names, spelled as RocketMQ 4.9 spells them."""
 
@@ -97,3 +116,67 @@ def decode_properties(raw: str | bytes | memoryview) -> dict[str, str]:
         if sep and k and v:
             out[k] = v
     return out
+
+
+def prop_value(props: str, name: str) -> str | None:
+    """One property of an encoded properties string, without decoding the rest (the put path's need)."""
+    key = name + NAME_VALUE_SEP
+    i = props.find(key)
+    while i > 0 and props[i - 1] != PROPERTY_SEP:
+        i = props.find(key, i + 1)
+    if i < 0:
+        return None
+    start = i + len(key)
+    end = props.find(PROPERTY_SEP, start)
+    return props[start:] if end < 0 else props[start:end]
+
+
+def set_props(props: str, values: Mapping[str, str | None]) -> str:
+    """Replace/add/remove (value None or "") properties in an encoded string, keeping the others' order."""
+    out = []
+    seen = set()
+    for item in props.split(PROPERTY_SEP):
+        if not item:
+            continue
+        k, sep, v = item.partition(NAME_VALUE_SEP)
+        if not sep:
+            continue
+        if k in values:
+            seen.add(k)
+            nv = values[k]
+            if nv is not None and nv != "":
+                out.append(f"{k}{NAME_VALUE_SEP}{nv}")
+        elif v:
+            out.append(item)
+    for k, nv in values.items():
+        if k not in seen and nv is not None and nv != "":
+            out.append(f"{k}{NAME_VALUE_SEP}{nv}")
+    return PROPERTY_SEP.join(out)
+
+
+def properties_problem(props: str) -> str | None:
+    """None when ``props`` is a well-formed properties string (``k\\x01v\\x02…``), else what is wrong.
+
+    Empty values are legal (Java clients write ``KEYS\\x01`` for an empty key) and so are empty
+    items. Java drops malformed pairs silently; a broker refuses them, so that what is stored is
+    exactly what every reader will parse. The common case costs a few C-level counts.
+    """
+    if not props:
+        return None
+    items = props.count(PROPERTY_SEP) + 1 - (props[-1] == PROPERTY_SEP)
+    if (
+        props.count(NAME_VALUE_SEP) == items
+        and props[0] not in "\x01\x02"
+        and "\x02\x02" not in props
+        and "\x02\x01" not in props
+    ):
+        return None
+    for item in props.split(PROPERTY_SEP):
+        if not item:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEP)
+        if not sep or not name:
+            return f"a property has no name/value separator or no name: {item[:60]!r}"
+        if NAME_VALUE_SEP in value:
+            return f"property {name[:60]!r} holds more than one name/value separator"
+    return None

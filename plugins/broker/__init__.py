@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.kernel.markers import hookimpl
+from rmq.kernel.options import structure_options
 from rmq.plugins.broker.controller import BrokerController
-from rmq.plugins.namesrv import structure_options
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
@@ -35,7 +35,7 @@ class BrokerOptions:
 
 class BrokerPlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.options: BrokerOptions = structure_options(BrokerOptions, options, "plugin.processors.broker")
+        self.options: BrokerOptions = structure_options(BrokerOptions, options)
         self.controller: BrokerController | None = None
 
     @hookimpl

@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
-from rmq.plugins.broker.send import set_props
-from rmq.plugins.broker.topics import PERM_READ, PERM_WRITE
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
-from rmq.protocol.common import Prop
+from rmq.protocol.common import Perm, Prop, set_props
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes, offset_msg_id
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_group, require_topic
@@ -87,7 +85,7 @@ class ConsumerProcessor:
             if sg is not None:
                 notify = sg.notifyConsumerIdsChangedEnable
                 b.topics.create_in_send_back(
-                    RETRY_PREFIX + data.group, sg.retryQueueNums, PERM_READ | PERM_WRITE, 2 if data.unit_mode else 0
+                    RETRY_PREFIX + data.group, sg.retryQueueNums, Perm.READ_WRITE, 2 if data.unit_mode else 0
                 )
             ch = ClientChannel(conn, hb.client_id, cmd.language, cmd.version, now)
             if b.consumers.register(data, ch) and notify:
@@ -240,8 +238,8 @@ class ConsumerProcessor:
             return cmd.response()
         unit = ext_bool(cmd, "unitMode", False)
         topic = RETRY_PREFIX + group
-        tc = b.topics.create_in_send_back(topic, sg.retryQueueNums, PERM_READ | PERM_WRITE, 2 if unit else 0)
-        if not tc.perm & PERM_WRITE:
+        tc = b.topics.create_in_send_back(topic, sg.retryQueueNums, Perm.READ_WRITE, 2 if unit else 0)
+        if not tc.perm & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         raw = b.store.look_message_by_offset(phys)
         if raw is None:
@@ -261,7 +259,7 @@ class ConsumerProcessor:
         queue_id = random.randrange(tc.writeQueueNums or 1)
         if msg.reconsume_times >= max_times or delay < 0:
             topic = DLQ_PREFIX + group
-            dtc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE, 2 if unit else 0)
+            dtc = b.topics.create_in_send_back(topic, 1, Perm.READ_WRITE, 2 if unit else 0)
             queue_id = random.randrange(dtc.writeQueueNums or 1)
             changes[Prop.DELAY] = None
             log.info("message %s of group %s reached %d reconsumes: to %s", offset_msg_id(b.store_host, phys),

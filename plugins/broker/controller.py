@@ -31,11 +31,11 @@ from rmq.plugins.broker.longpoll import ArrivalNotifier, PullHoldService
 from rmq.plugins.broker.offsets import ConsumerOffsetManager
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
-from rmq.plugins.broker.send import SendProcessor, prop_value, set_props
+from rmq.plugins.broker.send import SendProcessor
 from rmq.plugins.broker.topics import TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
-from rmq.protocol.common import Prop
+from rmq.protocol.common import Prop, prop_value, set_props
 from rmq.protocol.message import host_bytes
 from rmq.protocol.names import SCHEDULE_TOPIC
 

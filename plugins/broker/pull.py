@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError
 from rmq.kernel.model import GetStatus
-from rmq.plugins.broker.topics import PERM_READ
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
+from rmq.protocol.common import Perm, PullFlag
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq.broker")
 
-COMMIT_OFFSET = 0x1
-SUSPEND = 0x2
-SUBSCRIPTION = 0x4
+COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = PullFlag.COMMIT_OFFSET, PullFlag.SUSPEND, PullFlag.SUBSCRIPTION
 
 FOUND = GetStatus.FOUND
 _NOT_FOUND = ResponseCode.PULL_NOT_FOUND
@@ -58,7 +56,7 @@ class PullProcessor:
         except ValueError as e:
             raise HeaderError("queueId/queueOffset/maxMsgNums/sysFlag", f"is not an integer: {e}") from None
 
-        if not cfg.brokerPermission & PERM_READ:
+        if not cfg.brokerPermission & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] pulling message is forbidden")
         sg = b.groups.table.get(group) or b.groups.find(group)
         if sg is None:
@@ -68,7 +66,7 @@ class PullProcessor:
         tc = b.topics.table.get(topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not tc.perm & PERM_READ:
+        if not tc.perm & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if queue_id < 0 or queue_id >= tc.readQueueNums:
             return cmd.response(

@@ -14,12 +14,12 @@ import random
 from typing import TYPE_CHECKING
 
 from rmq.kernel.model import MessageRecord, PutResult, PutStatus
-from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TopicConfig
+from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
-from rmq.protocol.common import MAX_PROPERTIES_BYTES, SysFlag
+from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, SysFlag, prop_value, properties_problem
 from rmq.protocol.message import BatchError, decode_batch
-from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
+from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
@@ -61,71 +61,6 @@ _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
 }
 _STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                            PutStatus.SLAVE_NOT_AVAILABLE))
-
-
-def properties_problem(props: str) -> str | None:
-    """None when ``props`` is a well-formed properties string (``k\x01v\x02…``), else what is wrong.
-
-    Empty values are legal (Java clients write ``KEYS\x01`` for an empty key). Java drops
-    malformed pairs silently; we refuse them, so that what is stored is exactly what
-    every reader (dispatch, filters, clients) will parse. The common case costs a few C-level counts.
-    """
-    if not props:
-        return None
-    seps = props.count("\x02")
-    items = seps + 1 - (props[-1] == "\x02")
-    if (
-        props.count("\x01") == items
-        and props[0] not in "\x01\x02"
-        and "\x02\x02" not in props
-        and "\x02\x01" not in props
-    ):
-        return None
-    for item in props.split("\x02"):
-        if not item:
-            continue
-        name, sep, value = item.partition("\x01")
-        if not sep or not name:
-            return f"a property has no name/value separator or no name: {printable(item, 60)}"
-        if "\x01" in value:
-            return f"property {printable(name, 60)} holds more than one name/value separator"
-    return None
-
-
-def prop_value(props: str, name: str) -> str | None:
-    """The value of one property in an encoded properties string, without decoding the rest."""
-    key = name + "\x01"
-    i = props.find(key)
-    while i > 0 and props[i - 1] != "\x02":
-        i = props.find(key, i + 1)
-    if i < 0:
-        return None
-    start = i + len(key)
-    end = props.find("\x02", start)
-    return props[start:] if end < 0 else props[start:end]
-
-
-def set_props(props: str, values: dict[str, str | None]) -> str:
-    """Replace/add/remove (value None) properties in an encoded string, keeping the others' order."""
-    out = []
-    seen = set()
-    for item in props.split("\x02"):
-        if not item:
-            continue
-        k, sep, v = item.partition("\x01")
-        if not sep:
-            continue
-        if k in values:
-            seen.add(k)
-            nv = values[k]
-            if nv is not None and nv != "":
-                out.append(f"{k}\x01{nv}")
-        elif v:
-            out.append(item)
-    for k, nv in values.items():
-        if k not in seen and nv is not None and nv != "":
-            out.append(f"{k}\x01{nv}")
-    return "\x02".join(out)
 
 
 class SendProcessor:
@@ -180,7 +115,7 @@ class SendProcessor:
             if isinstance(refused, RemotingCommand):
                 return refused
             tc = refused
-        if not tc.perm & PERM_WRITE:
+        if not tc.perm & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         if queue_id >= tc.writeQueueNums and queue_id >= tc.readQueueNums:
             nums = max(tc.writeQueueNums, tc.readQueueNums)
@@ -256,7 +191,7 @@ class SendProcessor:
         if b.is_slave:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 f"the broker[{cfg.brokerName}] is a slave (brokerRole SLAVE) and takes no messages")
-        if not cfg.brokerPermission & PERM_WRITE:
+        if not cfg.brokerPermission & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
         if topic in NOT_ALLOWED_SEND:
             return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
@@ -275,7 +210,7 @@ class SendProcessor:
         default_topic = ext.get(keys[2]) or ""
         tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
         if tc is None and topic.startswith(RETRY_PREFIX):
-            tc = b.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
+            tc = b.topics.create_in_send_back(topic, 1, Perm.READ_WRITE)
         if tc is None:
             log.info("send to missing topic %s from %s:%d refused (auto-create %s)", topic,
                      *conn.remote_addr[:2], "on" if cfg.autoCreateTopicEnable else "off")
@@ -298,7 +233,7 @@ class SendProcessor:
                 pass
         if reconsume >= max_times:
             dlq = DLQ_PREFIX + group
-            dtc = b.topics.create_in_send_back(dlq, 1, PERM_READ | PERM_WRITE)
+            dtc = b.topics.create_in_send_back(dlq, 1, Perm.READ_WRITE)
             log.info("message for %s reached %d reconsumes: to %s", topic, reconsume, dlq)
             return dlq, random.randrange(dtc.writeQueueNums or 1)
         return topic, queue_id

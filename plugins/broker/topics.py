@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.protocol.common import Perm
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -32,10 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq.broker")
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
+PERM_READ, PERM_WRITE, PERM_INHERIT = Perm.READ, Perm.WRITE, Perm.INHERIT
 SCHEDULE_QUEUE_NUMS = 18
 MAX_QUEUE_NUMS = 1024  # per topic, read or write: more is a typo or an attack (RocketMQ sets no cap)
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-import cattrs
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.markers import hookimpl
+from rmq.kernel.options import structure_options
 from rmq.plugins.namesrv.service import NamesrvService
 
 if TYPE_CHECKING:
@@ -35,22 +35,11 @@ class NamesrvOptions:
     kv_config_path: str = ""
 
 
-def structure_options(cls: type, options: dict[str, Any] | None, table: str) -> Any:
-    """A plugin's TOML table into its attrs class; unknown keys or wrong types raise ValueError."""
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    try:
-        return conv.structure(dict(options or {}), cls)
-    except Exception as e:
-        msgs = cattrs.transform_error(e) if isinstance(e, cattrs.BaseValidationError) else [str(e)]
-        known = ", ".join(f.name for f in attrs.fields(cls))
-        raise ValueError(f"[{table}]: {'; '.join(msgs)} (known keys: {known or 'none'})") from None
-
-
 class NamesrvPlugin:
     """Starts the NameServer role when ``[namesrv]`` is configured."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.options: NamesrvOptions = structure_options(NamesrvOptions, options, "plugin.processors.namesrv")
+        self.options: NamesrvOptions = structure_options(NamesrvOptions, options)
         self.service: NamesrvService | None = None
 
     @hookimpl

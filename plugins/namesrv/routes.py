@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import validate_topic
 
@@ -23,8 +24,7 @@ log = logging.getLogger("rmq.namesrv")
 
 MASTER_ID = 0
 MAX_REGISTER_BODY = 64 * 1024 * 1024  # inflated size of a compressed registration (~500k topics)
-PERM_READ = 4
-PERM_WRITE = 2
+PERM_READ, PERM_WRITE = Perm.READ, Perm.WRITE
 
 def dumps(obj: Any) -> bytes:
     """Standard JSON with sorted keys (fastjson's order), ASCII-escaped, compact."""

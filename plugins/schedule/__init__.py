@@ -23,7 +23,7 @@ import anyio
 import attrs
 
 from rmq.kernel.markers import hookimpl
-from rmq.plugins.namesrv import structure_options
+from rmq.kernel.options import structure_options
 from rmq.plugins.schedule.service import ScheduleService
 from rmq.protocol.codes import RequestCode, ResponseCode
 
@@ -50,7 +50,7 @@ class ScheduleOptions:
 
 class SchedulePlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.options: ScheduleOptions = structure_options(ScheduleOptions, options, "plugin.processors.schedule")
+        self.options: ScheduleOptions = structure_options(ScheduleOptions, options)
         self.service: ScheduleService | None = None
 
     @hookimpl

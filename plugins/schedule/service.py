@@ -18,8 +18,7 @@ import anyio
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
 from rmq.plugins.broker.configfile import ConfigFile, dumps
-from rmq.plugins.broker.send import set_props
-from rmq.protocol.common import Prop, SysFlag
+from rmq.protocol.common import Prop, SysFlag, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 

@@ -10,8 +10,7 @@ import pytest
 from rmq.plugins.broker.clients import SubscriptionData, parse_heartbeat
 from rmq.plugins.broker.locks import RebalanceLockManager
 from rmq.plugins.broker.longpoll import PullHoldService
-from rmq.plugins.broker.send import prop_value, set_props
-from rmq.protocol.common import java_hash
+from rmq.protocol.common import java_hash, prop_value, set_props
 from rmq.protocol.names import validate_topic
 
 

@@ -89,5 +89,5 @@ async def test_offsets_clamped_and_persisted(tmp_path: Path) -> None:
 def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="poll_interval"):
         SchedulePlugin({"poll_interval_ms": 0})
-    with pytest.raises(ValueError, match="known keys"):
+    with pytest.raises(ValueError, match="unknown option .nope.; known options: poll_interval_ms"):
         SchedulePlugin({"nope": 1})

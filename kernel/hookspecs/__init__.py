@@ -6,6 +6,7 @@ never per message: hooks build objects, the objects do the work.
 
 from rmq.kernel.hookspecs import (
     allocation,
+    broker,
     dispatch,
     filtering,
     flush,
@@ -16,4 +17,6 @@ from rmq.kernel.hookspecs import (
     storage,
 )
 
-SPEC_MODULES = (lifecycle, storage, dispatch, allocation, filtering, flush, replication, remoting, processors)
+SPEC_MODULES = (
+    lifecycle, storage, dispatch, allocation, filtering, flush, replication, remoting, processors, broker
+)

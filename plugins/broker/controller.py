@@ -312,6 +312,10 @@ class BrokerController:
                 self.broker_addr = f"{self.ip}:{self.port}"
                 self._set_store_host()
             self.topics.on_change = self._topics_changed
+            # extensions (schedule, transactions, ...) run while the store is open; they exit before it closes
+            for cm in reversed(kernel.hook.rmq_broker_lifespan(kernel=kernel, broker=self)):
+                if cm is not None:
+                    await stack.enter_async_context(cm)
             scope = anyio.CancelScope()
             addrs = self.namesrv_addrs()
             if addrs:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.names import require_group
 
 if TYPE_CHECKING:

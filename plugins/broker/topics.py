@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.plugins.broker.configfile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.common import Perm
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,

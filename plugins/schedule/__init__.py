@@ -28,6 +28,7 @@ from rmq.plugins.schedule.service import ScheduleService
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.broker import BrokerContext
     from rmq.kernel.hookspecs.processors import ProcessorRegistry
     from rmq.kernel.hookspecs.remoting import Connection
     from rmq.kernel.kernel import Kernel
@@ -64,22 +65,13 @@ class SchedulePlugin:
         return cmd.response(body=self.service.encode().encode())
 
     @hookimpl
-    def rmq_lifespan(self, kernel: Kernel) -> Any:
-        if kernel.config.broker is None or kernel.config.broker.brokerRole.upper() == "SLAVE":
+    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
+        if broker.is_slave:
             return None  # delivery runs on masters only (a slave replicates the master's deliveries)
-        return self._run(kernel)
+        return self._run(kernel, broker)
 
     @asynccontextmanager
-    async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
-        # The broker's lifespan normally entered before ours (plugin order); wait briefly if not.
-        broker = kernel.services.get("broker")
-        for _ in range(600):
-            if broker is not None:
-                break
-            await anyio.sleep(0.05)
-            broker = kernel.services.get("broker")
-        if broker is None:
-            raise RuntimeError("schedule: the broker role did not start; is the 'broker' processors plugin selected?")
+    async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         svc = ScheduleService(broker, self.options.poll_interval_ms / 1000)
         svc.load()
         self.service = svc

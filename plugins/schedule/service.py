@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from rmq.kernel.metafile import ConfigFile, dumps
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
-from rmq.plugins.broker.configfile import ConfigFile, dumps
 from rmq.protocol.common import Prop, SysFlag, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
 if TYPE_CHECKING:
-    from rmq.plugins.broker.controller import BrokerController
+    from rmq.kernel.hookspecs.broker import BrokerContext
 
 log = logging.getLogger("rmq.broker.schedule")
 
@@ -38,7 +38,7 @@ def record_store_timestamp(rec: bytes | memoryview) -> int:
 
 
 class ScheduleService:
-    def __init__(self, broker: BrokerController, poll_interval: float) -> None:
+    def __init__(self, broker: BrokerContext, poll_interval: float) -> None:
         self.broker = broker
         self.store = broker.store
         self.delays = list(broker.delay_levels)

@@ -88,3 +88,19 @@ def test_allocation_strategy_is_selected_by_toml_and_absent_otherwise(tmp_path: 
         assert "unknown allocation strategy 'fake_reverse'; available: averagely" in str(e)
     else:
         raise AssertionError("fake_reverse should not be available without the TOML naming it")
+
+
+def test_broker_extension_runs_inside_the_broker_when_selected(tmp_path: Path) -> None:
+    """``rmq_broker_lifespan``: a third party's extension sees the open store at start and at stop."""
+    rmqd = RmqdProcess(tmp_path / "ext", extra={"plugins": {"extensions": ["broker_notes"]}})
+    notes = rmqd.workdir / "store" / "config" / "fake-notes.json"
+    with rmqd:
+        produce_with_cpp_client(rmqd.namesrv_addr, "ExtTopic", 3)
+        seen = json.loads(notes.read_text())
+        assert seen["addr"] == rmqd.broker_addr and seen["slave"] is False and seen["levels"] == 18
+    seen = json.loads(notes.read_text())
+    assert seen["max_at_stop"] > seen["max_at_start"]
+    notes.unlink()
+    with RmqdProcess(tmp_path / "ext"):  # not selected: not run
+        pass
+    assert not notes.exists()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,37 @@ class AuditDispatchPlugin:
     @hookimpl
     def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[AuditDispatcher]:
         return [AuditDispatcher(kernel.config.broker.store_root() / self.file)]
+
+
+class BrokerNotesPlugin:
+    """A broker extension: runs inside the broker role (store open) through ``rmq_broker_lifespan``.
+
+    Writes what it saw of the ``BrokerContext`` at start and at stop to a JSON file in the
+    broker's config directory — proof that an extension needs neither the broker plugin's
+    code nor a poll for it.
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.file = str(options.pop("file", "fake-notes.json"))
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+
+    @hookimpl
+    def rmq_broker_lifespan(self, kernel: Any, broker: Any) -> Any:
+        return self._run(broker)
+
+    @asynccontextmanager
+    async def _run(self, broker: Any) -> AsyncIterator[None]:
+        path = Path(broker.config_dir) / self.file
+        notes = {"addr": broker.broker_addr, "slave": broker.is_slave, "levels": len(broker.delay_levels),
+                 "max_at_start": broker.store.max_phy_offset}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(notes))
+        try:
+            yield
+        finally:
+            notes["max_at_stop"] = broker.store.max_phy_offset  # the store is still open here
+            path.write_text(json.dumps(notes))
 
 
 class AsyncHookPlugin:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rmq.plugins.broker.configfile import ConfigFile, dumps
+from rmq.kernel.metafile import ConfigFile, dumps
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.jsonbody import loads as loads_lenient
 from rmq.protocol.message import decode_messages

@@ -1,5 +1,9 @@
 """RocketMQ's JSON metadata files (topics.json, consumerOffset.json, ...): shape, persist protocol.
 
+Part of the plugin author's kit: any plugin that keeps state beside the store (the broker's
+tables, delay offsets, transaction or HA bookkeeping) writes it this way, so no plugin has
+to import another to persist.
+
 RocketMQ writes them with fastjson: sorted keys, integer map keys unquoted
 (``{0:12}``). We write the same shape and read both quoted and unquoted keys, so a
 store directory moves between a Java broker and rmq in either direction.
@@ -21,7 +25,7 @@ from typing import Any
 
 from rmq.protocol.jsonbody import loads
 
-log = logging.getLogger("rmq.broker")
+log = logging.getLogger("rmq.metafile")
 
 _QUOTED_INT_KEY = re.compile(r'"(-?\d+)"(\s*:)')
 

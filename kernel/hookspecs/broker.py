@@ -1,4 +1,4 @@
-"""Broker extensions: services that live inside the Broker role.
+"""Broker extensions: services that live inside the Broker role, and stages of its put pipeline.
 
 Delay delivery, transaction checks, replication bookkeeping and the like need the
 broker's store, tables and settings, and must start after the store opened and stop
@@ -7,6 +7,13 @@ role calls it once its store is open and its server listens, enters every return
 context, and exits them (in reverse) before it persists its tables and closes the
 store. Nobody polls for the broker, and no plugin imports the broker plugin: what an
 extension may use is the ``BrokerContext`` below.
+
+The put pipeline is where messages that must not be stored as sent are re-routed
+before the store sees them: delay levels (parked in ``SCHEDULE_TOPIC_XXXX``), timer
+messages, transactional half messages. Each is a ``PutStage`` that claims one
+property; a message carrying none of the claimed properties costs one substring
+test per stage. A message carrying a deferring property that no stage claims is
+refused, never stored as if it were due now.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
     from rmq.kernel.hookspecs.storage import MessageStore
     from rmq.kernel.kernel import Kernel
+    from rmq.kernel.model import MessageRecord, PutResult
 
 
 @runtime_checkable
@@ -42,6 +50,29 @@ class BrokerContext(Protocol):
     @property
     def is_slave(self) -> bool: ...
 
+    async def put(self, rec: MessageRecord) -> PutResult:
+        """Store ``rec`` through the put pipeline (stages, then the store, then replication waits)."""
+        ...
+
+
+@runtime_checkable
+class PutStage(Protocol):
+    """One re-routing step of the put pipeline.
+
+    ``trigger`` is the property name the stage claims (``"DELAY"``, ``"TRAN_MSG"``,
+    ``"TIMER_DELIVER_MS"``…); ``priority`` orders stages (lower first) and the first stage
+    whose trigger a message carries is the only one applied. ``route`` runs on the event
+    loop once per such message, must not block or do I/O, and either rewrites ``rec`` in
+    place (topic, queue, properties; return None) or returns a ``PutResult`` that answers
+    the send without storing anything (a refusal). Idempotence: a rewritten message must
+    not carry the trigger any more, or must carry it with a value the stage passes through.
+    """
+
+    trigger: str
+    priority: int
+
+    def route(self, rec: MessageRecord) -> PutResult | None: ...
+
 
 @hookspec
 def rmq_broker_lifespan(kernel: Kernel, broker: BrokerContext) -> AbstractAsyncContextManager[Any] | None:
@@ -56,4 +87,18 @@ def rmq_broker_lifespan(kernel: Kernel, broker: BrokerContext) -> AbstractAsyncC
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, task group).
     - ``broker``: the running broker as a ``BrokerContext``.
+    """
+
+
+@hookspec
+def rmq_broker_put_stages(kernel: Kernel, broker: BrokerContext) -> list[PutStage]:
+    """Return the put-pipeline stages this plugin contributes (may be empty).
+
+    Called once per broker start, before the broker listens; the stages of every
+    plugin are merged and ordered by ``priority``. Two stages claiming one trigger
+    refuse start-up.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel``.
+    - ``broker``: the starting broker as a ``BrokerContext``.
     """

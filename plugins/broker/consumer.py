@@ -287,8 +287,7 @@ class ConsumerProcessor:
             born_host=host_bytes(born_ip.strip("[]"), int(born_port)),
             reconsume_times=msg.reconsume_times + 1,
         )
-        b.apply_delay(rec)
-        result = await b.store.put_message(rec)
+        result = await b.put(rec)
         if result.status is PutStatus.PUT_OK:
             return cmd.response()
         log.warning("send back for group %s failed: %s %s", group, result.status.name, result.remark)

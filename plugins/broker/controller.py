@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ import anyio
 
 from rmq.kernel.hookspecs.filtering import MessageFilter
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.model import MessageRecord, PutResult
+from rmq.kernel.model import MessageRecord, PutResult, PutStatus
 from rmq.kernel.plugin_manager import PluginError
 from rmq.plugins.broker.admin import AdminProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
@@ -29,15 +29,14 @@ from rmq.plugins.broker.groups import SubscriptionGroupManager
 from rmq.plugins.broker.locks import RebalanceLockManager
 from rmq.plugins.broker.longpoll import ArrivalNotifier, PullHoldService
 from rmq.plugins.broker.offsets import ConsumerOffsetManager
+from rmq.plugins.broker.pipeline import PutPipeline
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
 from rmq.plugins.broker.send import SendProcessor
 from rmq.plugins.broker.topics import TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
-from rmq.protocol.common import Prop, prop_value, set_props
 from rmq.protocol.message import host_bytes
-from rmq.protocol.names import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -105,8 +104,7 @@ class BrokerController:
         self.delay_levels = config.delay_levels_ms()
         self.boot_ms = time.time_ns() // 1_000_000
         self._filters: dict[tuple[str, str, str, str], MessageFilter | None] = {}
-        # A transaction plugin may install the put of half messages here (None: refused).
-        self.transaction_put: Callable[[MessageRecord], Awaitable[PutResult]] | None = None
+        self.pipeline = PutPipeline(())  # the stages arrive from plugins at start (rmq_broker_put_stages)
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.consumer_processor = ConsumerProcessor(self)
@@ -136,23 +134,25 @@ class BrokerController:
             conn.attributes[_BORN] = born
         return born
 
-    def apply_delay(self, rec: MessageRecord) -> None:
-        """DELAY > 0 → park in SCHEDULE_TOPIC_XXXX queue level-1 with REAL_TOPIC/REAL_QID (§7.2)."""
-        raw = prop_value(rec.properties, Prop.DELAY)
-        if not raw:
-            return
-        try:
-            level = int(raw)
-        except ValueError:
-            return
-        if level <= 0 or not self.delay_levels:
-            return
-        level = min(level, len(self.delay_levels))
-        rec.properties = set_props(rec.properties, {
-            Prop.DELAY: str(level), Prop.REAL_TOPIC: rec.topic, Prop.REAL_QID: str(rec.queue_id),
-        })
-        rec.topic = SCHEDULE_TOPIC
-        rec.queue_id = level - 1
+    async def put(self, rec: MessageRecord) -> PutResult:
+        """The put pipeline for one message: stages, the store, then the SYNC_MASTER wait."""
+        if self.pipeline.may_defer(rec.properties):
+            refused = self.pipeline.route(rec)
+            if refused is not None:
+                return refused
+        result = await self.store.put_message(rec)
+        if self.sync_master and self.replication is not None and result.status is PutStatus.PUT_OK:
+            await self.wait_slave(result)
+        return result
+
+    async def wait_slave(self, result: PutResult) -> None:
+        """SYNC_MASTER: a put counts once a slave has it (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT)."""
+        repl = self.replication
+        assert repl is not None
+        if not repl.slave_available:
+            result.status = PutStatus.SLAVE_NOT_AVAILABLE
+        elif not await repl.wait_replicated(result.wrote_offset + result.wrote_bytes):
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
 
     def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
         """The compiled subscription, cached per (group, topic, type, expression); None = match all."""
@@ -299,6 +299,9 @@ class BrokerController:
             if repl is not None:
                 self.replication = await stack.enter_async_context(repl)
                 log.info("replication service %s started (brokerRole %s)", type(repl).__name__, cfg.brokerRole)
+            self.pipeline = PutPipeline(
+                stage for part in kernel.hook.rmq_broker_put_stages(kernel=kernel, broker=self) for stage in part or ()
+            )
             kernel.services["broker"] = self
             stack.callback(kernel.services.pop, "broker", None)
             server, _ = await kernel.serve_role(

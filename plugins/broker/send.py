@@ -17,7 +17,7 @@ from rmq.kernel.model import MessageRecord, PutResult, PutStatus
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
-from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, SysFlag, prop_value, properties_problem
+from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem
 from rmq.protocol.message import BatchError, decode_batch
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, validate_topic
 
@@ -157,7 +157,12 @@ class SendProcessor:
                 topic, queue_id = routed
                 qid_text = str(queue_id)
         if "TRAN_MSG\x01" in props and prop_value(props, "TRAN_MSG") == "true":
-            return await self._transactional(conn, cmd, topic, queue_id, body, flag, props, sys_flag, born_ts)
+            if b.config.rejectTransactionMessage or "TRAN_MSG" not in b.pipeline.claimed:
+                return cmd.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{b.config.brokerName}] sending transaction message is forbidden"
+                    + ("" if b.config.rejectTransactionMessage else " (no plugin handles transaction messages)"),
+                )
 
         self.inflight += 1
         try:
@@ -165,11 +170,13 @@ class SendProcessor:
                 return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume)
             born = conn.attributes.get(_BORN_KEY) or b.born_host(conn)
             rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, born, reconsume)
-            if "DELAY\x01" in props and not sys_flag & SysFlag.TX_PREPARED:
-                b.apply_delay(rec)
+            if b.pipeline.may_defer(props):  # delay levels, timers, half messages: re-routed by their stage
+                refused = b.pipeline.route(rec)
+                if refused is not None:
+                    return self._answer(cmd, queue_id, refused, None)
             result = await b.store.put_message(rec)
             if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
-                await self._wait_slave(result)
+                await b.wait_slave(result)
         finally:
             self.inflight -= 1
         if result.status is PutStatus.PUT_OK:  # the common case, inline
@@ -255,36 +262,14 @@ class SendProcessor:
                 mprops = f"{mprops}{props}" if not mprops or mprops.endswith("\x02") else f"{mprops}\x02{props}"
             if len(mprops.encode()) > MAX_PROPERTIES_BYTES:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
-            bad_props = properties_problem(mprops)
+            bad_props = properties_problem(mprops) or b.pipeline.batch_problem(mprops)
             if bad_props is not None:
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch member properties: {bad_props}")
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
             recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
         if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
-            await self._wait_slave(result)
+            await b.wait_slave(result)
         return self._answer(cmd, queue_id, result, result.physical_offsets)
-
-    async def _wait_slave(self, result: PutResult) -> None:
-        """SYNC_MASTER: the put counts once a slave has it (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT)."""
-        repl = self.broker.replication
-        assert repl is not None
-        if not repl.slave_available:
-            result.status = PutStatus.SLAVE_NOT_AVAILABLE
-        elif not await repl.wait_replicated(result.wrote_offset + result.wrote_bytes):
-            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
-
-    async def _transactional(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
-                             flag: int, props: str, sys_flag: int, born_ts: int) -> RemotingCommand:
-        b = self.broker
-        if b.config.rejectTransactionMessage or b.transaction_put is None:
-            return cmd.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{b.config.brokerName}] sending transaction message is forbidden"
-                + ("" if b.config.rejectTransactionMessage else " (no transaction plugin installed)"),
-            )
-        rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, b.born_host(conn))
-        result = await b.transaction_put(rec)
-        return self._answer(cmd, queue_id, result, None)
 
     def _answer(self, cmd: RemotingCommand, queue_id: int, result: PutResult, batch_offsets: object) -> RemotingCommand:
         status = result.status

@@ -1,8 +1,8 @@
 """The bundled ``schedule`` processors plugin: delayed delivery (RocketMQ's ScheduleMessageService).
 
 Entry point ``rmq.processors: schedule``; broker role only. A message sent with
-``DELAY=n`` is parked by the broker in ``SCHEDULE_TOPIC_XXXX`` queue n-1 with
-``REAL_TOPIC``/``REAL_QID`` (reference §7.2). This plugin reads each level's
+``DELAY=n`` is parked in ``SCHEDULE_TOPIC_XXXX`` queue n-1 with ``REAL_TOPIC``/``REAL_QID``
+(reference §7.2) by this plugin's put stage (``DelayLevelStage``). This plugin then reads each level's
 queue from its offset in ``config/delayOffset.json``, and once a message is due
 (store time + the level's delay from ``messageDelayLevel``) re-puts it to its
 real topic and queue as a new record without ``DELAY``. That makes consumer
@@ -24,7 +24,7 @@ import attrs
 
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.options import structure_options
-from rmq.plugins.schedule.service import ScheduleService
+from rmq.plugins.schedule.service import DelayLevelStage, ScheduleService
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rmq.kernel.kernel import Kernel
     from rmq.protocol.command import RemotingCommand
 
-__all__ = ["ScheduleOptions", "SchedulePlugin", "ScheduleService"]
+__all__ = ["DelayLevelStage", "ScheduleOptions", "SchedulePlugin", "ScheduleService"]
 
 log = logging.getLogger("rmq.broker.schedule")
 
@@ -63,6 +63,10 @@ class SchedulePlugin:
         if self.service is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "schedule service not running")
         return cmd.response(body=self.service.encode().encode())
+
+    @hookimpl
+    def rmq_broker_put_stages(self, kernel: Kernel, broker: BrokerContext) -> list[DelayLevelStage]:
+        return [DelayLevelStage(broker.delay_levels)]
 
     @hookimpl
     def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:

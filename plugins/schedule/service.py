@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rmq.kernel.metafile import ConfigFile, dumps
-from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
-from rmq.protocol.common import Prop, SysFlag, set_props
+from rmq.kernel.model import GetStatus, MessageRecord, PutResult, PutStatus
+from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
@@ -35,6 +35,38 @@ BATCH = 32
 def record_store_timestamp(rec: bytes | memoryview) -> int:
     (sys_flag,) = _I.unpack_from(rec, 36)
     return _Q.unpack_from(rec, 68 if sys_flag & SysFlag.BORNHOST_V6 else 56)[0]
+
+
+class DelayLevelStage:
+    """Put stage for ``DELAY``: park the message in SCHEDULE_TOPIC_XXXX queue level-1 (§7.2).
+
+    Levels above the configured count are clamped to the last; 0, negative or unparsable
+    levels store the message as sent (RocketMQ's behaviour). A prepared transaction half
+    is not delayed here: its delay applies when it commits.
+    """
+
+    trigger = Prop.DELAY
+    priority = 300
+
+    def __init__(self, delay_levels: list[int]) -> None:
+        self.levels = len(delay_levels)
+
+    def route(self, rec: MessageRecord) -> PutResult | None:
+        if rec.sys_flag & SysFlag.TX_PREPARED or rec.topic == SCHEDULE_TOPIC or not self.levels:
+            return None
+        try:
+            level = int(prop_value(rec.properties, Prop.DELAY) or 0)
+        except ValueError:
+            return None
+        if level <= 0:
+            return None
+        level = min(level, self.levels)
+        rec.properties = set_props(rec.properties, {
+            Prop.DELAY: str(level), Prop.REAL_TOPIC: rec.topic, Prop.REAL_QID: str(rec.queue_id),
+        })
+        rec.topic = SCHEDULE_TOPIC
+        rec.queue_id = level - 1
+        return None
 
 
 class ScheduleService:

@@ -142,7 +142,14 @@ class Env:
 
 @asynccontextmanager
 async def running(
-    tmp: Path, *, store: str = "memory", namesrv: bool = True, handler: Any = None, **broker_conf: Any
+    tmp: Path,
+    *,
+    store: str = "memory",
+    namesrv: bool = True,
+    handler: Any = None,
+    schedule: bool = True,
+    extra_plugins: tuple[Any, ...] = (),
+    **broker_conf: Any,
 ) -> AsyncIterator[Env]:
     conf: dict[str, Any] = {
         "broker": {
@@ -166,7 +173,7 @@ async def running(
     ]
     if namesrv:
         plugins.append(NamesrvPlugin({}))
-    plugins += [BrokerPlugin({}), SchedulePlugin({})]
+    plugins += [BrokerPlugin({}), *([SchedulePlugin({})] if schedule else []), *extra_plugins]
     kernel = make_kernel(plugins, conf)
     async with kernel:
         async with TcpRemotingClient(RemotingConfig(name="test"), handler) as client:

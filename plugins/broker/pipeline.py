@@ -1,0 +1,80 @@
+"""The put pipeline: what happens to a message between a validated send and the store.
+
+Stages come from plugins (``rmq_broker_put_stages``): the schedule plugin parks DELAY
+messages, a timer plugin would stage TIMER_* messages, a transaction plugin half
+messages. The broker itself only knows which properties defer a message, so that one
+no stage claims is refused (RocketMQ 5 answers a timer message with MESSAGE_ILLEGAL
+when its timer wheel is off) instead of being stored as if it were due now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rmq.kernel.model import PutResult, PutStatus
+from rmq.kernel.plugin_manager import PluginError
+from rmq.protocol.common import Prop, SysFlag, prop_value
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.broker import PutStage
+    from rmq.kernel.model import MessageRecord
+
+TIMER_PROPS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+class PutPipeline:
+    def __init__(self, stages: Iterable[PutStage]) -> None:
+        ordered = sorted(stages, key=lambda s: s.priority)
+        seen: dict[str, PutStage] = {}
+        for stage in ordered:
+            other = seen.get(stage.trigger)
+            if other is not None:
+                raise PluginError(
+                    f"put stages {type(other).__name__} and {type(stage).__name__} both claim property {stage.trigger!r}"
+                )
+            seen[stage.trigger] = stage
+        self.stages = ordered
+        self._keys = [(s.trigger + "\x01", s) for s in ordered]
+        self.claimed = frozenset(seen)
+
+    @staticmethod
+    def may_defer(props: str) -> bool:
+        """Cheap pre-check on the hot path: could any stage (or refusal) apply to these properties?"""
+        return "DELAY\x01" in props or "TIMER_" in props or "TRAN_MSG\x01" in props
+
+    def route(self, rec: MessageRecord) -> PutResult | None:
+        """Apply the first stage whose property ``rec`` carries; a PutResult refuses the message."""
+        props = rec.properties
+        for key, stage in self._keys:
+            if key in props:
+                return stage.route(rec)
+        return self._unclaimed(rec)
+
+    def _unclaimed(self, rec: MessageRecord) -> PutResult | None:
+        props = rec.properties
+        if "DELAY\x01" in props and not rec.sys_flag & SysFlag.TX_PREPARED:
+            raw = prop_value(props, Prop.DELAY) or "0"
+            if raw.strip() not in ("", "0") and not raw.lstrip().startswith("-"):
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
+                    f"delay level {raw!r} requested but no plugin handles DELAY (select the 'schedule' processors plugin)"
+                ))
+        if "TIMER_" in props:
+            for name in TIMER_PROPS:
+                if prop_value(props, name) is not None:
+                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
+                        f"Accurate timer message is not enabled: {name} is set but no plugin handles timer messages"
+                    ))
+        return None
+
+    def batch_problem(self, props: str) -> str | None:
+        """Batches cannot be deferred (as in RocketMQ): the reason when a member's properties would be."""
+        if not self.may_defer(props):
+            return None
+        if "DELAY\x01" in props and (prop_value(props, Prop.DELAY) or "0").strip() not in ("", "0"):
+            return "delayed messages cannot be batched"
+        if "TIMER_" in props and any(prop_value(props, n) is not None for n in TIMER_PROPS):
+            return "timer messages cannot be batched"
+        if prop_value(props, Prop.TRAN_MSG) == "true":
+            return "transaction messages cannot be batched"
+        return None

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.controller import BrokerController
 
 log = logging.getLogger("rmq.broker")
+refusals = RateLimitedLog(log)  # lines a peer can trigger at will
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _Q = struct.Struct(">q")
@@ -75,7 +77,7 @@ class ConsumerProcessor:
         try:
             hb = parse_heartbeat(cmd.body)
         except (ValueError, UnicodeDecodeError) as e:
-            log.info("bad heartbeat from %s:%d: %s", *conn.remote_addr[:2], e)
+            refusals.info("heartbeat", "bad heartbeat from %s:%d: %s", *conn.remote_addr[:2], printable(str(e)))
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {e}")
         b.watch_client(conn)
         now = time.monotonic()
@@ -290,5 +292,5 @@ class ConsumerProcessor:
         result = await b.put(rec)
         if result.status is PutStatus.PUT_OK:
             return cmd.response()
-        log.warning("send back for group %s failed: %s %s", group, result.status.name, result.remark)
+        refusals.warning("sendback", "send back for group %s failed: %s %s", group, result.status.name, result.remark)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{result.status.name} {result.remark}".strip())

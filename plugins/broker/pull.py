@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError
 from rmq.kernel.model import GetStatus
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.common import Perm, PullFlag
+from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
     from rmq.plugins.broker.controller import BrokerController
 
 log = logging.getLogger("rmq.broker")
+refusals = RateLimitedLog(log)  # lines a peer can trigger at will
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = PullFlag.COMMIT_OFFSET, PullFlag.SUSPEND, PullFlag.SUBSCRIPTION
 
@@ -97,7 +100,8 @@ class PullProcessor:
         try:
             mfilter = b.get_filter(group, topic, etype, expr)
         except FilterExpressionError as e:
-            log.info("pull of %s by %s: bad %s subscription %r: %s", topic, group, etype, expr, e)
+            refusals.info("pull.subscription", "pull of %s by %s: bad %s subscription %s: %s", topic, group,
+                          printable(etype, 20), printable(expr, 100), printable(str(e)))
             return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
         except LookupError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))

@@ -14,18 +14,20 @@ import random
 from typing import TYPE_CHECKING
 
 from rmq.kernel.model import MessageRecord, PutResult, PutStatus
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem
 from rmq.protocol.message import BatchError, decode_batch
-from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, validate_topic
+from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
     from rmq.plugins.broker.controller import BrokerController
 
 log = logging.getLogger("rmq.broker")
+refusals = RateLimitedLog(log)  # lines a peer can trigger at will
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -127,7 +129,8 @@ class SendProcessor:
             queue_id = random.randrange(tc.writeQueueNums) if tc.writeQueueNums > 0 else 0
             qid_text = str(queue_id)
         if len(body) > cfg.maxMessageSize:
-            log.info("send to %s from %s:%d refused: body of %d bytes", topic, *conn.remote_addr[:2], len(body))
+            refusals.info("send.body", "send to %s from %s:%d refused: body of %d bytes", topic, *conn.remote_addr[:2],
+                          len(body))
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size over max value, MAX: {cfg.maxMessageSize}, got {len(body)} bytes",
@@ -207,7 +210,7 @@ class SendProcessor:
             return tc
         reason = validate_topic(topic)
         if reason is not None:
-            log.info("send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
+            refusals.info("send.topic", "send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
         try:
             client_nums = int(ext.get(keys[3]) or 4)
@@ -219,7 +222,7 @@ class SendProcessor:
         if tc is None and topic.startswith(RETRY_PREFIX):
             tc = b.topics.create_in_send_back(topic, 1, Perm.READ_WRITE)
         if tc is None:
-            log.info("send to missing topic %s from %s:%d refused (auto-create %s)", topic,
+            refusals.info("send.missing", "send to missing topic %s from %s:%d refused (auto-create %s)", topic,
                      *conn.remote_addr[:2], "on" if cfg.autoCreateTopicEnable else "off")
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
         return tc
@@ -251,7 +254,7 @@ class SendProcessor:
         try:
             items = decode_batch(body)
         except BatchError as e:
-            log.info("batch from %s:%d refused: %s", *conn.remote_addr[:2], e)
+            refusals.info("send.batch", "batch from %s:%d refused: %s", *conn.remote_addr[:2], printable(str(e)))
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
         if not items:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
@@ -291,7 +294,7 @@ class SendProcessor:
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
         if result.remark:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
-        log.warning("put refused by the store: %s %s", status.name, result.remark)
+        refusals.warning(f"put.{status.name}", "put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)
 
 

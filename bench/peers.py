@@ -1,0 +1,336 @@
+"""Durable produce side by side: rmqd SYNC_FLUSH against the stores a user would run instead.
+
+    python bench/peers.py [--size 1024] [--inflight 1,8,32] [--seconds 5] [--peers redis,nats]
+
+One run, one machine, the same message size and concurrency for everyone:
+
+* **rmqd** (namesrv + broker, ``flushDiskType = SYNC_FLUSH``, a fresh store in a temp dir), driven by
+  the official C++ client (PyPI ``rocketmq`` 0.4.4: K threads, one synchronous send each) and by
+  ``rmq.client`` (K tasks on one asyncio producer, one ``await send`` each);
+* **Redis** (Debian's ``redis-server``, started here on loopback: AOF on, ``appendfsync always``),
+  driven by ``redis-benchmark -c K`` with ``XADD`` of a SIZE-byte field;
+* **NATS JetStream** (Debian's ``nats-server``, file storage, ``sync_interval: always`` where the server
+  has it — 2.10+; Debian 12 ships 2.9, which fsyncs on its own timer and is labelled "no fsync"), driven
+  by ``nats-py`` (``pip install nats-py``) with K tasks each awaiting its publish ack.
+
+Each driver runs in its own process for ``--seconds`` after a short warm-up and reports msgs/s and
+the p50/p99 latency of one acknowledged send. The table ends with rmqd's throughput as a ratio of
+Redis'. Peers that are not installed are listed as skipped; figures never change the exit status,
+only errors do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+TOPIC = "PeerBench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+
+
+def summary(n: int, seconds: float, lat: list[float]) -> dict[str, float]:
+    return {"rate": n / seconds if seconds else 0.0, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3}
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
+
+
+# ----------------------------------------------------------------------------- drivers (child processes)
+
+
+def drive_cpp(namesrv: str, size: int, threads: int, seconds: float) -> dict[str, float]:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer(f"peer-bench-{os.getpid()}")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    body = b"x" * size
+    try:
+        for _ in range(20):  # warm-up: route lookup, connection
+            m = Message(TOPIC)
+            m.set_body(body)
+            producer.send_sync(m)
+        lats: list[list[float]] = [[] for _ in range(threads)]
+        stop = time.monotonic() + seconds
+
+        def run(mine: list[float]) -> None:
+            while time.monotonic() < stop:
+                m = Message(TOPIC)
+                m.set_body(body)
+                t = time.perf_counter()
+                producer.send_sync(m)
+                mine.append(time.perf_counter() - t)
+
+        t0 = time.monotonic()
+        workers = [threading.Thread(target=run, args=(lats[i],)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.monotonic() - t0
+    finally:
+        producer.shutdown()
+    flat = [x for xs in lats for x in xs]
+    return summary(len(flat), elapsed, flat)
+
+
+def drive_rmq(namesrv: str, size: int, tasks: int, seconds: float) -> dict[str, float]:
+    from rmq.client import Message, Producer
+
+    async def main() -> dict[str, float]:
+        body = b"x" * size
+        async with Producer(f"peer-bench-{os.getpid()}", namesrv_addr=namesrv) as producer:
+            for _ in range(20):
+                await producer.send(Message(TOPIC, body))
+            lat: list[float] = []
+            stop = time.monotonic() + seconds
+
+            async def run() -> None:
+                while time.monotonic() < stop:
+                    t = time.perf_counter()
+                    await producer.send(Message(TOPIC, body))
+                    lat.append(time.perf_counter() - t)
+
+            t0 = time.monotonic()
+            await asyncio.gather(*(run() for _ in range(tasks)))
+            return summary(len(lat), time.monotonic() - t0, lat)
+
+    try:
+        import uvloop
+
+        return uvloop.run(main())
+    except ImportError:
+        return asyncio.run(main())
+
+
+def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, float]:
+    import nats
+
+    async def main() -> dict[str, float]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        js = nc.jetstream()
+        await js.add_stream(name="PEER", subjects=["peer.bench"], storage="file")
+        body = b"x" * size
+        for _ in range(20):
+            await js.publish("peer.bench", body)
+        lat: list[float] = []
+        stop = time.monotonic() + seconds
+
+        async def run() -> None:
+            while time.monotonic() < stop:
+                t = time.perf_counter()
+                await js.publish("peer.bench", body)
+                lat.append(time.perf_counter() - t)
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(run() for _ in range(tasks)))
+        out = summary(len(lat), time.monotonic() - t0, lat)
+        await nc.close()
+        return out
+
+    return asyncio.run(main())
+
+
+DRIVERS = {"cpp": drive_cpp, "rmq": drive_rmq, "nats": drive_nats}
+
+
+def child(kind: str, target: str, size: int, k: int, seconds: float) -> dict[str, float]:
+    """Run one driver in a fresh process (no GIL or client state shared between measurements)."""
+    cmd = [sys.executable, __file__, "--child", kind, target, str(size), str(k), str(seconds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} driver failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def redis_run(tmp: Path, size: int, k: int, seconds: float) -> dict[str, float]:
+    port = free_port()
+    data = tmp / f"redis-{k}"
+    data.mkdir()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", "",
+         "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--logfile", str(data / "log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port)
+        value = "x" * size
+        base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(k), "--csv"]
+        subprocess.run([*base, "-n", "2000", "XADD", "warm", "*", "f", value], capture_output=True, timeout=60)
+        # size the run to about --seconds from a short probe
+        probe = subprocess.run([*base, "-n", str(max(1000, 200 * k)), "XADD", "s", "*", "f", value],
+                               capture_output=True, text=True, timeout=120)
+        rate = float(_redis_csv(probe.stdout)["rps"])
+        n = max(2000, int(rate * seconds))
+        out = subprocess.run([*base, "-n", str(n), "XADD", "s", "*", "f", value], capture_output=True, text=True,
+                             timeout=seconds * 10 + 60)
+        row = _redis_csv(out.stdout)
+        return {"rate": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]), "p99_ms": float(row["p99_latency_ms"])}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _redis_csv(text: str) -> dict[str, str]:
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    head = [h.strip('"') for h in lines[0].split(",")]
+    vals = [v.strip('"') for v in lines[-1].split(",")]
+    return dict(zip(head, vals, strict=False))
+
+
+def start_rmqd(tmp: Path) -> Any:
+    from rmq.kernel.testing.daemon import RmqdProcess
+
+    rmqd = RmqdProcess(tmp / "rmqd", broker_conf={"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20})
+    rmqd.start()
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.plugins.remoting_tcp import (
+        TcpRemotingClient,  # create the topic with 4 queues, as RocketMQ's default
+    )
+    from rmq.protocol.codes import RequestCode
+    from rmq.protocol.command import RemotingCommand
+
+    async def create() -> None:
+        async with TcpRemotingClient(RemotingConfig(name="bench")) as c:
+            r = await c.invoke(rmqd.broker_addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4",
+                                                      "perm": "6"}), 10)
+            assert r.code == 0, r
+
+    asyncio.run(create())
+    time.sleep(1.0)  # the registration with the new topic reaches the name server
+    return rmqd
+
+
+def nats_start(tmp: Path) -> tuple[subprocess.Popen[bytes], int, str]:
+    """nats-server with JetStream on file storage; fsync per message where the server supports it (2.10+)."""
+    store = tmp / "nats"
+    store.mkdir()
+    for sync in ("always", None):
+        port = free_port()
+        conf = store / "nats.conf"
+        conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{store}"'
+                        + (f', sync_interval: "{sync}"' if sync else "") + " }\n")
+        proc = subprocess.Popen(["nats-server", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(port, 10)
+        except RuntimeError:
+            proc.kill()
+            proc.wait(5)
+            continue
+        return proc, port, "NATS JS, file, fsync each" if sync else "NATS JS, file (no fsync)"
+    raise RuntimeError("nats-server did not start")
+
+
+def fdatasync_p50(tmp: Path, n: int = 200) -> float:
+    """This disk's fdatasync latency for a 1 KiB append (what a durable send cannot beat)."""
+    path = tmp / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    lat = []
+    try:
+        for _ in range(n):
+            os.write(fd, b"x" * 1024)
+            t = time.perf_counter()
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+    return pct(lat, 0.5) * 1e3
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind, target, size, k, seconds = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+        target_arg: Any = int(target) if kind == "nats" else target
+        print(json.dumps(DRIVERS[kind](target_arg, size, k, seconds)), flush=True)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--inflight", default="1,8,32")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--peers", default="redis,nats", help="comma-separated: redis, nats")
+    args = ap.parse_args()
+    ks = [int(x) for x in args.inflight.split(",")]
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    have = {
+        "redis": shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None,
+        "nats": shutil.which("nats-server") is not None and _importable("nats"),
+    }
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="rmq-peers-") as d:
+        tmp = Path(d)
+        print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, fdatasync p50 {fdatasync_p50(tmp):.3f} ms "
+              f"(1 KiB appends), message {args.size} B, {args.seconds:g} s per figure", flush=True)
+        skipped = [p for p in peers if not have.get(p)]
+        if skipped:
+            print(f"# not installed, skipped: {', '.join(skipped)}", flush=True)
+        rmqd = start_rmqd(tmp)
+        try:
+            for k in ks:
+                results[("rmqd + C++ client", k)] = child("cpp", rmqd.namesrv_addr, args.size, k, args.seconds)
+                results[("rmqd + rmq.client", k)] = child("rmq", rmqd.namesrv_addr, args.size, k, args.seconds)
+        finally:
+            rmqd.stop()
+        if "redis" in peers and have["redis"]:
+            for k in ks:
+                results[("Redis XADD, AOF always", k)] = redis_run(tmp, args.size, k, args.seconds)
+        if "nats" in peers and have["nats"]:
+            proc, port, label = nats_start(tmp)
+            try:
+                for k in ks:
+                    results[(label, k)] = child("nats", str(port), args.size, k, args.seconds)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+    print(f"\n{'system':<26} {'in flight':>9} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs Redis':>9}")
+    for (name, k), r in results.items():
+        redis = results.get(("Redis XADD, AOF always", k))
+        ratio = f"{r['rate'] / redis['rate']:.2f}" if redis and redis["rate"] else "-"
+        print(f"{name:<26} {k:>9} {r['rate']:>10,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {ratio:>9}")
+    return 0
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -218,7 +218,9 @@ class RemotingCommand:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand):
             return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+        return type(self) is type(other) and all(
+            getattr(self, s) == getattr(other, s) for s in RemotingCommand.__slots__
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -619,8 +621,10 @@ def _command_from_json(h: dict[str, Any], body: bytes, fast: bool) -> RemotingCo
 
 def _decode_json(header: bytes | bytearray, body: bytes) -> RemotingCommand:
     """Headers as real clients send them (under 8 KiB, known keys, plain values) take the C
-    scanner's native path and are checked field by field; anything else is parsed again by the
-    strict parser. Either way the outcome is the strict one (property-tested)."""
+    scanner's native path and are checked field by field; anything else, and every error, is
+    parsed again by the strict parser. Either way the outcome is the strict one (property-tested:
+    a header accepted by the fast path holds only plain values, which the strict parser accepts
+    identically)."""
     try:
         text = header.decode()
     except UnicodeDecodeError as exc:
@@ -633,7 +637,7 @@ def _decode_json(header: bytes | bytearray, body: bytes) -> RemotingCommand:
         if type(h) is dict and (end == len(text) or not text[end:].strip()) and h.keys() <= _HEADER_KEYS:
             try:
                 cmd = _command_from_json(h, body, True)
-            except _NotPlain:
+            except (_NotPlain, CommandDecodeError):  # errors take the strict path: it decides the outcome
                 pass
             else:
                 if "\\ud" in text or "\\uD" in text:

@@ -331,9 +331,8 @@ class TcpConnection:
 
     async def _read_loop(self, tg: TaskGroup) -> None:
         receive = self._stream.receive
+        dispatch = self._dispatch
         spawn = self._spawner(tg)
-        feed = self._decoder.feed
-        pending = self._pending
         while True:
             try:
                 data = await receive(RECEIVE_SIZE)
@@ -344,26 +343,36 @@ class TcpConnection:
                 self._close_reason = self._close_reason or f"read failed: {exc!r}"
                 return
             self._last_activity = time.monotonic()
-            try:
-                cmds = feed(data)
-            except FrameError as exc:
-                self._close_reason = f"bad frame: {exc}"
-                self._rlog.warning(
-                    "bad-frame:" + exc.kind, "%s: closing connection #%d from %s: bad frame: %s",
-                    self.name, self.id, self.peer, printable(str(exc)),
-                )
+            if not dispatch(data, spawn):
                 return
-            for cmd in cmds:
-                if cmd.flag & RESPONSE_FLAG:
-                    waiter = pending.pop(cmd.opaque, None)
-                    if waiter is None:
-                        log.debug("%s: response opaque %d from %s matches no request", self.name,
-                                  cmd.opaque, self.peer)
-                        continue
-                    waiter.response = cmd
-                    waiter.event.set()
-                else:
-                    spawn(cmd)
+            # Nothing of this read stays referenced while the next one waits: an idle connection
+            # would otherwise keep its last chunk, frame and body (up to 16 MiB) alive.
+            del data
+
+    def _dispatch(self, data: bytes, spawn: Callable[[RemotingCommand], Any]) -> bool:
+        """Decode what arrived: responses wake their waiters, requests get a task. False: close."""
+        try:
+            cmds = self._decoder.feed(data)
+        except FrameError as exc:
+            self._close_reason = f"bad frame: {exc}"
+            self._rlog.warning(
+                "bad-frame:" + exc.kind, "%s: closing connection #%d from %s: bad frame: %s",
+                self.name, self.id, self.peer, printable(str(exc)),
+            )
+            return False
+        pending = self._pending
+        for cmd in cmds:
+            if cmd.flag & RESPONSE_FLAG:
+                waiter = pending.pop(cmd.opaque, None)
+                if waiter is None:
+                    log.debug("%s: response opaque %d from %s matches no request", self.name,
+                              cmd.opaque, self.peer)
+                    continue
+                waiter.response = cmd
+                waiter.event.set()
+            else:
+                spawn(cmd)
+        return True
 
     async def _serve_request(self, cmd: RemotingCommand) -> None:
         handler = self._handler

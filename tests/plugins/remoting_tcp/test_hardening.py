@@ -423,6 +423,36 @@ async def test_idle_connection_holds_no_large_buffer() -> None:
 
 
 @pytest.mark.anyio
+async def test_idle_connections_keep_no_frame_alive() -> None:
+    """After big requests and responses, neither side's read loop keeps the last frame referenced
+    (it used to: ``data``/``cmds``/``cmd`` stayed bound while the next read waited)."""
+    import gc
+    import tracemalloc
+
+    async def small_answer(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=b"r" * (3 * 1024 * 1024) if cmd.ext.get("big") else b"")
+
+    with anyio.fail_after(20):
+        async with serving(small_answer) as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            await c.invoke(addr, req(id="warm"), 5)
+            gc.collect()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                for i in range(3):
+                    resp = await c.invoke(addr, req(body=b"q" * (4 * 1024 * 1024), big="1", id=str(i)), 10)
+                    assert len(resp.body) == 3 * 1024 * 1024
+                del resp
+                await anyio.sleep(0.2)
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            assert held < 1024 * 1024, f"{held} bytes still referenced after the exchanges"
+
+
+@pytest.mark.anyio
 async def test_bad_frame_log_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
     with anyio.fail_after(20):
         async with serving() as srv:

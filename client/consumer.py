@@ -19,6 +19,7 @@ from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription, retry_topic
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.model import MessageQueue
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.common import Prop
@@ -158,6 +159,8 @@ class ConsumerBase(ClientBase):
         kernel: Any = None,
     ) -> None:
         super().__init__(namesrv_addr, options, kernel)
+        # per consumer: a broker failing every pull (or serving bad data) costs a few lines, not one a pull
+        self.rlog = RateLimitedLog(log)
         if not group:
             raise ValueError("a consumer needs a group")
         self.group = group

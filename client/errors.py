@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import HeaderError, ext_int
 from rmq.protocol.message import MessageDecodeError, MessageExt, decode_messages
+from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.protocol.command import RemotingCommand
@@ -42,7 +43,8 @@ class BrokerError(ClientError):
         except ValueError:
             name = str(code)
         where = f" from {addr}" if addr else ""
-        super().__init__(f"{what or 'request'} failed{where}: {name} ({code}) {remark or ''}".rstrip())
+        shown = printable(remark, 300) if remark else ""  # the peer's text: one line, bounded, in logs too
+        super().__init__(f"{what or 'request'} failed{where}: {name} ({code}) {shown}".rstrip())
         self.code = code
         self.remark = remark
         self.addr = addr

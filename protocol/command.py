@@ -530,23 +530,32 @@ def _json_int(h: dict[str, Any], key: str, default: int | None, fast: bool) -> i
     return n
 
 
-def _json_ext(ext: Any, fast: bool) -> dict[str, str]:
-    """``extFields`` as ``dict[str, str]``: numbers to decimal, booleans to true/false, nulls dropped."""
+def _json_ext(ext: Any, fast: bool, escapes: bool) -> dict[str, str]:
+    """``extFields`` as ``dict[str, str]``: numbers to decimal, booleans to true/false, nulls dropped.
+
+    ``escapes``: the header text holds a backslash, so a ``\\udXXX`` escape may have left a lone
+    surrogate in a key or value (without one, UTF-8 decoding guarantees there is none).
+    """
     if ext is None:
         return {}
     if type(ext) is not dict:
         if fast and not _plain_value(ext):
             raise _NotPlain
         raise ValueError(f"JSON header extFields is a {type(ext).__name__}, not an object")
-    for v in ext.values():
-        if type(v) is not str:
-            break
-    else:
-        return ext
+    try:  # the common case in a few C calls: all values strings (and, with escapes, keys and values ASCII)
+        joined = _join(ext.values())
+        if not escapes or (joined.isascii() and _join(ext).isascii()):
+            return ext
+    except TypeError:  # a value is not a string (C++ and client A send numbers)
+        pass
     out: dict[str, str] = {}
     for k, v in ext.items():
+        if not k.isascii():
+            _check_encodable(k)
         t = type(v)
         if t is str:
+            if not v.isascii():
+                _check_encodable(v)
             out[k] = v
         elif v is None:
             continue
@@ -565,12 +574,24 @@ def _json_ext(ext: Any, fast: bool) -> dict[str, str]:
     return out
 
 
+_join = "".join
+
+
+def _check_encodable(text: str) -> None:
+    """A ``\\udXXX`` escape may leave half a surrogate pair, a str that cannot be encoded again:
+    refused at the boundary so that no processor, store or log line ever meets one."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone UTF-16 surrogate") from None
+
+
 def _plain_value(v: Any) -> bool:
     t = type(v)
     return v is None or t is str or t is bool or (t is int and JAVA_LONG_MIN <= v <= JAVA_LONG_MAX)
 
 
-def _command_from_json(h: dict[str, Any], body: bytes, fast: bool) -> RemotingCommand:
+def _command_from_json(h: dict[str, Any], body: bytes, fast: bool, escapes: bool) -> RemotingCommand:
     """Fields of a decoded header object. ``fast``: ``h`` came from the unchecked scanner, and
     anything a strict parse might refuse (floats, containers, huge ints) raises ``_NotPlain``."""
     opaque = h.get("opaque")
@@ -586,18 +607,22 @@ def _command_from_json(h: dict[str, Any], body: bytes, fast: bool) -> RemotingCo
     version = h.get("version")
     remark = h.get("remark")
     lang = h.get("language", "OTHER")
-    if fast and not (
-        (remark is None or type(remark) is str)
-        and (type(lang) is str or _plain_value(lang))
-        and _plain_value(h.get("serializeTypeCurrentRPC"))
-    ):
-        raise _NotPlain
+    if fast:
+        st = h.get("serializeTypeCurrentRPC")
+        if not (
+            (remark is None or type(remark) is str)
+            and (type(lang) is str or _plain_value(lang))
+            and (type(st) is str or _plain_value(st))
+        ):
+            raise _NotPlain
     try:
         if type(code) is not int or not JAVA_INT_MIN <= code <= JAVA_INT_MAX:
             code = _json_int(h, "code", None, fast)
         if type(version) is not int or not JAVA_INT_MIN <= version <= JAVA_INT_MAX:
             version = _json_int(h, "version", 0, fast)
-        ext = _json_ext(h.get("extFields"), fast)
+        ext = _json_ext(h.get("extFields"), fast, escapes)
+        if escapes and type(remark) is str and not remark.isascii():
+            _check_encodable(remark)
     except ValueError as exc:
         raise CommandDecodeError(
             f"bad JSON header: {exc}", kind="header", serialize_type=_JSON, opaque=opaque, flag=flag
@@ -634,39 +659,16 @@ def _decode_json(header: bytes | bytearray, body: bytes) -> RemotingCommand:
             h, end = _fast_scan(text, 0)
         except Exception:  # noqa: BLE001 - NaN, RecursionError, syntax: the strict parser words it
             h = None
-        if type(h) is dict and (end == len(text) or not text[end:].strip()) and h.keys() <= _HEADER_KEYS:
+        if type(h) is dict and (end == len(text) or not text[end:].strip()) and _HEADER_KEYS.issuperset(h):
             try:
-                cmd = _command_from_json(h, body, True)
+                return _command_from_json(h, body, True, "\\" in text)
             except (_NotPlain, CommandDecodeError):  # errors take the strict path: it decides the outcome
                 pass
-            else:
-                if "\\ud" in text or "\\uD" in text:
-                    _refuse_lone_surrogates(cmd)
-                return cmd
     try:
         h = parse_json_header(text)
     except JsonError as exc:
         raise CommandDecodeError(f"bad JSON header: {exc}", kind="json", serialize_type=_JSON) from None
-    cmd = _command_from_json(h, body, False)
-    if "\\ud" in text or "\\uD" in text:
-        _refuse_lone_surrogates(cmd)
-    return cmd
-
-
-def _refuse_lone_surrogates(cmd: RemotingCommand) -> None:
-    """A ``\\udXXX`` escape may leave half a surrogate pair, a str that cannot be encoded again:
-    refused here so that no processor, store or log meets one."""
-    try:
-        for k, v in cmd.ext.items():
-            k.encode()
-            v.encode()
-        if cmd.remark:
-            cmd.remark.encode()
-    except UnicodeEncodeError:
-        raise CommandDecodeError(
-            "bad JSON header: a string holds a lone UTF-16 surrogate",
-            kind="header", serialize_type=_JSON, opaque=cmd.opaque, flag=cmd.flag, code=cmd.code,
-        ) from None
+    return _command_from_json(h, body, False, "\\" in text)
 
 
 _OPAQUE_FLAG = struct.Struct(">ii")

@@ -10,8 +10,10 @@ client and server do not share one core's event loop.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import statistics
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +37,21 @@ def send_request() -> RemotingCommand:
         "flag": "0", "properties": props, "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
     }
     return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body=b"x" * 1024, opaque=12345)
+
+
+def cpp_send_frame() -> bytes:
+    """A SEND as C++ 1.2.3 writes it: ints as JSON numbers in extFields, "0"/"1" booleans, trailing newline."""
+    props = encode_properties({Prop.TAGS: "TagA", Prop.KEYS: "order-1", Prop.UNIQ_KEY: create_uniq_id()}) + "\x02"
+    header = json.dumps({
+        "code": 10, "extFields": {
+            "AccessKey": "", "OnsChannel": "", "Signature": "", "batch": "0", "bornTimestamp": "1700000000000",
+            "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "cpp_group",
+            "properties": props, "queueId": 1, "reconsumeTimes": 0, "sysFlag": 0, "topic": "TopicTest",
+            "unitMode": "0"},
+        "flag": 0, "language": "CPP", "opaque": 12345, "remark": "", "version": 63,
+    }, separators=(",", ":")).encode() + b"\n"
+    body = b"x" * 1024
+    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
 
 
 def pull_response() -> RemotingCommand:
@@ -84,6 +101,9 @@ def bench_codec(seconds: float) -> None:
         row(f"encode {label}", timeit(lambda c=cmd: encode(c), seconds), f"({len(frame)} B frame)")
         dec = FrameDecoder()
         row(f"decode {label}", timeit(lambda f=frame, d=dec: d.feed(f), seconds))
+    cpp = cpp_send_frame()
+    dec = FrameDecoder()
+    row("decode SEND code 10, C++ 1.2.3 header", timeit(lambda f=cpp, d=dec: d.feed(f), seconds))
     body = pull_response().body
     us = timeit(lambda: decode_messages(body), seconds)
     row("decode_messages 32 records (client side)", us, f"({us / 32:.2f} µs/record)")

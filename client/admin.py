@@ -14,14 +14,15 @@ import anyio
 import attrs
 
 from rmq.client.base import ClientBase
-from rmq.client.errors import BrokerError, ClientError
+from rmq.client.errors import BadResponseError, BrokerError, ClientError, decode_records
 from rmq.client.instance import parse_offset_table
 from rmq.client.options import ClientOptions, build
-from rmq.client.route import PERM_READ, PERM_WRITE, TopicRoute, loads_lenient
+from rmq.client.route import PERM_READ, PERM_WRITE, TopicRoute, json_int, json_object
 from rmq.kernel.model import MessageQueue
+from rmq.protocol import jsonbody
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingError
-from rmq.protocol.message import MessageExt, decode_messages, decode_offset_msg_id
+from rmq.protocol.message import MessageExt, decode_offset_msg_id
 
 log = logging.getLogger("rmq.client.admin")
 
@@ -71,12 +72,18 @@ class Admin(ClientBase):
         resp = await self.instance.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError(resp.code, resp.remark, "cluster info", "namesrv")
-        doc = loads_lenient(resp.body) if resp.body else {}
-        brokers = {
-            name: {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
-            for name, bd in (doc.get("brokerAddrTable") or {}).items()
-        }
-        clusters = {c: sorted(names) for c, names in (doc.get("clusterAddrTable") or {}).items()}
+        doc = json_object(resp.body, "cluster info")
+        try:
+            brokers = {
+                str(name): {
+                    json_int(k, "broker id", -(1 << 63), (1 << 63) - 1): str(v)
+                    for k, v in (bd.get("brokerAddrs") or {}).items()
+                }
+                for name, bd in (doc.get("brokerAddrTable") or {}).items()
+            }
+            clusters = {str(c): sorted(map(str, names)) for c, names in (doc.get("clusterAddrTable") or {}).items()}
+        except (AttributeError, TypeError) as exc:  # a list where an object belongs, or the reverse
+            raise BadResponseError(f"cluster info has an unexpected shape: {exc}") from None
         for name, addrs in brokers.items():
             self.instance.brokers.setdefault(name, addrs)
         return ClusterInfo(brokers, clusters)
@@ -86,7 +93,10 @@ class Admin(ClientBase):
         resp = await self.instance.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError(resp.code, resp.remark, "topic list", "namesrv")
-        return sorted(loads_lenient(resp.body).get("topicList") or []) if resp.body else []
+        topics = json_object(resp.body, "topic list").get("topicList") or []
+        if type(topics) is not list or not all(type(t) is str for t in topics):
+            raise BadResponseError("topicList is not a list of strings")
+        return sorted(topics)
 
     async def topic_route(self, topic: str) -> TopicRoute:
         self._check_running()
@@ -171,8 +181,8 @@ class Admin(ClientBase):
             try:
                 resp = await self.instance.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
                 for mq, stats in _parse_mq_objects(resp.body).items():
-                    out.append(TopicQueueStats(mq, int(stats.get("minOffset", 0)), int(stats.get("maxOffset", 0)),
-                                               int(stats.get("lastUpdateTimestamp", 0))))
+                    out.append(TopicQueueStats(mq, _long(stats, "minOffset", 0), _long(stats, "maxOffset", 0),
+                                               _long(stats, "lastUpdateTimestamp", 0)))
                 continue
             except BrokerError as exc:
                 if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
@@ -208,8 +218,8 @@ class Admin(ClientBase):
             try:
                 resp = await inst.invoke(addr, RequestCode.GET_CONSUME_STATS, ext, what="consume stats")
                 for mq, st in _parse_mq_objects(resp.body).items():
-                    out.append(QueueProgress(mq, int(st.get("consumerOffset", -1)), int(st.get("brokerOffset", 0)),
-                                             int(st.get("lastTimestamp", 0))))
+                    out.append(QueueProgress(mq, _long(st, "consumerOffset", -1), _long(st, "brokerOffset", 0),
+                                             _long(st, "lastTimestamp", 0)))
                 continue
             except BrokerError as exc:
                 if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and topic is None:
@@ -279,7 +289,7 @@ class Admin(ClientBase):
         ip, port, offset = decode_offset_msg_id(offset_msg_id)
         resp = await self.instance.invoke(f"{ip}:{port}", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)},
                                           what="view message")
-        msgs = decode_messages(resp.body)
+        msgs = decode_records(resp.body, "view message")
         if not msgs:
             raise ClientError(f"no message at {offset_msg_id}")
         return msgs[0]
@@ -315,7 +325,7 @@ class Admin(ClientBase):
             resp = await inst.invoke(addr, RequestCode.QUERY_MESSAGE, ext,
                                      ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND), what="query message")
             if resp.code == ResponseCode.SUCCESS and resp.body:
-                for m in decode_messages(resp.body):
+                for m in decode_records(resp.body, "query message"):
                     if m.topic != topic:
                         continue
                     if unique_key and m.msg_id != key:
@@ -339,9 +349,15 @@ class Admin(ClientBase):
         raise ClientError(f"message {msg_id} not found in {topic!r}")
 
 
+def _long(stats: dict[str, Any], key: str, default: int) -> int:
+    return json_int(stats.get(key, default), key, -(1 << 63), (1 << 63) - 1)
+
+
 def _parse_mq_objects(body: bytes) -> dict[MessageQueue, dict[str, Any]]:
-    """``{"offsetTable":{<MessageQueue as key>:{...}}}`` (fastjson form) -> {mq: stats dict}."""
-    import json
+    """``{"offsetTable":{<MessageQueue as key>:{...}}}`` (fastjson form) -> {mq: stats dict}.
+
+    Entries that are not well-formed (bad JSON, a queue id beyond a Java int) are skipped.
+    """
     import re
 
     if not body:
@@ -355,8 +371,10 @@ def _parse_mq_objects(body: bytes) -> dict[MessageQueue, dict[str, Any]]:
         if len(f) != 3:
             continue
         try:
-            stats = json.loads(m.group(2))
+            stats = jsonbody.loads(m.group(2))
+            qid = json_int(f["queueId"], "queueId")
         except ValueError:
             continue
-        out[MessageQueue(f["topic"], f["brokerName"], int(f["queueId"]))] = stats
+        if type(stats) is dict:
+            out[MessageQueue(f["topic"], f["brokerName"], qid)] = stats
     return out

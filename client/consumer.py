@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from rmq.client.base import ClientBase
-from rmq.client.errors import BrokerError, ClientError
+from rmq.client.errors import BrokerError, ClientError, decode_records, response_int
 from rmq.client.instance import ClientInstance, parse_offset_table
 from rmq.client.message import PullResult, PullStatus
 from rmq.client.offsets import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
@@ -19,10 +19,11 @@ from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription, retry_topic
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.model import MessageQueue
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.common import Prop
-from rmq.protocol.message import MessageExt, decode_messages
+from rmq.protocol.message import MessageExt
 
 log = logging.getLogger("rmq.client.consumer")
 
@@ -86,23 +87,26 @@ def pull_ext(
 
 
 def pull_result(resp: RemotingCommand, refilter: frozenset[str] | None, what: str = "pull") -> PullResult:
-    """Map a PULL_MESSAGE response; FOUND bodies are decoded and re-filtered by exact tag."""
+    """Map a PULL_MESSAGE response; FOUND bodies are decoded and re-filtered by exact tag.
+
+    A malformed body or header field raises BadResponseError (a ClientError): the pull fails
+    and is retried like any other failed pull.
+    """
     status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
     if status is None:
         raise BrokerError(resp.code, resp.remark, what)
-    ext = resp.ext
     msgs: list[MessageExt] = []
     if status is PullStatus.FOUND and resp.body:
-        msgs = decode_messages(resp.body)
+        msgs = decode_records(resp.body, what)
         if refilter is not None:
             msgs = [m for m in msgs if m.properties.get(Prop.TAGS) in refilter]
     return PullResult(
         status,
-        int(ext.get("nextBeginOffset", "0") or 0),
-        int(ext.get("minOffset", "0") or 0),
-        int(ext.get("maxOffset", "0") or 0),
+        response_int(resp, "nextBeginOffset", 0, what=what),
+        response_int(resp, "minOffset", 0, what=what),
+        response_int(resp, "maxOffset", 0, what=what),
         msgs,
-        int(ext.get("suggestWhichBrokerId", "0") or 0),
+        response_int(resp, "suggestWhichBrokerId", 0, what=what),
     )
 
 
@@ -155,6 +159,8 @@ class ConsumerBase(ClientBase):
         kernel: Any = None,
     ) -> None:
         super().__init__(namesrv_addr, options, kernel)
+        # per consumer: a broker failing every pull (or serving bad data) costs a few lines, not one a pull
+        self.rlog = RateLimitedLog(log)
         if not group:
             raise ValueError("a consumer needs a group")
         self.group = group

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rmq.protocol.codes import ResponseCode
+from rmq.protocol.command import HeaderError, ext_int
+from rmq.protocol.message import MessageDecodeError, MessageExt, decode_messages
+from rmq.protocol.names import printable
+
+if TYPE_CHECKING:
+    from rmq.protocol.command import RemotingCommand
 
 
 class ClientError(Exception):
@@ -35,7 +43,8 @@ class BrokerError(ClientError):
         except ValueError:
             name = str(code)
         where = f" from {addr}" if addr else ""
-        super().__init__(f"{what or 'request'} failed{where}: {name} ({code}) {remark or ''}".rstrip())
+        shown = printable(remark, 300) if remark else ""  # the peer's text: one line, bounded, in logs too
+        super().__init__(f"{what or 'request'} failed{where}: {name} ({code}) {shown}".rstrip())
         self.code = code
         self.remark = remark
         self.addr = addr
@@ -47,3 +56,27 @@ class MessageTooLargeError(ClientError):
 
 class SendError(ClientError):
     """A send failed after every retry; ``__cause__`` is the last failure."""
+
+
+class BadResponseError(ClientError, ValueError):
+    """A name server or broker answered with something that cannot be decoded (body or header field).
+
+    Raised instead of whatever the decoder raised, so every caller that already handles
+    ``ClientError`` treats it as a failed request: the client retries or reports, never crashes.
+    """
+
+
+def response_int(resp: RemotingCommand, key: str, default: Any, *, bits: int = 64, what: str = "response") -> Any:
+    """A numeric response-header field, range-checked to its Java type; missing/empty → ``default``."""
+    try:
+        return ext_int(resp, key, default, bits=bits)
+    except HeaderError as exc:
+        raise BadResponseError(f"{what}: {exc}") from None
+
+
+def decode_records(body: bytes, what: str = "response") -> list[MessageExt]:
+    """Stored records from a broker's body (pull, view, query); malformed → BadResponseError."""
+    try:
+        return decode_messages(body)
+    except MessageDecodeError as exc:
+        raise BadResponseError(f"{what}: undecodable message records: {exc}") from None

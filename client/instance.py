@@ -22,9 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.client.errors import BrokerError, ClientError, NameServerError, NoRouteError
+from rmq.client.errors import (
+    BadResponseError,
+    BrokerError,
+    ClientError,
+    NameServerError,
+    NoRouteError,
+    response_int,
+)
 from rmq.client.options import ClientOptions
-from rmq.client.route import TopicRoute, loads_lenient
+from rmq.client.route import TopicRoute, json_int, json_object
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -77,13 +84,21 @@ _MQ_FIELD = re.compile(r'"(brokerName|queueId|topic)"\s*:\s*(?:"([^"]*)"|(-?\d+)
 
 
 def parse_offset_table(body: bytes | str) -> dict[MessageQueue, int]:
-    """``{"offsetTable":{<MessageQueue object as a map key>:offset}}`` — fastjson's non-JSON form."""
+    """``{"offsetTable":{<MessageQueue object as a map key>:offset}}`` — fastjson's non-JSON form.
+
+    Entries whose queue id or offset do not fit their Java type (int, long) are skipped.
+    """
     text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
     out: dict[MessageQueue, int] = {}
     for m in _MQ_KEY.finditer(text):
         fields = {k: (num if num else sval) for k, sval, num in _MQ_FIELD.findall(m.group(1))}
         if len(fields) == 3:
-            out[MessageQueue(fields["topic"], fields["brokerName"], int(fields["queueId"]))] = int(m.group(2))
+            try:
+                qid = json_int(fields["queueId"], "queueId")
+                off = json_int(m.group(2), "offset", -(1 << 63), (1 << 63) - 1)
+            except BadResponseError:
+                continue
+            out[MessageQueue(fields["topic"], fields["brokerName"], qid)] = off
     return out
 
 
@@ -91,8 +106,19 @@ def mq_json(mq: MessageQueue) -> dict[str, Any]:
     return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
 
 
-def mq_from_json(d: dict[str, Any]) -> MessageQueue:
-    return MessageQueue(d["topic"], d["brokerName"], int(d["queueId"]))
+def mq_from_json(d: Any) -> MessageQueue:
+    """A MessageQueue from a peer's JSON object; malformed → BadResponseError."""
+    if type(d) is not dict or type(d.get("topic")) is not str or type(d.get("brokerName")) is not str:
+        raise BadResponseError(f"not a message queue: {d!r:.80}")
+    return MessageQueue(d["topic"], d["brokerName"], json_int(d.get("queueId"), "queueId"))
+
+
+def _str_list(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if type(value) is not list or not all(type(x) is str for x in value):
+        raise BadResponseError(f"{what} is not a list of strings")
+    return value
 
 
 class ClientInstance:
@@ -342,7 +368,7 @@ class ClientInstance:
         addr = await self.find_broker_addr(mq.broker_name, mq.topic)
         ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **ext}
         resp = await self.invoke(addr, code, ext)
-        return int(resp.ext.get(key, "0") or 0)
+        return int(response_int(resp, key, 0, what=f"request code {code}"))
 
     async def max_offset(self, mq: MessageQueue) -> int:
         return await self._offset_call(RequestCode.GET_MAX_OFFSET, mq, {})
@@ -365,7 +391,7 @@ class ClientInstance:
         )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
-        return int(resp.ext.get("offset", "0") or 0)
+        return int(response_int(resp, "offset", 0, what="query consumer offset"))
 
     async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
         addr = await self.find_broker_addr(mq.broker_name, mq.topic)
@@ -389,7 +415,8 @@ class ClientInstance:
                 continue
             if not resp.body:
                 return []
-            return sorted(loads_lenient(resp.body).get("consumerIdList") or [])
+            doc = json_object(resp.body, "consumer list")
+            return sorted(_str_list(doc.get("consumerIdList"), "consumerIdList"))
         raise ClientError(f"no broker of {topic!r} listed the members of group {group!r}: {last}")
 
     async def lock_batch(self, group: str, mqs: list[MessageQueue], addr: str) -> set[MessageQueue]:
@@ -397,7 +424,10 @@ class ClientInstance:
         resp = await self.invoke(addr, RequestCode.LOCK_BATCH_MQ, None, body.encode())
         if not resp.body:
             return set()
-        return {mq_from_json(d) for d in loads_lenient(resp.body).get("lockOKMQSet") or []}
+        locked = json_object(resp.body, "lock response").get("lockOKMQSet") or []
+        if type(locked) is not list:
+            raise BadResponseError("lockOKMQSet is not a list")
+        return {mq_from_json(d) for d in locked}
 
     async def unlock_batch(self, group: str, mqs: list[MessageQueue], addr: str, oneway: bool = False) -> None:
         body = json.dumps({"clientId": self.client_id, "consumerGroup": group, "mqSet": [mq_json(m) for m in mqs]})

@@ -17,8 +17,11 @@ from pathlib import Path
 import anyio
 
 from rmq.client.instance import ClientInstance
+from rmq.client.route import json_int
 from rmq.kernel.model import MessageQueue
+from rmq.protocol import jsonbody
 from rmq.protocol.command import RemotingError
+from rmq.protocol.names import printable
 
 log = logging.getLogger("rmq.client.offsets")
 
@@ -83,6 +86,12 @@ class RemoteOffsetStore(OffsetStore):
         self._persisted.pop(mq, None)
 
 
+def _text(value: object) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
 class LocalFileOffsetStore(OffsetStore):
     """``<dir>/<ip>@<instance>/<group>/offsets.json`` (override the dir with ``offset_store_dir``)."""
 
@@ -94,16 +103,17 @@ class LocalFileOffsetStore(OffsetStore):
     def _read_file(self) -> dict[MessageQueue, int]:
         for p in (self.path, self.path.with_suffix(".json.bak")):
             try:
-                doc = json.loads(p.read_text())
+                doc = jsonbody.loads(p.read_bytes())
+                return {
+                    MessageQueue(_text(e["topic"]), _text(e["brokerName"]), json_int(e["queueId"], "queueId")):
+                    json_int(e["offset"], "offset", -(1 << 63), (1 << 63) - 1)
+                    for e in doc.get("offsets", [])
+                }
             except FileNotFoundError:
                 continue
-            except ValueError as exc:
-                log.warning("offset file %s is corrupt (%s); trying the backup", p, exc)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # strict JSON, then the shape
+                log.warning("offset file %s is corrupt (%s); trying the backup", p, printable(repr(exc)))
                 continue
-            return {
-                MessageQueue(e["topic"], e["brokerName"], int(e["queueId"])): int(e["offset"])
-                for e in doc.get("offsets", [])
-            }
         return {}
 
     async def load(self) -> None:

@@ -20,7 +20,14 @@ import anyio
 import attrs
 
 from rmq.client.base import ClientBase
-from rmq.client.errors import BrokerError, ClientError, MessageTooLargeError, NoRouteError, SendError
+from rmq.client.errors import (
+    BrokerError,
+    ClientError,
+    MessageTooLargeError,
+    NoRouteError,
+    SendError,
+    response_int,
+)
 from rmq.client.message import LocalTransactionState, Message, SendResult, SendStatus
 from rmq.client.options import ProducerOptions, build
 from rmq.client.route import TopicRoute
@@ -32,7 +39,7 @@ from rmq.client.selector import (
 )
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.command import RemotingCommand, RemotingError, ext_int
 from rmq.protocol.common import Prop, SysFlag, encode_properties
 from rmq.protocol.message import (
     MessageExt,
@@ -41,6 +48,7 @@ from rmq.protocol.message import (
     decode_message,
     decode_offset_msg_id,
 )
+from rmq.protocol.names import printable
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -97,14 +105,15 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str) ->
     if status is None:
         raise BrokerError(resp.code, resp.remark, f"send to {mq.topic}")
     ext = resp.ext
-    qid = ext.get("queueId")
-    queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
+    what = f"send to {mq.topic}"
+    qid = response_int(resp, "queueId", None, bits=32, what=what)
+    queue = mq if qid is None or qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
     return SendResult(
         status=status,
         msg_id=msg_id,
         offset_msg_id=ext.get("msgId", ""),
         queue=queue,
-        queue_offset=int(ext.get("queueOffset", "-1") or -1),
+        queue_offset=response_int(resp, "queueOffset", -1, what=what),
         transaction_id=ext.get("transactionId") or None,
         region_id=ext.get("MSG_REGION") or None,
     )
@@ -622,10 +631,21 @@ class TransactionProducer(Producer):
         return None
 
     async def _answer_check(self, conn: Any, cmd: RemotingCommand) -> None:
+        """Runs in the producer's task group: whatever goes wrong is logged here, never raised."""
+        try:
+            await self._answer_check_once(conn, cmd)
+        except Exception as exc:  # noqa: BLE001 - one bad check must not end the producer
+            log.warning("answering CHECK_TRANSACTION_STATE from %s failed: %s", getattr(conn, "peer", "?"),
+                        printable(repr(exc)))
+
+    async def _answer_check_once(self, conn: Any, cmd: RemotingCommand) -> None:
         try:
             msg = decode_message(cmd.body)
-        except ValueError as exc:
-            log.warning("CHECK_TRANSACTION_STATE with an undecodable message: %s", exc)
+            queue_offset = ext_int(cmd, "tranStateTableOffset", 0)
+            commit_log_offset = ext_int(cmd, "commitLogOffset", None)
+        except ValueError as exc:  # MessageDecodeError, HeaderError
+            log.warning("CHECK_TRANSACTION_STATE from %s is malformed: %s", getattr(conn, "peer", "?"),
+                        printable(str(exc)))
             return
         ext = cmd.ext
         async with self._check_limiter:
@@ -642,12 +662,12 @@ class TransactionProducer(Producer):
         header = end_transaction_header(
             msg.properties.get(Prop.PGROUP) or self.group,
             state,
-            queue_offset=int(ext.get("tranStateTableOffset", "0") or 0),
+            queue_offset=queue_offset,
             offset_msg_id=ext.get("offsetMsgId") or msg.offset_msg_id,
             msg_id=uniq,
             transaction_id=ext.get("transactionId") or uniq,
             from_check=True,
-            commit_log_offset=int(ext["commitLogOffset"]) if ext.get("commitLogOffset") else None,
+            commit_log_offset=commit_log_offset,
         )
         try:
             await conn.send_oneway(RemotingCommand.request(RequestCode.END_TRANSACTION, header, oneway=True))

@@ -285,7 +285,7 @@ class LitePullConsumer(ConsumerBase):
                     await anyio.sleep(0.02 if exc.code == ResponseCode.FLOW_CONTROL else opts.pull_retry_delay)
                     continue
                 except (ClientError, RemotingError, OSError) as exc:
-                    log.info("%s: pull %s failed: %s", self.group, mq, exc)
+                    self.rlog.info(f"pull:{type(exc).__name__}", "%s: pull %s failed: %s", self.group, mq, exc)
                     await anyio.sleep(opts.pull_retry_delay)
                     continue
                 if pq.dropped or pq.generation != generation:
@@ -296,8 +296,8 @@ class LitePullConsumer(ConsumerBase):
                     self._buffer.append((mq, pq, generation, res.messages))
                     self._buffer_ready.set()
                 elif res.status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("%s: offset %d of %s illegal; continuing at %d", self.group, offset, mq,
-                                res.next_begin_offset)
+                    self.rlog.warning("offset-illegal", "%s: offset %d of %s illegal; continuing at %d",
+                                      self.group, offset, mq, res.next_begin_offset)
                     self._consumed[mq] = res.next_begin_offset
                 elif pq.count == 0 and res.next_begin_offset > self._consumed.get(mq, -1) >= 0:
                     self._consumed[mq] = res.next_begin_offset

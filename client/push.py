@@ -215,11 +215,11 @@ class PushConsumer(ConsumerBase):
                     )
                 except BrokerError as exc:
                     delay = 0.02 if exc.code == ResponseCode.FLOW_CONTROL else opts.pull_retry_delay
-                    log.info("%s: pull %s failed: %s", self.group, mq, exc)
+                    self.rlog.info(f"pull:{exc.code}", "%s: pull %s failed: %s", self.group, mq, exc)
                     await anyio.sleep(delay)
                     continue
                 except (ClientError, RemotingError, OSError) as exc:
-                    log.info("%s: pull %s failed: %s", self.group, mq, exc)
+                    self.rlog.info(f"pull:{type(exc).__name__}", "%s: pull %s failed: %s", self.group, mq, exc)
                     await anyio.sleep(opts.pull_retry_delay)
                     continue
                 if pq.dropped:
@@ -240,8 +240,8 @@ class PushConsumer(ConsumerBase):
                         pq.max_offset = max(pq.max_offset, offset - 1)
                         store.update(mq, offset, increase_only=True)
                 elif status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("%s: offset %d of %s is illegal; continuing at %d", self.group, offset, mq,
-                                res.next_begin_offset)
+                    self.rlog.warning("offset-illegal", "%s: offset %d of %s is illegal; continuing at %d",
+                                      self.group, offset, mq, res.next_begin_offset)
                     offset = res.next_begin_offset
                     pq.max_offset = offset - 1 if pq.count == 0 else pq.max_offset
                     store.update(mq, offset)

@@ -2,30 +2,68 @@
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 import attrs
 
+from rmq.client.errors import BadResponseError
 from rmq.kernel.model import MessageQueue
+from rmq.protocol import jsonbody
 
 PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 MASTER_ID = 0
+#: More queues than this in one route is not a topic but an attack on our memory (each is an object).
+MAX_QUEUE_NUMS = 1 << 16
 
-_UNQUOTED_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:')
 
+def loads_lenient(body: bytes | str, what: str = "response body") -> Any:
+    """A peer's JSON as RocketMQ writes it (fastjson may leave numeric map keys unquoted: ``{0:"addr"}``).
 
-def loads_lenient(body: bytes | str) -> Any:
-    """JSON as RocketMQ writes it: fastjson may leave numeric map keys unquoted (``{0:"addr"}``)."""
-    text = body.decode("utf-8") if isinstance(body, (bytes, bytearray)) else body
+    Strict otherwise (:mod:`rmq.protocol.jsonbody`: no NaN/Infinity, bounded nesting and
+    numbers); anything else raises :class:`BadResponseError`.
+    """
     try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+        return jsonbody.loads(body)
+    except jsonbody.JsonError as exc:
+        raise BadResponseError(f"{what} is not valid JSON: {exc}") from None
+
+
+def json_object(body: bytes | str, what: str) -> dict[str, Any]:
+    """``body`` as a JSON object (an empty body is ``{}``), or BadResponseError."""
+    if not body:
+        return {}
+    doc = loads_lenient(body, what)
+    if type(doc) is not dict:
+        raise BadResponseError(f"{what} is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def json_int(value: Any, what: str, lo: int = -(1 << 31), hi: int = (1 << 31) - 1) -> int:
+    """A number from a peer's JSON (fastjson writes ints; stringified ones are accepted), range-checked."""
+    if type(value) is str:
+        digits = value[1:] if value[:1] == "-" else value
+        if digits.isdigit() and digits.isascii() and len(digits) <= 19:
+            value = int(value)
+    if type(value) is not int or not lo <= value <= hi:
+        raise BadResponseError(f"{what} is not an integer in [{lo}, {hi}]: {value!r:.60}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise BadResponseError(f"{what} is not a string: {value!r:.60}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise BadResponseError(f"{what} is not a list")
+    return value
 
 
 @attrs.frozen(slots=True)
@@ -62,36 +100,44 @@ class TopicRoute:
 
     @classmethod
     def parse(cls, body: bytes | str) -> TopicRoute:
-        d = loads_lenient(body)
-        qds = tuple(
-            sorted(
-                (
-                    QueueData(
-                        broker_name=q["brokerName"],
-                        read_queue_nums=int(q.get("readQueueNums", 0)),
-                        write_queue_nums=int(q.get("writeQueueNums", 0)),
-                        perm=int(q.get("perm", 6)),
-                        topic_sys_flag=int(q.get("topicSysFlag", q.get("topicSynFlag", 0)) or 0),
-                    )
-                    for q in d.get("queueDatas") or ()
-                ),
-                key=lambda q: q.broker_name,
+        """A GET_ROUTEINFO_BY_TOPIC body (either key style); malformed → :class:`BadResponseError`."""
+        d = json_object(body, "route")
+        qds = []
+        for q in _list(d.get("queueDatas"), "route queueDatas"):
+            if type(q) is not dict:
+                raise BadResponseError("route queueDatas holds a non-object")
+            qds.append(
+                QueueData(
+                    broker_name=_str(q.get("brokerName"), "route brokerName"),
+                    read_queue_nums=json_int(q.get("readQueueNums", 0), "route readQueueNums", 0, MAX_QUEUE_NUMS),
+                    write_queue_nums=json_int(q.get("writeQueueNums", 0), "route writeQueueNums", 0, MAX_QUEUE_NUMS),
+                    perm=json_int(q.get("perm", 6), "route perm"),
+                    topic_sys_flag=json_int(q.get("topicSysFlag", q.get("topicSynFlag", 0)) or 0, "route topicSysFlag"),
+                )
             )
-        )
-        bds = tuple(
-            sorted(
-                (
-                    BrokerData(
-                        broker_name=b["brokerName"],
-                        cluster=b.get("cluster", ""),
-                        addrs={int(k): v for k, v in (b.get("brokerAddrs") or {}).items()},
-                    )
-                    for b in d.get("brokerDatas") or ()
-                ),
-                key=lambda b: b.broker_name,
+        bds = []
+        for b in _list(d.get("brokerDatas"), "route brokerDatas"):
+            if type(b) is not dict:
+                raise BadResponseError("route brokerDatas holds a non-object")
+            addrs = b.get("brokerAddrs") or {}
+            if type(addrs) is not dict:
+                raise BadResponseError("route brokerAddrs is not an object")
+            bds.append(
+                BrokerData(
+                    broker_name=_str(b.get("brokerName"), "route brokerName"),
+                    cluster=_str(b.get("cluster", ""), "route cluster"),
+                    addrs={
+                        json_int(k, "route broker id", -(1 << 63), (1 << 63) - 1): _str(v, "route broker address")
+                        for k, v in addrs.items()
+                    },
+                )
             )
+        order = d.get("orderTopicConf") or None
+        return cls(
+            tuple(sorted(qds, key=lambda q: q.broker_name)),
+            tuple(sorted(bds, key=lambda b: b.broker_name)),
+            None if order is None else _str(order, "route orderTopicConf"),
         )
-        return cls(qds, bds, d.get("orderTopicConf") or None)
 
     def broker(self, broker_name: str) -> BrokerData | None:
         for b in self.broker_datas:
@@ -105,7 +151,7 @@ class TopicRoute:
         if self.order_topic_conf:  # "brokerName:queueNum;..." fixes the order-topic layout
             for item in self.order_topic_conf.split(";"):
                 name, _, n = item.partition(":")
-                if name and n.isdigit():
+                if name and n.isdigit() and n.isascii() and len(n) <= 6 and int(n) <= MAX_QUEUE_NUMS:
                     out.extend(MessageQueue(topic, name, i) for i in range(int(n)))
             return out
         for qd in self.queue_datas:

@@ -156,16 +156,26 @@ def guard_admin_codes(registry: ProcessorRegistry) -> None:
 
 
 def make_handler(registry: ProcessorRegistry) -> Any:
-    """Dispatch by request code; unknown codes and failures become RocketMQ error responses."""
+    """Dispatch by request code; unknown codes and failures become RocketMQ error responses.
+
+    A processor's :class:`~rmq.protocol.command.HeaderError` (a missing, malformed or
+    out-of-range header field, raised by the ``ext_*`` accessors) is answered with its own
+    code and message as remark; any other exception with SYSTEM_ERROR. Log lines are
+    rate-limited and peer text is made printable: a peer repeating a bad request a million
+    times gets a few lines, not a million.
+    """
+    from rmq.kernel.ratelimit import RateLimitedLog
     from rmq.protocol.codes import ResponseCode
+    from rmq.protocol.command import HeaderError
+    from rmq.protocol.names import printable
 
     table = registry.table
-    rlog = logging.getLogger(f"rmq.{registry.role}")
+    rlog = RateLimitedLog(logging.getLogger(f"rmq.{registry.role}"))
 
     async def handle(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         proc = table.get(cmd.code)
         if proc is None:
-            rlog.info("request code %d from %s:%d not supported", cmd.code, *conn.remote_addr[:2])
+            rlog.info("unsupported", "request code %d from %s:%s not supported", cmd.code, *conn.remote_addr[:2])
             return cmd.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
             )
@@ -173,8 +183,13 @@ def make_handler(registry: ProcessorRegistry) -> Any:
             return await proc(conn, cmd)
         except anyio.get_cancelled_exc_class():
             raise
+        except HeaderError as e:
+            rlog.info(f"header:{cmd.code}", "request code %d from %s:%s refused: %s", cmd.code,
+                      *conn.remote_addr[:2], printable(str(e)))
+            return cmd.response(e.code, remark=str(e))
         except Exception as e:
-            rlog.warning("request code %d from %s:%d failed: %s", cmd.code, *conn.remote_addr[:2], e)
+            rlog.warning(f"failed:{cmd.code}", "request code %d from %s:%s failed: %s", cmd.code,
+                         *conn.remote_addr[:2], printable(f"{type(e).__name__}: {e}"))
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
 
     return handle

@@ -2,6 +2,11 @@
 
 Client-side decoding and test-side encoding; the store's hot append path builds
 its records itself with ``struct.pack_into`` into reusable buffers.
+
+Every decoder here takes bytes from strangers (pull bodies from a broker, batch
+bodies from a producer, ids typed by users) and raises only its documented error
+type, a ``ValueError`` subclass (:class:`MessageDecodeError`, :class:`BatchError`),
+whatever the input: the fuzz suite in ``tests/protocol`` holds them to that.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ __all__ = [
 COMPRESS_LEVEL: Final = 5
 COMPRESS_THRESHOLD: Final = 4096  # producers compress bodies of at least this many bytes
 COMPRESSION_TYPE_MASK: Final = 0x700  # sysFlag bits 8-10: 0x100 LZ4, 0x200 ZSTD, 0x300 ZLIB, 0 = zlib
+#: Largest body :func:`decompress_body` inflates: a 4 MiB message could otherwise expand to gigabytes.
+MAX_INFLATED_BODY: Final = 64 * 1024 * 1024
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, born
 _Q = struct.Struct(">q")
@@ -117,14 +124,21 @@ def offset_msg_id(store_host: bytes, commit_log_offset: int) -> str:
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
-    """(ip, port, commit log offset) from a 32-hex (IPv4) or 56-hex (IPv6) offset message id."""
+    """(ip, port, commit log offset) from a 32-hex (IPv4) or 56-hex (IPv6) offset message id.
+
+    Raises :class:`MessageDecodeError` (a ValueError) for anything else.
+    """
+    if not isinstance(msg_id, str):
+        raise MessageDecodeError(f"an offset message id is a string, got {type(msg_id).__name__}")
     n = len(msg_id)
     if n not in (32, 56):
-        raise ValueError(f"an offset message id has 32 or 56 hex digits, got {n}: {msg_id!r}")
+        raise MessageDecodeError(f"an offset message id has 32 or 56 hex digits, got {n}: {msg_id[:60]!r}")
+    if not (msg_id.isascii() and msg_id.isalnum()):  # fromhex alone would skip whitespace
+        raise MessageDecodeError(f"offset message id is not hex: {msg_id!r}")
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
-        raise ValueError(f"offset message id is not hex: {msg_id!r}") from None
+        raise MessageDecodeError(f"offset message id is not hex: {msg_id!r}") from None
     ip, port = parse_host(raw[:-8])
     return ip, port, _Q.unpack_from(raw, len(raw) - 8)[0]
 
@@ -208,11 +222,19 @@ def compress_body(body: bytes, level: int = COMPRESS_LEVEL) -> bytes:
     return zlib.compress(body, level)
 
 
-def decompress_body(body: bytes | bytearray | memoryview) -> bytes:
+def decompress_body(body: bytes | bytearray | memoryview, max_size: int = MAX_INFLATED_BODY) -> bytes:
+    """Inflate a zlib body; more than ``max_size`` bytes out (a zip bomb) is a MessageDecodeError."""
+    d = zlib.decompressobj()
     try:
-        return zlib.decompress(body)
+        out = d.decompress(body, max_size)
+        if d.unconsumed_tail:
+            raise MessageDecodeError(f"compressed body inflates beyond {max_size} bytes")
+        out += d.flush()
     except zlib.error as exc:
         raise MessageDecodeError(f"cannot inflate a compressed body: {exc}") from None
+    if not d.eof:
+        raise MessageDecodeError("cannot inflate a compressed body: truncated zlib stream")
+    return out
 
 
 # --------------------------------------------------------------------------- MessageExt

@@ -4,6 +4,21 @@ Sans-IO codecs live in ``rmq.protocol``; a remoting plugin is the thin I/O layer
 around them. The bundled ``tcp`` plugin uses anyio streams. The same plugin
 serves the NameServer and Broker roles (one server each) and the client side
 of ``rmq.client`` and of the broker's calls to name servers.
+
+Every port faces strangers (DESIGN rule 9). A remoting plugin is the decode boundary
+and the supervisor of its connections:
+
+* frames are decoded by ``rmq.protocol.command`` (strict JSON headers, range-checked
+  ints); a frame whose header fails after its opaque was read is answered with
+  SYSTEM_ERROR and the connection kept, anything else closes that connection only;
+* nothing raised by a peer's input, a reset socket, a failed accept or a handler leaves
+  the connection's own task: not to the event loop, not to another connection;
+* resources are bounded: buffers follow the frame being read (nothing held per idle
+  connection), ``max_connections`` is enforced at accept, accept errors such as EMFILE
+  back off and retry, and repeated warnings are rate-limited
+  (``rmq.kernel.ratelimit.RateLimitedLog``, peer text through ``rmq.protocol.names.printable``).
+
+``rmq.kernel.testing.remoting.RemotingContract`` checks these for any plugin.
 """
 
 from __future__ import annotations
@@ -24,11 +39,17 @@ if TYPE_CHECKING:
 
 @attrs.define
 class RemotingConfig:
-    """Transport settings of one server or client."""
+    """Transport settings of one server or client.
+
+    ``max_connections`` (server only) comes from the role's ``maxConnections`` setting
+    (``[namesrv]``/``[broker]``, default 4096): connections held at once, counting those
+    still being set up. A connection accepted beyond it is closed at once, and one
+    rate-limited warning says so; the listener keeps accepting.
+    """
 
     host: str = "0.0.0.0"
     port: int = 0  # server: 0 = any free port (tests); client: unused
-    max_frame_size: int = 16 * 1024 * 1024
+    max_frame_size: int = 16 * 1024 * 1024  # counts the length word, as Java's frameMaxLength
     idle_timeout: float = 120.0  # seconds without traffic before a connection is closed
     connect_timeout: float = 3.0
     max_connections: int = 4096  # server: connections held at once; the next ones are closed at accept
@@ -75,13 +96,20 @@ RequestHandler = Callable[["Connection", "RemotingCommand"], Awaitable["Remoting
 """Handles one request; returns the response, or None for none (oneway, or answered later).
 
 Each request runs in its own task, so a handler may wait (a held long-poll
-pull) without delaying other requests on the same connection.
+pull) without delaying other requests on the same connection. A handler may raise:
+``rmq.protocol.command.HeaderError`` (from the ``ext_int``/``ext_i32``/``ext_str``
+accessors) is answered with its ``code`` and message as remark, any other exception
+with SYSTEM_ERROR; the connection carries on.
 """
 
 
 @runtime_checkable
 class RemotingServer(Protocol):
-    """A listening endpoint dispatching every request to one handler."""
+    """A listening endpoint dispatching every request to one handler.
+
+    The server supervises accept and every connection (see the module doc): ``serve``
+    ends only when cancelled or closed, never because of what a peer did.
+    """
 
     @property
     def port(self) -> int:

@@ -8,10 +8,17 @@
 
 The plugin must implement ``rmq_remoting_make_server`` and ``rmq_remoting_make_client``;
 the suite runs both inside a kernel built by ``make_kernel`` on 127.0.0.1.
+
+Part of the contract is DESIGN rule 9, "every port faces strangers": malformed frames,
+resets and connection storms cost one connection, never the server; a header whose opaque
+was readable is answered with SYSTEM_ERROR; a handler's exception becomes SYSTEM_ERROR (its
+own code for a ``HeaderError``); ``max_connections`` is enforced at accept.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -21,9 +28,34 @@ import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
 from rmq.kernel.testing import make_kernel
-from rmq.protocol.command import RemotingCommand
+from rmq.protocol.command import FrameDecoder, HeaderError, RemotingCommand, encode
 
-ECHO, SLOW, ASK_BACK, NOTE = 9101, 9102, 9103, 9104
+ECHO, SLOW, ASK_BACK, NOTE, FAIL, BAD_FIELD = 9101, 9102, 9103, 9104, 9105, 9106
+
+
+def _frame(header: bytes, serialize_type: int = 0) -> bytes:
+    return struct.pack(">iI", 4 + len(header), (serialize_type << 24) | len(header)) + header
+
+
+def _exchange(port: int, data: bytes, linger_reset: bool = False) -> RemotingCommand | None:
+    """Send raw bytes from a fresh socket; the first frame back, or None when the server closed it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        if linger_reset:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            s.sendall(data)
+            if linger_reset:
+                return None
+            dec = FrameDecoder()
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return None
+                cmds = dec.feed(chunk)
+                if cmds:
+                    return cmds[0]
+        except (ConnectionResetError, TimeoutError, BrokenPipeError):
+            return None
 
 
 class RemotingContract:
@@ -51,6 +83,10 @@ class RemotingContract:
                 state.notes.append(cmd.ext.get("n"))
                 state.noted.set()
                 return None
+            if cmd.code == FAIL:
+                raise RuntimeError("handler failed")
+            if cmd.code == BAD_FIELD:
+                raise HeaderError("queueId", "is out of range for a Java int: 2147483648")
             return cmd.response(3, remark="unknown")
 
         async def client_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -128,3 +164,69 @@ class RemotingContract:
         async with self.pair() as (server, client, _):
             with anyio.fail_after(10), pytest.raises(Exception):  # noqa: B017 - any clear error will do
                 await client.invoke("127.0.0.1:1", RemotingCommand.request(ECHO), 2)
+
+    # ------------------------------------------------------------------ every port faces strangers
+
+    @pytest.mark.anyio
+    async def test_malformed_frames_and_resets_never_end_the_server(self) -> None:
+        hostile = [
+            _frame(b'{"code":Infinity,"opaque":1}'),
+            _frame(b'{"code":1E99511627776,"opaque":1}'),
+            _frame(b'{"a":' * 5000 + b"1" + b"}" * 5000),
+            _frame(b'{"code":1,"remark":"\xff"}'),
+            _frame(b"\x00\x01", serialize_type=1),
+            _frame(b"{}", serialize_type=7),
+            b"\xff" * 8,
+            struct.pack(">i", 64 * 1024 * 1024),
+        ]
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(30):
+                for data in hostile:
+                    assert await anyio.to_thread.run_sync(_exchange, server.port, data) is None
+                for i in range(100):
+                    await anyio.to_thread.run_sync(_exchange, server.port, encode(
+                        RemotingCommand.request(ECHO, opaque=i))[: i % 20], True)
+                resp = await client.invoke(self.addr(server), RemotingCommand.request(ECHO, ext={"n": "ok"}), 5)
+        assert resp.code == 0 and resp.ext["n"] == "ok"
+
+    @pytest.mark.anyio
+    async def test_bad_header_with_a_readable_opaque_is_answered(self) -> None:
+        async with self.pair() as (server, _client, _):
+            with anyio.fail_after(10):
+                resp = await anyio.to_thread.run_sync(
+                    _exchange, server.port, _frame(b'{"code":2147483648,"opaque":41,"flag":0}'))
+        assert resp is not None and resp.is_response and resp.opaque == 41 and resp.code == 1 and resp.remark
+
+    @pytest.mark.anyio
+    async def test_handler_exceptions_become_error_responses(self) -> None:
+        async with self.pair() as (server, client, _):
+            with anyio.fail_after(10):
+                failed = await client.invoke(self.addr(server), RemotingCommand.request(FAIL), 5)
+                bad = await client.invoke(self.addr(server), RemotingCommand.request(BAD_FIELD), 5)
+                ok = await client.invoke(self.addr(server), RemotingCommand.request(ECHO, ext={"n": "x"}), 5)
+        assert failed.code == 1 and "handler failed" in (failed.remark or "")
+        assert bad.code == 1 and bad.remark == "the custom header field 'queueId' is out of range for a Java int: 2147483648"
+        assert ok.ext["n"] == "x"
+
+    @pytest.mark.anyio
+    async def test_max_connections_is_enforced_at_accept(self) -> None:
+        async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            return cmd.response(0)
+
+        kernel = make_kernel([self.make_plugin()])
+        async with kernel:
+            cfg = RemotingConfig(host="127.0.0.1", port=0, name="contract-limit", max_connections=2)
+            server = kernel.hook.rmq_remoting_make_server(kernel=kernel, config=cfg, handler=handler)
+            await kernel.task_group.start(server.serve)
+            try:
+                with anyio.fail_after(15):
+                    held = [await anyio.connect_tcp("127.0.0.1", server.port) for _ in range(2)]
+                    for s in held:
+                        await s.send(encode(RemotingCommand.request(ECHO)))
+                        await s.receive()
+                    over = await anyio.to_thread.run_sync(_exchange, server.port, encode(RemotingCommand.request(ECHO)))
+                    assert over is None
+                    for s in held:
+                        await s.aclose()
+            finally:
+                await server.aclose()

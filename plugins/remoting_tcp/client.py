@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.protocol.command import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 
@@ -51,6 +52,7 @@ class TcpRemotingClient:
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._closed = False
+        self._rlog = RateLimitedLog(log)  # shared by this client's connections
 
     async def __aenter__(self) -> TcpRemotingClient:
         stack = AsyncExitStack()
@@ -109,6 +111,7 @@ class TcpRemotingClient:
             max_frame_size=cfg.max_frame_size,
             idle_timeout=cfg.idle_timeout,
             name=cfg.name,
+            rlog=self._rlog,
         )
         conn.on_close(lambda c: self._forget(addr, c))
         tg.start_soon(conn.run)

@@ -5,6 +5,12 @@ watchdog and one task per incoming request (so a held long-poll never delays
 other requests). Outgoing frames go through one write buffer: the first writer
 becomes the flusher and drains whatever others appended meanwhile in a single
 ``send`` — serialised writes, batched under load, no extra writer task.
+
+Every port faces strangers (DESIGN rule 9), so ``run()`` is a supervisor: nothing
+a peer sends and no failure of this connection's tasks escapes it. A frame whose
+header cannot be decoded is answered with SYSTEM_ERROR when its opaque is known,
+otherwise the connection closes; either way one rate-limited log line names the
+peer and the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import (
     ONEWAY_FLAG,
@@ -31,15 +38,20 @@ from rmq.protocol.command import (
     HeaderError,
     RemotingClosedError,
     RemotingCommand,
+    RemotingDecodeError,
     RemotingTimeoutError,
+    UndecodableCommand,
     encode_parts,
 )
+from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import RequestHandler
 
 log = logging.getLogger("rmq.remoting")
 
+# Upper bound of one read, not an allocation: the event loop's transport owns the read buffer
+# and hands over what arrived; the frame decoder buffers only an incomplete frame's bytes.
 RECEIVE_SIZE = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # senders wait for the flusher beyond this many buffered bytes
 _OPAQUE_MASK = 0x7FFFFFFF
@@ -56,10 +68,15 @@ class _Waiter:
         self.timed_out = False
 
 
-def _addr(raw: Any) -> tuple[str, int]:
-    if isinstance(raw, tuple) and len(raw) >= 2:
-        return str(raw[0]), int(raw[1])
-    return (str(raw), 0)
+def _addr(stream: SocketStream, attribute: Any) -> tuple[str, int]:
+    """The socket's address; ("?", 0) when the peer already reset it (getpeername fails then)."""
+    try:
+        raw = stream.extra(attribute, ("?", 0))
+        if isinstance(raw, tuple) and len(raw) >= 2:
+            return str(raw[0]), int(raw[1])
+        return (str(raw), 0)
+    except Exception:  # noqa: BLE001 - OSError(ENOTCONN) and friends: the connection is already gone
+        return ("?", 0)
 
 
 class TcpConnection:
@@ -74,15 +91,18 @@ class TcpConnection:
         max_frame_size: int,
         idle_timeout: float,
         name: str = "remoting",
+        rlog: RateLimitedLog | None = None,
     ) -> None:
+        """Never raises for a socket the peer already reset: that shows up as EOF in ``run``."""
         self.id = conn_id
         self.name = name
-        self.remote_addr = _addr(stream.extra(SocketAttribute.remote_address, ("?", 0)))
-        self.local_addr = _addr(stream.extra(SocketAttribute.local_address, ("?", 0)))
+        self.remote_addr = _addr(stream, SocketAttribute.remote_address)
+        self.local_addr = _addr(stream, SocketAttribute.local_address)
         self.attributes: dict[str, Any] = {}
         self._stream = stream
         self._handler = handler
-        self._decoder = FrameDecoder(max_frame_size)
+        self._rlog = rlog if rlog is not None else RateLimitedLog(log)
+        self._decoder = FrameDecoder(max_frame_size, recover=True)
         self._idle_timeout = idle_timeout
         self._last_activity = time.monotonic()
         self._pending: dict[int, _Waiter] = {}
@@ -107,7 +127,7 @@ class TcpConnection:
             sock = stream.extra(SocketAttribute.raw_socket)
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except (OSError, anyio.TypedAttributeLookupError):
+        except Exception:  # noqa: BLE001 - reset already, or not a socket: nothing to tune
             pass
 
     # ------------------------------------------------------------------ public API
@@ -155,6 +175,11 @@ class TcpConnection:
             pending.pop(opaque, None)
         resp = waiter.response
         if resp is not None:
+            if type(resp) is UndecodableCommand:
+                raise RemotingDecodeError(
+                    f"response to request code {cmd.code} (opaque {opaque}) from {self.peer}"
+                    f" could not be decoded: {resp.remark}"
+                )
             return resp
         if not waiter.timed_out:  # woken by close
             raise RemotingClosedError(
@@ -232,7 +257,12 @@ class TcpConnection:
     # ------------------------------------------------------------------ reading and serving
 
     async def run(self) -> None:
-        """Serve the connection until EOF, error, idle timeout or ``aclose``; then clean up."""
+        """Serve the connection until EOF, error, idle timeout or ``aclose``; then clean up.
+
+        The supervisor of this connection: it returns normally whatever happened to the
+        connection (only cancellation propagates), so no failure here reaches the caller's
+        task group, the event loop or another connection.
+        """
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -243,6 +273,13 @@ class TcpConnection:
                 tg.start_soon(self._sweep_timeouts)
                 await self._read_loop(tg)
                 tg.cancel_scope.cancel()
+        except Exception as exc:  # noqa: BLE001 - a bug or a socket oddity: this connection only
+            self._close_reason = self._close_reason or f"internal error: {exc!r}"
+            self._rlog.error(
+                "internal", "%s: connection #%d with %s failed: %s", self.name, self.id, self.peer,
+                printable(repr(exc)),
+            )
+            log.debug("%s: connection #%d failure", self.name, self.id, exc_info=True)
         finally:
             self._close(self._close_reason or "closed")
             with anyio.CancelScope(shield=True):
@@ -253,8 +290,10 @@ class TcpConnection:
             for cb in callbacks:
                 try:
                     cb(self)
-                except Exception:
-                    log.exception("%s: close callback of %s failed", self.name, self.peer)
+                except Exception as exc:  # noqa: BLE001 - one listener's bug must not skip the others
+                    self._rlog.error("close-callback", "%s: close callback of %s failed: %s", self.name,
+                                     self.peer, printable(repr(exc)))
+                    log.debug("close callback failure", exc_info=True)
 
     def _spawner(self, tg: TaskGroup) -> Callable[[RemotingCommand], Any]:
         """How each request gets its own task.
@@ -266,7 +305,7 @@ class TcpConnection:
         try:
             create_task = asyncio.get_running_loop().create_task
         except RuntimeError:  # another backend (trio): the portable way
-            return lambda cmd: tg.start_soon(self._serve_request, cmd)
+            return lambda cmd: tg.start_soon(self._serve_detached, cmd)
         tasks = self._detached
         serve = self._serve_detached
 
@@ -278,18 +317,22 @@ class TcpConnection:
         return spawn
 
     async def _serve_detached(self, cmd: RemotingCommand) -> None:
+        """One request's task: whatever fails stays here (logged, rate-limited)."""
         try:
             await self._serve_request(cmd)
         except (RemotingClosedError, asyncio.CancelledError):
             pass  # the connection went away: nobody is left to answer
-        except Exception:
-            log.exception("%s: serving request code %d from %s failed", self.name, cmd.code, self.peer)
+        except Exception as exc:  # noqa: BLE001 - e.g. a response that cannot be encoded
+            self._rlog.error(
+                "serve-failed", "%s: serving request code %d from %s failed: %s", self.name, cmd.code,
+                self.peer, printable(repr(exc)),
+            )
+            log.debug("request failure", exc_info=True)
 
     async def _read_loop(self, tg: TaskGroup) -> None:
         receive = self._stream.receive
+        dispatch = self._dispatch
         spawn = self._spawner(tg)
-        feed = self._decoder.feed
-        pending = self._pending
         while True:
             try:
                 data = await receive(RECEIVE_SIZE)
@@ -300,39 +343,59 @@ class TcpConnection:
                 self._close_reason = self._close_reason or f"read failed: {exc!r}"
                 return
             self._last_activity = time.monotonic()
-            try:
-                cmds = feed(data)
-            except FrameError as exc:
-                self._close_reason = f"bad frame: {exc}"
-                log.warning(
-                    "%s: closing connection #%d from %s: bad frame: %s", self.name, self.id, self.peer, exc
-                )
+            if not dispatch(data, spawn):
                 return
-            for cmd in cmds:
-                if cmd.flag & RESPONSE_FLAG:
-                    waiter = pending.pop(cmd.opaque, None)
-                    if waiter is None:
-                        log.debug("%s: response opaque %d from %s matches no request", self.name,
-                                  cmd.opaque, self.peer)
-                        continue
-                    waiter.response = cmd
-                    waiter.event.set()
-                else:
-                    spawn(cmd)
+            # Nothing of this read stays referenced while the next one waits: an idle connection
+            # would otherwise keep its last chunk, frame and body (up to 16 MiB) alive.
+            del data
+
+    def _dispatch(self, data: bytes, spawn: Callable[[RemotingCommand], Any]) -> bool:
+        """Decode what arrived: responses wake their waiters, requests get a task. False: close."""
+        try:
+            cmds = self._decoder.feed(data)
+        except FrameError as exc:
+            self._close_reason = f"bad frame: {exc}"
+            self._rlog.warning(
+                "bad-frame:" + exc.kind, "%s: closing connection #%d from %s: bad frame: %s",
+                self.name, self.id, self.peer, printable(str(exc)),
+            )
+            return False
+        pending = self._pending
+        for cmd in cmds:
+            if cmd.flag & RESPONSE_FLAG:
+                waiter = pending.pop(cmd.opaque, None)
+                if waiter is None:
+                    log.debug("%s: response opaque %d from %s matches no request", self.name,
+                              cmd.opaque, self.peer)
+                    continue
+                waiter.response = cmd
+                waiter.event.set()
+            else:
+                spawn(cmd)
+        return True
 
     async def _serve_request(self, cmd: RemotingCommand) -> None:
         handler = self._handler
         try:
-            if handler is None:
-                resp: RemotingCommand | None = cmd.response(
+            if type(cmd) is UndecodableCommand:  # whole frame, bad header: answer it, keep the connection
+                self._rlog.warning(
+                    "bad-header", "%s: request from %s (connection #%d, opaque %d) refused: %s", self.name,
+                    self.peer, self.id, cmd.opaque, printable(cmd.remark),
+                )
+                resp: RemotingCommand | None = cmd.response(ResponseCode.SYSTEM_ERROR, remark=cmd.remark)
+            elif handler is None:
+                resp = cmd.response(
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
                 )
             else:
                 resp = await handler(self, cmd)
         except HeaderError as exc:
             resp = cmd.response(exc.code, remark=str(exc))
-        except Exception as exc:
-            log.warning("%s: request code %d from %s failed: %r", self.name, cmd.code, self.peer, exc)
+        except Exception as exc:  # noqa: BLE001 - the handler's failure is this request's answer
+            self._rlog.warning(
+                "request-failed", "%s: request code %d from %s failed: %s", self.name, cmd.code, self.peer,
+                printable(repr(exc)),
+            )
             resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         if resp is None or cmd.flag & ONEWAY_FLAG:
             return
@@ -367,8 +430,8 @@ class TcpConnection:
         while True:
             remaining = self._last_activity + idle - time.monotonic()
             if remaining <= 0:
-                log.info("%s: closing connection #%d with %s idle for %gs", self.name, self.id,
-                         self.peer, idle)
+                self._rlog.info("idle", "%s: closing connection #%d with %s idle for %gs", self.name, self.id,
+                                self.peer, idle)
                 self._close(f"idle for {idle:g}s")
                 await self.aclose()
                 return

@@ -1,20 +1,35 @@
-"""TCP remoting server: one listener, one ``TcpConnection`` task per accepted socket."""
+"""TCP remoting server: one accept loop per listening socket, one ``TcpConnection`` task per accepted socket.
+
+The accept loop is the supervisor of the port (DESIGN rule 9): a socket reset while
+still in the accept queue, a failed accept (EMFILE, ENFILE, ECONNABORTED…) or a
+connection over ``max_connections`` costs that one connection and a rate-limited log
+line, never the listener or the process. Accept errors that mean "out of resources"
+back off briefly and keep accepting.
+"""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import Listener, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.remoting_tcp.connection import TcpConnection
+from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection, RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
+
+# accept() failures that mean the process or the kernel is out of something: wait, then retry
+_EXHAUSTED = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+_BACKOFF_MIN = 0.02
+_BACKOFF_MAX = 1.0
 
 
 class TcpRemotingServer:
@@ -29,9 +44,11 @@ class TcpRemotingServer:
         self._handler = handler
         self._port = 0
         self._conns: dict[int, TcpConnection] = {}
+        self._held = 0  # accepted sockets not finished yet (set up or serving): what the limit counts
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
         self._closing = False
+        self._rlog = RateLimitedLog(log)  # one per server: a storm from many peers still logs a few lines
 
     @property
     def port(self) -> int:
@@ -46,7 +63,7 @@ class TcpRemotingServer:
         try:
             self._port = int(listener.extra(SocketAttribute.local_port))
         except anyio.TypedAttributeLookupError:  # a multi-listener (dual stack) when host is empty
-            self._port = int(listener.listeners[0].extra(SocketAttribute.local_port))  # type: ignore[attr-defined]
+            self._port = int(listener.listeners[0].extra(SocketAttribute.local_port))
         async with listener, anyio.create_task_group() as tg:
             self._tg = tg
             if self._closing:
@@ -54,26 +71,78 @@ class TcpRemotingServer:
             log.debug("%s: listening on %s:%d", cfg.name, cfg.host, self._port)
             task_status.started(self._port)
             try:
-                await listener.serve(self._on_accept, task_group=tg)
+                async with anyio.create_task_group() as accepting:
+                    for sub in getattr(listener, "listeners", None) or [listener]:
+                        accepting.start_soon(self._accept_loop, sub, tg)
             finally:
                 tg.cancel_scope.cancel()
 
+    async def _accept_loop(self, listener: Listener[Any], tg: TaskGroup) -> None:
+        """Accept until the listener closes; one connection's failure never ends the loop."""
+        name = self.config.name
+        backoff = _BACKOFF_MIN
+        while True:
+            try:
+                stream = await listener.accept()
+            except (anyio.ClosedResourceError, anyio.EndOfStream):
+                return
+            except (OSError, anyio.BrokenResourceError) as exc:
+                cause = exc if isinstance(exc, OSError) else exc.__cause__
+                code = getattr(cause, "errno", None)
+                if code in _EXHAUSTED:
+                    self._rlog.warning(
+                        "accept-exhausted", "%s: accept failed (%s); retrying in %gs", name,
+                        printable(str(cause)), backoff,
+                    )
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+                else:  # the peer reset it in the accept queue, or the setup of its socket failed
+                    self._rlog.info("accept-failed", "%s: accepting a connection failed: %s", name,
+                                    printable(repr(exc)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - unknown: log, pause a little, keep the port open
+                self._rlog.error("accept-error", "%s: accept failed unexpectedly: %s", name, printable(repr(exc)))
+                await anyio.sleep(_BACKOFF_MIN)
+                continue
+            backoff = _BACKOFF_MIN
+            if self._held >= self.config.max_connections:
+                self._rlog.warning(
+                    "connection-limit", "%s: %d connections held (maxConnections); closing a new one", name,
+                    self._held,
+                )
+                await _close_quietly(stream)
+                continue
+            self._held += 1
+            tg.start_soon(self._on_accept, stream)
+
     async def _on_accept(self, stream: SocketStream) -> None:
+        """Set up and serve one accepted socket; nothing raised here leaves this task."""
         cfg = self.config
-        conn = TcpConnection(
-            stream,
-            self._handler,
-            conn_id=next(self._ids),
-            max_frame_size=cfg.max_frame_size,
-            idle_timeout=cfg.idle_timeout,
-            name=cfg.name,
-        )
-        self._conns[conn.id] = conn
-        log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
+        conn: TcpConnection | None = None
         try:
+            conn = TcpConnection(
+                stream,
+                self._handler,
+                conn_id=next(self._ids),
+                max_frame_size=cfg.max_frame_size,
+                idle_timeout=cfg.idle_timeout,
+                name=cfg.name,
+                rlog=self._rlog,
+            )
+            self._conns[conn.id] = conn
+            log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.run()
+        except Exception as exc:  # noqa: BLE001 - supervisor: this connection only
+            self._rlog.error(
+                "connection-failed", "%s: connection from %s failed: %s", cfg.name,
+                conn.peer if conn is not None else "?", printable(repr(exc)),
+            )
+            log.debug("connection failure", exc_info=True)
+            await _close_quietly(stream)
         finally:
-            self._conns.pop(conn.id, None)
+            self._held -= 1
+            if conn is not None:
+                self._conns.pop(conn.id, None)
 
     async def aclose(self) -> None:
         self._closing = True
@@ -81,3 +150,11 @@ class TcpRemotingServer:
             await conn.aclose()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
+
+
+async def _close_quietly(stream: SocketStream) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await stream.aclose()
+        except Exception:  # noqa: BLE001 - already broken: it is gone either way
+            pass

@@ -301,7 +301,7 @@ def test_header_length_exceeds_frame() -> None:
 def test_bad_json() -> None:
     with pytest.raises(FrameError, match="bad JSON header"):
         FrameDecoder().feed(frame(b"{not json"))
-    with pytest.raises(FrameError, match="not an object"):
+    with pytest.raises(FrameError, match="expected an object, got list"):
         FrameDecoder().feed(frame(b"[1,2]"))
     with pytest.raises(FrameError, match="lacks 'code'"):
         FrameDecoder().feed(frame(b'{"opaque":1}'))

@@ -1,14 +1,19 @@
 """SQL92 under random input: garbage compiles or raises FilterExpressionError, nothing else;
-well-formed expressions always compile and never raise while matching."""
+well-formed expressions always compile and never raise while matching.
+
+Part of the fuzz suite: ``make fuzz`` runs these properties with the ``rmq-fuzz`` profile
+(see ``rmq.kernel.testing.fuzz``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError
+from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.plugins.filters.sql92 import Sql92EvaluationError, Sql92Filter, compile_sql92
 
 NAMES = ["a", "b", "c", "TAGS"]
@@ -45,7 +50,7 @@ def check_matching(f: Sql92Filter, props: Mapping[str, str]) -> object:
     return value
 
 
-@settings(max_examples=600)
+@fuzz_settings(600)
 @given(garbage, properties)
 def test_garbage_compiles_or_raises_filter_expression_error(expression: str, props: dict[str, str]) -> None:
     try:
@@ -101,7 +106,7 @@ condition = st.recursive(
 NOT = {True: False, False: True, None: None, "ERR": "ERR"}
 
 
-@settings(max_examples=400)
+@fuzz_settings(400)
 @given(condition, properties)
 def test_well_formed_expressions_compile_and_never_raise(expression: str, props: dict[str, str]) -> None:
     f = compile_sql92(expression)
@@ -113,3 +118,29 @@ def test_well_formed_expressions_compile_and_never_raise(expression: str, props:
         assert check_matching(compile_sql92(f"({expression}) OR TRUE"), props) is True
         assert check_matching(compile_sql92(f"({expression}) AND FALSE"), props) is False
         assert check_matching(compile_sql92(f"({expression}) IS NULL"), props) is (value is None)
+
+
+HOSTILE = [
+    "(" * 5000 + "a = 1" + ")" * 5000,
+    "NOT " * 5000 + "a",
+    "a = " + "1" * 5000,
+    "a IN (" + ", ".join(["'x'"] * 5000) + ")",
+    " AND ".join(["a = 1"] * 5000),
+    " OR ".join(["a = 1"] * 5000),
+    "a = '" + "''" * 5000 + "'",
+    "a BETWEEN " + " AND ".join(["1"] * 500),
+    "a = 1e99511627776",
+    "a = NaN OR b = Infinity",
+    "a = '\x00\udcff'",
+]
+
+
+@pytest.mark.parametrize("expression", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_expressions_are_bounded(expression: str) -> None:
+    """Deep nesting, huge literals and long lists: a FilterExpressionError or a filter, never a crash."""
+    try:
+        f = compile_sql92(expression)
+    except FilterExpressionError:
+        return
+    for props in ({}, {"a": "1"}, {"a": "x", "b": "2"}):
+        check_matching(f, props)

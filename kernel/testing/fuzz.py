@@ -1,0 +1,46 @@
+"""Hypothesis profiles for rmq's fuzz suites: a few seconds in ``make test``, a million inputs in ``make fuzz``.
+
+Decorate a property with ``@fuzz_settings()`` (or ``@fuzz_settings(300)`` for a different
+quick count). The profile is chosen by the environment, never loaded globally, so other
+property tests keep their own settings:
+
+* ``RMQ_FUZZ`` unset — profile ``rmq-quick``: ``quick`` examples per property (default 100);
+* ``RMQ_FUZZ=1`` — profile ``rmq-fuzz``: ``RMQ_FUZZ_EXAMPLES`` examples per property
+  (default 60 000; ``make fuzz`` runs every fuzz property with it).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+__all__ = ["FUZZ_ENV", "fuzzing", "fuzz_settings"]
+
+FUZZ_ENV = "RMQ_FUZZ"
+EXAMPLES_ENV = "RMQ_FUZZ_EXAMPLES"
+
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+settings.register_profile("rmq-quick", max_examples=100, deadline=None, suppress_health_check=_SUPPRESS)
+settings.register_profile(
+    "rmq-fuzz",
+    max_examples=int(os.environ.get(EXAMPLES_ENV, "60000")),
+    deadline=None,
+    suppress_health_check=_SUPPRESS,
+    database=None,  # a million passing inputs are not worth keeping; failures are printed
+    print_blob=True,
+)
+
+
+def fuzzing() -> bool:
+    """True in a ``make fuzz`` run."""
+    return os.environ.get(FUZZ_ENV, "") not in ("", "0")
+
+
+def fuzz_settings(quick: int | None = None) -> settings:
+    """Settings for one fuzz property: ``quick`` examples normally, the fuzz profile's count under ``RMQ_FUZZ``."""
+    if fuzzing():
+        return settings(settings.get_profile("rmq-fuzz"))
+    base = settings.get_profile("rmq-quick")
+    return settings(base, max_examples=quick) if quick is not None else settings(base)

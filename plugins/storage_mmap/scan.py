@@ -1,0 +1,225 @@
+"""Reading commitlog bytes that may be damaged: validation, resynchronisation, record fields (recovery).
+
+Every function here takes any bytes and answers with a status or None; none raises
+on malformed input (a property test feeds them random bytes), and every loop moves
+strictly forward, so none can spin.
+
+A record is accepted only when all of its structure agrees (reference §1.4, plus two
+checks RocketMQ does not make): magic, TOTALSIZE within the segment, body/topic/
+properties lengths adding up to TOTALSIZE, the body CRC, **PHYSICALOFFSET equal to
+the record's own position** (every 4.9 writer stores it, so a record read from the
+wrong place, or a stale one, cannot pass), and **properties not ending in a zero
+byte** (the tail of a record torn by a crash is zeros; a properties string never
+ends in NUL). Header fields outside the CRC (flag, queue id and offset, timestamps)
+cannot be verified from the record alone; the consume-queue checks cover them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any, Final
+
+from rmq.plugins.storage_mmap.codec import (
+    HEAD2,
+    HOST_V6_EXTRA,
+    I32,
+    MASK31,
+    RECORD_OVERHEAD,
+    SCHEDULE_TOPIC,
+    H,
+    Q,
+    java_hash_fast,
+    message_tags_code,
+)
+from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, decode_properties
+
+MIN_RECORD: Final = RECORD_OVERHEAD + 1  # a topic has at least one byte
+MAGIC_MESSAGE_BYTES: Final = MAGIC_MESSAGE.to_bytes(4, "big", signed=True)
+MAGIC_BLANK_BYTES: Final = MAGIC_BLANK.to_bytes(4, "big", signed=True)
+RESYNC_WINDOW: Final = 1 << 20
+_TAGS_KEY: Final = b"TAGS\x01"
+_SCHEDULE: Final = SCHEDULE_TOPIC.encode()
+
+
+def check_record(buf: Any, pos: int, limit: int, check_crc: bool, base: int = -1) -> tuple[int, int]:
+    """Validate the record at ``pos`` without building anything.
+
+    Returns ``(size, store_ts)``: size > 0 a valid message, 0 the end-of-file blank
+    (it must fill the segment to ``limit``), -1 invalid (torn, corrupt, or zeros).
+    ``base`` is the physical offset of ``buf[0]``; when >= 0 the record's
+    PHYSICALOFFSET field must equal ``base + pos``.
+    """
+    if pos < 0 or pos + 8 > limit:
+        return -1, 0
+    total, magic = HEAD2.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return (0, 0) if total == limit - pos else (-1, 0)
+    if magic != MAGIC_MESSAGE or total < MIN_RECORD or total > limit - pos:
+        return -1, 0
+    (sys_flag,) = I32.unpack_from(buf, pos + 36)
+    if base >= 0 and Q.unpack_from(buf, pos + 28)[0] != base + pos:
+        return -1, 0
+    end = pos + total
+    p = pos + 56
+    if sys_flag & 0x10:
+        p += HOST_V6_EXTRA
+    (store_ts,) = Q.unpack_from(buf, p)
+    p += 16
+    if sys_flag & 0x20:
+        p += HOST_V6_EXTRA
+    if p + 16 > end:
+        return -1, 0
+    (body_len,) = I32.unpack_from(buf, p + 12)
+    p += 16
+    if body_len < 0 or p + body_len + 3 > end:
+        return -1, 0
+    if check_crc:
+        (crc,) = I32.unpack_from(buf, pos + 8)
+        if zlib.crc32(buf[p : p + body_len]) & MASK31 != crc:
+            return -1, 0
+    p += body_len
+    tl = buf[p]
+    p += 1 + tl
+    if tl == 0 or p + 2 > end:
+        return -1, 0
+    (pl,) = H.unpack_from(buf, p)
+    if pl < 0 or p + 2 + pl != end or (pl and buf[end - 1] == 0):
+        return -1, 0
+    return total, store_ts
+
+
+def resync(buf: Any, pos: int, limit: int, base: int, check_crc: bool, span: int) -> int:
+    """Position of the next valid record (or end-of-file blank) after the invalid bytes at ``pos``; -1.
+
+    Searches forward for either magic and accepts the first candidate that passes
+    :func:`check_record` in full (CRC and PHYSICALOFFSET included, so a match is a
+    real record written at that position). It gives up at ``limit`` or after a run
+    of ``span`` zero bytes: no record or batch is that long, so such a run is the end
+    of the written data, not a gap inside it. Reads the bytes once, a window at a time.
+    """
+    a = pos + 1
+    run_start = a  # just after the last non-zero byte seen
+    while a < limit:
+        b = min(limit, a + RESYNC_WINDOW)
+        chunk = bytes(buf[a : min(limit, b + 3)])
+        cands = []
+        for magic in (MAGIC_MESSAGE_BYTES, MAGIC_BLANK_BYTES):
+            j = chunk.find(magic)
+            while 0 <= j < b - a:
+                if a + j - 4 > pos:
+                    cands.append(a + j - 4)
+                j = chunk.find(magic, j + 1)
+        for c in sorted(cands):
+            size, _ts = check_record(buf, c, limit, check_crc, base)
+            if size >= 0:
+                return c
+        stripped = len(chunk[: b - a].rstrip(b"\x00"))
+        if stripped:
+            run_start = a + stripped
+        if b - run_start >= span:
+            return -1
+        a = b
+    return -1
+
+
+def scan_segment(
+    buf: Any,
+    pos: int,
+    limit: int,
+    base: int,
+    check_crc: bool,
+    seen: dict[tuple[bytes, int], list[int]],
+    after_ts: int,
+) -> tuple[int, int, int, int]:
+    """Walk valid records from ``pos``: ``(stop position, state, last store ts, first phys stored after after_ts)``.
+
+    state 1 = the end-of-file blank was reached (the segment is complete), -1 = an
+    invalid record (or the end of data) at the stop position. For each NOT/COMMIT
+    record ``seen[(topic bytes, queue id)]`` keeps ``[first phys, first queue offset,
+    last phys, last end]``: what the store uses to find consume queues that are
+    missing or behind their commitlog records. The last value is -1 if no record
+    was stored after ``after_ts``.
+    """
+    last_ts = 0
+    first_after = -1
+    unpack_i, unpack_q = I32.unpack_from, Q.unpack_from
+    while True:
+        size, ts = check_record(buf, pos, limit, check_crc, base)
+        if size <= 0:
+            return pos, (1 if size == 0 else -1), last_ts, first_after
+        last_ts = ts
+        if first_after < 0 and ts > after_ts:
+            first_after = base + pos
+        (sys_flag,) = unpack_i(buf, pos + 36)
+        tx = sys_flag & 0xC
+        if tx == 0 or tx == 8:
+            (qid,) = unpack_i(buf, pos + 12)
+            p = pos + 72
+            if sys_flag & 0x10:
+                p += HOST_V6_EXTRA
+            if sys_flag & 0x20:
+                p += HOST_V6_EXTRA
+            p += 16 + unpack_i(buf, p + 12)[0]
+            key = (bytes(buf[p + 1 : p + 1 + buf[p]]), qid)
+            phys = base + pos
+            entry = seen.get(key)
+            if entry is None:
+                seen[key] = [phys, unpack_q(buf, pos + 20)[0], phys, phys + size]
+            else:
+                entry[2] = phys
+                entry[3] = phys + size
+        pos += size
+
+
+def record_fields(buf: Any, pos: int, limit: int) -> tuple[int, int, int, int, int, bytes, int, int] | None:
+    """``(total, queue id, queue offset, phys, store ts, topic bytes, props start, props end)`` of a
+    structurally sound record at ``pos`` (no CRC), or None."""
+    if pos < 0 or pos + MIN_RECORD > limit:
+        return None
+    total, magic = HEAD2.unpack_from(buf, pos)
+    if magic != MAGIC_MESSAGE or total < MIN_RECORD or total > limit - pos:
+        return None
+    end = pos + total
+    (sys_flag,) = I32.unpack_from(buf, pos + 36)
+    p = pos + 56 + (HOST_V6_EXTRA if sys_flag & 0x10 else 0)
+    (store_ts,) = Q.unpack_from(buf, p)
+    p += 16 + (HOST_V6_EXTRA if sys_flag & 0x20 else 0)
+    if p + 16 > end:
+        return None
+    (body_len,) = I32.unpack_from(buf, p + 12)
+    p += 16 + body_len
+    if body_len < 0 or p + 3 > end:
+        return None
+    tl = buf[p]
+    topic = bytes(buf[p + 1 : p + 1 + tl])
+    p += 1 + tl
+    if p + 2 > end:
+        return None
+    (pl,) = H.unpack_from(buf, p)
+    if pl < 0 or p + 2 + pl != end:
+        return None
+    (qid,) = I32.unpack_from(buf, pos + 12)
+    (qoff,) = Q.unpack_from(buf, pos + 20)
+    (phys,) = Q.unpack_from(buf, pos + 28)
+    return total, qid, qoff, phys, store_ts, topic, p + 2, end
+
+
+def record_tags_code(
+    buf: Any, topic: bytes, props_start: int, props_end: int, store_ts: int, delay_levels: Sequence[int]
+) -> int:
+    """The consume-queue tagsCode the record's own bytes call for (reference §2.2)."""
+    raw = bytes(buf[props_start:props_end])
+    if topic == _SCHEDULE:
+        return message_tags_code(SCHEDULE_TOPIC, decode_properties(raw), store_ts, delay_levels)
+    i = len(raw)
+    while True:  # the last non-empty pair wins, as when the properties are decoded into a dict
+        i = raw.rfind(_TAGS_KEY, 0, i)
+        if i < 0:
+            return 0
+        if i > 0 and raw[i - 1] != 2:
+            continue
+        j = raw.find(b"\x02", i + 5)
+        value = raw[i + 5 : j if j >= 0 else len(raw)]
+        if value:
+            return java_hash_fast(value.decode("utf-8", "replace"))

@@ -176,15 +176,19 @@ class ConsumeQueue:
             if last.wrote >= last.size:
                 last = self._new_file(last.end)
         if cq_offset * UNIT_SIZE != last.start + last.wrote:
-            last = self._place(last, phys, cq_offset)
+            placed = self._place(last, phys, cq_offset)
+            if placed is None:
+                return
+            last = placed
         if last.wrote + UNIT_SIZE > last.reserved:
             last.reserve(last.wrote + RESERVE_CHUNK)
         UNIT.pack_into(last.mm, last.wrote, phys, size, tags)
         last.wrote += UNIT_SIZE
         self.max_phys = phys + size
 
-    def _place(self, last: MappedFile, phys: int, cq_offset: int) -> MappedFile:
-        """The file to append to when the record's queue offset is not the queue's next one.
+    def _place(self, last: MappedFile, phys: int, cq_offset: int) -> MappedFile | None:
+        """The file to append to when the record's queue offset is not the queue's next one
+        (None: the record is queued already).
 
         A queue's first file may start mid-way (units below are filler). A gap that the
         commitlog's corrupt ranges since the queue's last record can explain is filled
@@ -194,6 +198,10 @@ class ConsumeQueue:
         """
         expected = cq_offset * UNIT_SIZE
         current = last.start + last.wrote
+        if expected < current:
+            unit = self.unit(cq_offset)
+            if unit is not None and unit[0] == phys:
+                return None
         if last.first_in_queue and last.wrote == 0 and len(self.files) == 1 and expected > current:
             self.min_logic = expected
             self._fill(last, expected)
@@ -286,6 +294,21 @@ class ConsumeQueue:
                 break
         self._update_max_phys()
 
+    def first_unit(self) -> tuple[int, int]:
+        """(queue offset, phys) of the first real unit; (-1, -1) when there is none."""
+        for f in self.files:
+            for k, (phys, size, _tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
+                if not _is_blank(phys, size):
+                    return (f.start + k * UNIT_SIZE) // UNIT_SIZE, phys
+        return -1, -1
+
+    def drop_all(self, why: str) -> None:
+        """Delete every file (the queue is rebuilt from the commitlog)."""
+        self._mark(why)
+        self._cut(self.files[0].start if self.files else 0)
+        self.min_logic = 0
+        self._update_max_phys()
+
     def _mark(self, why: str) -> None:
         if not self.damage:
             self.damage = why
@@ -319,15 +342,19 @@ class ConsumeQueue:
     ) -> tuple[int, int]:
         """Check every unit against the commitlog; repair what can be repaired in place.
 
-        A unit must point inside the commitlog's valid data; one pointing at or after
-        ``scan_start`` (the range recovery just validated) must point at a record whose
-        TOTALSIZE, PHYSICALOFFSET, topic, queue id, queue offset and tags code agree with
-        it. Outcomes: a unit pointing into a corrupt range becomes a filler unit; a unit
-        whose record is right but whose size or tags code is not is rewritten from the
-        record; a record whose queue-offset field alone disagrees, in its place between
-        its neighbours, is accepted (its header is damaged, the unit is not); anything
-        else cuts the queue there and marks it for rebuilding. Returns
-        ``(units checked against records, units repaired in place)``.
+        Every unit must point inside the commitlog's valid data, after its predecessor's
+        record. One pointing at or after ``scan_start`` (the range recovery just validated)
+        must point at the start of a record, and that record must be this unit's:
+
+        * a record in a corrupt range: the unit becomes a filler unit (a hole);
+        * the record's topic, queue id and queue offset name this unit: size and tags
+          code are rewritten from the record if they differ;
+        * they name another unit, and that unit points here too: this unit is wrong
+          (its offset field was damaged): the queue is cut here and rebuilt by replay;
+        * they name another unit that does not point here: the record's header is what
+          was damaged (the CRC covers only the body); the unit is right and kept.
+
+        Returns ``(units checked against records, units repaired in place)``.
         """
         end = cl.max_offset
         cl_min = cl.min_offset
@@ -335,13 +362,13 @@ class ConsumeQueue:
         qid = self.queue_id
         checked = repaired = 0
         prev_end = -1  # end of the previous real unit's record
-        for fi, f in enumerate(self.files):
-            units = list(UNIT.iter_unpack(f.mm[0 : f.wrote]))
-            for k, (phys, size, tags) in enumerate(units):
+        for f in list(self.files):
+            for k, (phys, size, tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
                 if _is_blank(phys, size):
                     continue
+                here = f.start + k * UNIT_SIZE
                 if phys < 0 or size < MIN_RECORD or phys + size > end or phys < prev_end:
-                    self._broken(f.start + k * UNIT_SIZE, f"unit ({phys}, {size}) out of range or order")
+                    self._broken(here, f"unit ({phys}, {size}) out of range or order")
                     return checked, repaired
                 if phys < scan_start or phys < cl_min:
                     prev_end = phys + size
@@ -353,30 +380,28 @@ class ConsumeQueue:
                     log.warning(
                         "consume queue %s: offset %d pointed at a corrupt record; now a hole",
                         self.name,
-                        (f.start + k * UNIT_SIZE) // UNIT_SIZE,
+                        here // UNIT_SIZE,
                     )
                     continue
                 seg = cl.file_for(phys)
                 rf = record_fields(seg.mm, phys - seg.start, seg.wrote) if seg is not None else None
-                qoff_here = (f.start + k * UNIT_SIZE) // UNIT_SIZE
-                if rf is None or rf[3] != phys or rf[1] != qid or rf[5] != topic_b:
-                    self._broken(
-                        f.start + k * UNIT_SIZE, f"unit ({phys}, {size}) points at no record of this queue"
-                    )
+                if rf is None or rf[3] != phys:
+                    self._broken(here, f"unit ({phys}, {size}) points at no record")
                     return checked, repaired
-                total, _q, qoff, _p, store_ts, _t, ps, pe = rf
-                if qoff != qoff_here:
-                    nxt = self._next_real_phys(fi, k, units)
-                    if nxt >= 0 and phys + total > nxt:
-                        self._broken(f.start + k * UNIT_SIZE, f"unit points at queue offset {qoff}'s record")
+                total, rqid, rqoff, _p, store_ts, rtopic, ps, pe = rf
+                if rqid != qid or rtopic != topic_b or rqoff != here // UNIT_SIZE:
+                    if total != size or self._claimed_elsewhere(rtopic, rqid, rqoff, phys, here):
+                        self._broken(here, f"unit points at the record of {rtopic!r}/{rqid} offset {rqoff}")
                         return checked, repaired
                     _limited.warning(
-                        "cq-qoff",
-                        "commitlog record at %d (queue %s offset %d) has a damaged queue-offset field %d",
+                        "cq-header",
+                        "commitlog record at %d (consume queue %s offset %d) has a damaged header: it says %r/%d offset %d",
                         phys,
                         self.name,
-                        qoff_here,
-                        qoff,
+                        here // UNIT_SIZE,
+                        rtopic,
+                        rqid,
+                        rqoff,
                     )
                 want_tags = record_tags_code(seg.mm, topic_b, ps, pe, store_ts, delay_levels)  # type: ignore[union-attr]
                 if total != size or want_tags != tags:
@@ -385,20 +410,24 @@ class ConsumeQueue:
                     log.warning(
                         "consume queue %s: offset %d had a damaged size/tags code; rewritten from its record",
                         self.name,
-                        qoff_here,
+                        here // UNIT_SIZE,
                     )
                 prev_end = phys + total
+        if repaired:
+            self._update_max_phys()
         return checked, repaired
 
-    def _next_real_phys(self, fi: int, k: int, units: list[tuple[int, int, int]]) -> int:
-        for phys, size, _t in units[k + 1 :]:
-            if not _is_blank(phys, size):
-                return phys
-        for f in self.files[fi + 1 :]:
-            for phys, size, _t in UNIT.iter_unpack(f.mm[0 : f.wrote]):
-                if not _is_blank(phys, size):
-                    return phys
-        return -1
+    def _claimed_elsewhere(self, topic_b: bytes, qid: int, qoff: int, phys: int, here: int) -> bool:
+        """True when the queue unit a record's header names (other than ``here``) points at ``phys``."""
+        try:
+            topic = topic_b.decode()
+        except UnicodeDecodeError:
+            return False
+        owner = self.table.get(topic, qid) if self.table is not None else None
+        if owner is None or (owner is self and qoff * UNIT_SIZE == here) or qoff < 0:
+            return False
+        unit = owner.unit(qoff)
+        return unit is not None and unit[0] == phys
 
     def _broken(self, byte_offset: int, why: str) -> None:
         self._mark(f"offset {byte_offset // UNIT_SIZE}: {why}")

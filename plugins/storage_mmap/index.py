@@ -323,6 +323,14 @@ class IndexService:
             self.files.append(f)  # type: ignore[arg-type]
         self.guard = self.end_phy
 
+    def drop_from(self, i: int, why: str) -> None:
+        """Delete files ``i`` and later (they are rebuilt from the commitlog)."""
+        log.warning("index: %s; %d file(s) will be rebuilt from the commitlog", why, len(self.files) - i)
+        while len(self.files) > i:
+            self.files.pop().mf.destroy()
+        self.damage = why
+        self.guard = self.end_phy
+
     def truncate(self, phys_end: int) -> None:
         """Forget index files that only cover data beyond the recovered commitlog end."""
         while self.files and self.files[-1].begin_phy >= phys_end and self.files[-1].count > 1:

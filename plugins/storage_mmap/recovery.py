@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.store")
 
 REPAIRS_LOGGED = 20  # rebuilt queues named one line each; the rest are counted in the summary
+KEY_WALK = 100_000  # records walked looking for one the index should hold (a missing index file)
 
 
 def recover_store(
@@ -122,10 +124,20 @@ def recover_store(
         if cq is None:
             start = first_phys if scan_all or first_qoff == 0 else cl_min
             need(max(start, gone), f"consume queue {topic}/{qid}: missing")
-        elif cq.max_phys < last_end and not cq.damage:
+        elif cq.damage:
+            continue
+        elif cq.first_unit()[0] > first_qoff >= 0 and first_phys < cq.first_unit()[1]:
+            cq.drop_all(f"lost its first units (the commitlog has offset {first_qoff} at {first_phys})")
+            need(first_phys, f"consume queue {cq.name}: {cq.damage}")
+        elif cq.max_phys < last_end:
             need(cq.max_phys, f"consume queue {cq.name}: behind its records (ends at {cq.max_phys})")
-    if index is not None and (index.damage or index_missing):
-        need(index.guard if index.guard >= 0 else cl_min, f"index: {index.damage or 'missing'}")
+    if index is not None:
+        if index_missing:
+            index.damage = "missing"
+        else:
+            _index_gaps(commitlog, index, cl_min, reput)
+        if index.damage:
+            need(index.guard if index.guard >= 0 else cl_min, f"index: {index.damage}")
     reput = min(max(reput, cl_min), end)
     if rebuilt:
         log.warning(
@@ -147,3 +159,53 @@ def recover_store(
         "scan_seconds": round(time.monotonic() - t0, 3),
     }
     return reput, summary
+
+
+def _index_gaps(cl: CommitLog, index: IndexService, cl_min: int, reput: int) -> None:
+    """Find index files that went missing: a record the index should hold before the first file,
+    between two files, or between the last file and where dispatch resumes. Files from the gap on
+    are dropped (``index.damage`` says why; ``index.guard`` is where the rebuild starts)."""
+    files = index.files
+    if not files or files[0].count <= 1:
+        if _keyed_between(cl, cl_min, -1, reput):
+            index.drop_from(0, "files missing")
+        return
+    if files[0].begin_phy > cl_min and _keyed_between(cl, cl_min, -1, files[0].begin_phy):
+        index.drop_from(0, f"entries before {files[0].name} are missing")
+        return
+    for i in range(1, len(files)):
+        if files[i].count > 1 and _keyed_between(
+            cl, files[i - 1].end_phy, files[i - 1].end_phy, files[i].begin_phy
+        ):
+            index.drop_from(i, f"a file is missing before {files[i].name}")
+            return
+    end = index.end_phy
+    if end >= 0 and _keyed_between(cl, end, end, reput):
+        index.damage = f"behind the commitlog (ends at {end})"
+
+
+def _keyed_between(cl: CommitLog, start: int, skip: int, stop: int) -> bool:
+    """True when a record in ``[start, stop)`` other than the one at ``skip`` has keys to index."""
+    pos = start
+    holes = cl.holes
+    for _ in range(KEY_WALK):
+        if pos >= stop or pos >= cl.max_offset:
+            return False
+        end = holes.find(pos) if holes else -1
+        if end >= 0:
+            pos = end
+            continue
+        f = cl.file_for(pos)
+        if f is None:
+            return False
+        rec = indexed_keys_at(f.mm, pos - f.start, f.wrote)
+        if rec is None:
+            return False
+        size, keyed = rec
+        if size == 0:
+            pos = f.end
+            continue
+        if keyed and pos != skip:
+            return True
+        pos += size
+    return False

@@ -223,3 +223,35 @@ def record_tags_code(
         value = raw[i + 5 : j if j >= 0 else len(raw)]
         if value:
             return java_hash_fast(value.decode("utf-8", "replace"))
+
+
+def indexed_keys_at(buf: Any, pos: int, limit: int) -> tuple[int, bool] | None:
+    """``(size, whether the key index holds entries for it)`` of the record at ``pos``: size 0 is the
+    end-of-file blank; None when there is no readable record there."""
+    if pos < 0 or pos + 8 > limit:
+        return None
+    total, magic = HEAD2.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return (0, False) if total == limit - pos else None
+    rf = record_fields(buf, pos, limit)
+    if rf is None:
+        return None
+    (sys_flag,) = I32.unpack_from(buf, pos + 36)
+    if sys_flag & 0xC == 0xC:  # rollbacks are not indexed
+        return rf[0], False
+    raw = bytes(buf[rf[6] : rf[7]])
+    keyed = any(
+        (i == 0 or raw[i - 1] == 2) and i + len(k) < len(raw) and raw[i + len(k)] != 2
+        for k in (b"UNIQ_KEY\x01", b"KEYS\x01")
+        for i in _all(raw, k)
+    )
+    return rf[0], keyed
+
+
+def _all(raw: bytes, sub: bytes) -> list[int]:
+    out = []
+    i = raw.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = raw.find(sub, i + 1)
+    return out

@@ -28,6 +28,7 @@ import attrs
 from rmq.plugins.storage_mmap.codec import BLANK, BLANK_LEN
 from rmq.plugins.storage_mmap.mapped_file import (
     OS_PAGE,
+    DiskFullError,
     MappedFile,
     Preallocator,
     StoreError,
@@ -191,6 +192,11 @@ class CommitLog:
         except OSError:
             pass  # creating the file below reports the problem
         mf = self._prealloc.take(self._path(start), self.file_size)
+        try:
+            mf.reserve(mf.size)  # a no-op for a file created here; an adopted one may lack blocks
+        except DiskFullError:
+            self._prealloc.adopt(mf)
+            raise
         if self._ahead:
             self._prealloc.request(self._path(start + self.file_size), self.file_size)
         return mf
@@ -399,8 +405,12 @@ class CommitLog:
         for m in files:
             if m is f or m.start < end:
                 keep.append(m)
+                continue
+            stale = _stale_extent(m, 0, span, zero=False)
+            if stale == 0 and f is not None and m.start == f.end:
+                self._prealloc.adopt(m)  # the pre-created next segment: keep it (and its blocks) for the roll
             else:
-                cut += _stale_extent(m, 0, span, zero=False)
+                cut += stale
                 m.destroy()
         self.files = keep
         for m in keep:

@@ -241,6 +241,17 @@ class Preallocator:
             pass
         return mf
 
+    def adopt(self, mf: MappedFile) -> None:
+        """Keep an existing, empty segment for when ``take`` asks for it (a roll after a restart)."""
+        mf.wrote = mf.flushed = 0
+        fut: Future[MappedFile] = Future()
+        fut.set_result(mf)
+        with self._lock:
+            old = self._pending.pop(mf.path, None)
+            self._pending[mf.path] = fut
+        if old is not None and old.done() and old.exception() is None and old.result() is not mf:
+            old.result().close()
+
     def take(self, path: Path, size: int, timeout: float = 5.0) -> MappedFile:
         """The pre-created file (waiting up to ``timeout``), else a synchronous creation."""
         with self._lock:

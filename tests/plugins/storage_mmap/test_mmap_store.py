@@ -156,9 +156,20 @@ async def test_next_segment_is_preallocated(tmp_path: Path, store_factory: Calla
                 break
             await anyio.sleep(0.01)
         assert nxt.stat().st_size == SEG
-    async with store_factory(tmp_path) as store:  # an unused pre-created segment is harmless
+    async with store_factory(tmp_path) as store:  # an unused pre-created segment is kept for the roll
         assert store.get_max_offset("T", 0) == 400
-        assert (await store.put_message(rec(1))).ok
+        assert nxt.exists()
+        await put_many(store, 400, size=300, start=400)  # rolls into it and beyond
+        assert store.get_max_offset("T", 0) == 800
+    flags = []
+    walked = [walk_segment(p.read_bytes()) for p in segments(tmp_path)]
+    assert [int(p.name) for p in segments(tmp_path)] == [n * SEG for n in range(len(walked))]
+    used = [w for w in walked if w[0]]
+    assert all(blank == SEG - end for _r, end, blank in used[:-1])  # every full segment ends in a blank
+    assert all(not r for r, _e, _b in walked[len(used) :])  # then at most an empty pre-created one
+    for records, _end, _blank in used:
+        flags += [r["flag"] for r in records]
+    assert flags == list(range(800))
 
 
 # ---------------------------------------------------------------------------------------------- index

@@ -281,6 +281,9 @@ def parse_for_dispatch(
     """
     topics: dict[bytes, str] = {}
     n = 0
+    if pos < 0:
+        return pos, -1
+    limit = min(limit, len(buf))
     while pos < limit and n < max_count:
         if pos + 88 > limit:  # only an end-of-file blank is that short
             if pos + 8 > limit:

@@ -50,6 +50,7 @@ def check_record(buf: Any, pos: int, limit: int, check_crc: bool, base: int = -1
     ``base`` is the physical offset of ``buf[0]``; when >= 0 the record's
     PHYSICALOFFSET field must equal ``base + pos``.
     """
+    limit = min(limit, len(buf))
     if pos < 0 or pos + 8 > limit:
         return -1, 0
     total, magic = HEAD2.unpack_from(buf, pos)
@@ -98,7 +99,8 @@ def resync(buf: Any, pos: int, limit: int, base: int, check_crc: bool, span: int
     of ``span`` zero bytes: no record or batch is that long, so such a run is the end
     of the written data, not a gap inside it. Reads the bytes once, a window at a time.
     """
-    a = pos + 1
+    limit = min(limit, len(buf))
+    a = max(pos + 1, 0)
     run_start = a  # just after the last non-zero byte seen
     while a < limit:
         b = min(limit, a + RESYNC_WINDOW)
@@ -175,6 +177,7 @@ def scan_segment(
 def record_fields(buf: Any, pos: int, limit: int) -> tuple[int, int, int, int, int, bytes, int, int] | None:
     """``(total, queue id, queue offset, phys, store ts, topic bytes, props start, props end)`` of a
     structurally sound record at ``pos`` (no CRC), or None."""
+    limit = min(limit, len(buf))
     if pos < 0 or pos + MIN_RECORD > limit:
         return None
     total, magic = HEAD2.unpack_from(buf, pos)
@@ -228,6 +231,7 @@ def record_tags_code(
 def indexed_keys_at(buf: Any, pos: int, limit: int) -> tuple[int, bool] | None:
     """``(size, whether the key index holds entries for it)`` of the record at ``pos``: size 0 is the
     end-of-file blank; None when there is no readable record there."""
+    limit = min(limit, len(buf))
     if pos < 0 or pos + 8 > limit:
         return None
     total, magic = HEAD2.unpack_from(buf, pos)

@@ -122,6 +122,7 @@ class CommitLog:
         # (write offset, store ts of the record ending there): one tuple so a flush thread reads both at once
         self.tail: tuple[int, int] = (0, 0)
         self.holes = Holes()
+        self._roll_failed = False  # a roll found no room for the next segment: prepare_writable makes it
 
     # ------------------------------------------------------------------ files
 
@@ -224,7 +225,12 @@ class CommitLog:
         if length + BLANK_LEN > remaining:
             if length + BLANK_LEN > f.size:
                 raise ValueError(f"record of {length} bytes cannot fit a {f.size}-byte segment")
-            nxt = self._new_file(f.end)
+            try:
+                nxt = self._new_file(f.end)
+            except DiskFullError:
+                self._roll_failed = True
+                raise
+            self._roll_failed = False
             BLANK.pack_into(f.mm, f.wrote, remaining, MAGIC_BLANK)
             f.wrote = f.size
             self.tail = (f.end, self.tail[1])
@@ -239,11 +245,12 @@ class CommitLog:
         next. ``DiskFullError`` while the disk cannot hold it.
         """
         files = self.files
-        if files and not files[-1].full:
+        if files and not files[-1].full and not self._roll_failed:
             files[-1].reserve(files[-1].size)
             return
         start = files[-1].end if files else 0
         self._prealloc.request(self._path(start), self.file_size).result()
+        self._roll_failed = False
 
     def read(self, offset: int, size: int) -> bytes | None:
         """``size`` bytes at ``offset`` if they lie inside one readable segment."""

@@ -28,7 +28,7 @@ from rmq.kernel.model import DispatchRequest
 from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.storage_mmap.mapped_file import OS_PAGE, MappedFile, list_segments, offset_name
-from rmq.plugins.storage_mmap.scan import MIN_RECORD, record_fields, record_tags_code
+from rmq.plugins.storage_mmap.scan import MIN_RECORD, record_unit, unit_agrees
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
@@ -362,9 +362,14 @@ class ConsumeQueue:
         qid = self.queue_id
         checked = repaired = 0
         prev_end = -1  # end of the previous real unit's record
+        has_holes = bool(holes)
+        segs = cl.files
+        fsize = cl.file_size
+        first_idx = segs[0].start // fsize if segs else 0
+        cache: dict[bytes, int] = {}
         for f in list(self.files):
             for k, (phys, size, tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
-                if _is_blank(phys, size):
+                if phys == 0 and size == INT_MAX:
                     continue
                 here = f.start + k * UNIT_SIZE
                 if phys < 0 or size < MIN_RECORD or phys + size > end or phys < prev_end:
@@ -374,7 +379,7 @@ class ConsumeQueue:
                     prev_end = phys + size
                     continue
                 checked += 1
-                if holes and holes.find(phys) >= 0:
+                if has_holes and holes.find(phys) >= 0:
                     UNIT.pack_into(f.mm, k * UNIT_SIZE, 0, INT_MAX, 0)
                     repaired += 1
                     log.warning(
@@ -383,12 +388,24 @@ class ConsumeQueue:
                         here // UNIT_SIZE,
                     )
                     continue
-                seg = cl.file_for(phys)
-                rf = record_fields(seg.mm, phys - seg.start, seg.wrote) if seg is not None else None
-                if rf is None or rf[3] != phys:
+                seg = segs[phys // fsize - first_idx]
+                if unit_agrees(
+                    seg.mm,
+                    phys - seg.start,
+                    seg.wrote,
+                    (phys, size, tags),
+                    qid,
+                    here // UNIT_SIZE,
+                    topic_b,
+                    cache,
+                ):
+                    prev_end = phys + size
+                    continue
+                ru = record_unit(seg.mm, phys - seg.start, seg.wrote, delay_levels, cache)
+                if ru is None or ru[3] != phys:
                     self._broken(here, f"unit ({phys}, {size}) points at no record")
                     return checked, repaired
-                total, rqid, rqoff, _p, store_ts, rtopic, ps, pe = rf
+                total, rqid, rqoff, _p, rtopic, want_tags = ru
                 if rqid != qid or rtopic != topic_b or rqoff != here // UNIT_SIZE:
                     if total != size or self._claimed_elsewhere(rtopic, rqid, rqoff, phys, here):
                         self._broken(here, f"unit points at the record of {rtopic!r}/{rqid} offset {rqoff}")
@@ -403,7 +420,6 @@ class ConsumeQueue:
                         rqid,
                         rqoff,
                     )
-                want_tags = record_tags_code(seg.mm, topic_b, ps, pe, store_ts, delay_levels)  # type: ignore[union-attr]
                 if total != size or want_tags != tags:
                     UNIT.pack_into(f.mm, k * UNIT_SIZE, phys, total, want_tags)
                     repaired += 1

@@ -16,12 +16,14 @@ cannot be verified from the record alone; the consume-queue checks cover them.
 
 from __future__ import annotations
 
+import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from rmq.plugins.storage_mmap.codec import (
     HEAD2,
+    HEADERS,
     HOST_V6_EXTRA,
     I32,
     MASK31,
@@ -133,6 +135,9 @@ def scan_segment(
     check_crc: bool,
     seen: dict[tuple[bytes, int], list[int]],
     after_ts: int,
+    _v44: Callable[..., tuple[Any, ...]] = HEADERS[(8, 8)].unpack_from,
+    _h: Callable[..., tuple[int]] = H.unpack_from,
+    _crc: Callable[[Any], int] = zlib.crc32,
 ) -> tuple[int, int, int, int]:
     """Walk valid records from ``pos``: ``(stop position, state, last store ts, first phys stored after after_ts)``.
 
@@ -142,32 +147,61 @@ def scan_segment(
     last phys, last end]``: what the store uses to find consume queues that are
     missing or behind their commitlog records. The last value is -1 if no record
     was stored after ``after_ts``.
+
+    The checks are :func:`check_record`'s, inlined for the common layout (two IPv4
+    hosts, one header unpack per record): recovery reads every record through here.
     """
+    limit = min(limit, len(buf))
     last_ts = 0
     first_after = -1
     unpack_i, unpack_q = I32.unpack_from, Q.unpack_from
     while True:
-        size, ts = check_record(buf, pos, limit, check_crc, base)
-        if size <= 0:
-            return pos, (1 if size == 0 else -1), last_ts, first_after
-        last_ts = ts
-        if first_after < 0 and ts > after_ts:
-            first_after = base + pos
-        (sys_flag,) = unpack_i(buf, pos + 36)
-        tx = sys_flag & 0xC
-        if tx == 0 or tx == 8:
+        if pos + 88 <= limit:
+            total, magic, crc, qid, _f, qoff, phys, sys_flag, _b, _bh, ts, _sh, _r, _p, body_len = _v44(
+                buf, pos
+            )
+        else:
+            magic = sys_flag = 0
+        if magic == MAGIC_MESSAGE and not sys_flag & 0x30 and MIN_RECORD <= total <= limit - pos:
+            end = pos + total
+            p = pos + 88 + body_len
+            if phys != base + pos or body_len < 0 or p + 3 > end:
+                return pos, -1, last_ts, first_after
+            if check_crc and _crc(buf[pos + 88 : p]) & MASK31 != crc:
+                return pos, -1, last_ts, first_after
+            tl = buf[p]
+            q = p + 1 + tl
+            if tl == 0 or q + 2 > end:
+                return pos, -1, last_ts, first_after
+            (pl,) = _h(buf, q)
+            if pl < 0 or q + 2 + pl != end or (pl and buf[end - 1] == 0):
+                return pos, -1, last_ts, first_after
+            size = total
+            topic = buf[p + 1 : q]
+        else:  # the blank, an IPv6 host, or damage: the general validator decides
+            size, ts = check_record(buf, pos, limit, check_crc, base)
+            if size <= 0:
+                return pos, (1 if size == 0 else -1), last_ts, first_after
+            (sys_flag,) = unpack_i(buf, pos + 36)
             (qid,) = unpack_i(buf, pos + 12)
+            (qoff,) = unpack_q(buf, pos + 20)
             p = pos + 72
             if sys_flag & 0x10:
                 p += HOST_V6_EXTRA
             if sys_flag & 0x20:
                 p += HOST_V6_EXTRA
             p += 16 + unpack_i(buf, p + 12)[0]
-            key = (bytes(buf[p + 1 : p + 1 + buf[p]]), qid)
+            topic = buf[p + 1 : p + 1 + buf[p]]
+        last_ts = ts
+        if first_after < 0 and ts > after_ts:
+            first_after = base + pos
+        tx = sys_flag & 0xC
+        if tx == 0 or tx == 8:
+            key = (bytes(topic), qid)
             phys = base + pos
             entry = seen.get(key)
             if entry is None:
-                seen[key] = [phys, unpack_q(buf, pos + 20)[0], phys, phys + size]
+                seen[key] = [phys, qoff, phys, phys + size]
             else:
                 entry[2] = phys
                 entry[3] = phys + size
@@ -259,3 +293,113 @@ def _all(raw: bytes, sub: bytes) -> list[int]:
         out.append(i)
         i = raw.find(sub, i + 1)
     return out
+
+
+def record_unit(
+    buf: Any,
+    pos: int,
+    limit: int,
+    delay_levels: Sequence[int],
+    cache: dict[bytes, int],
+    _v44: Callable[..., tuple[Any, ...]] = HEADERS[(8, 8)].unpack_from,
+    _h: Callable[..., tuple[int]] = H.unpack_from,
+) -> tuple[int, int, int, int, bytes, int] | None:
+    """``(total, queue id, queue offset, phys, topic bytes, tags code)`` of a structurally sound record
+    at ``pos`` (no CRC), or None: what a consume-queue unit is checked against. ``cache`` maps TAGS
+    values to their codes (tags repeat); one header unpack for the common layout."""
+    limit = min(limit, len(buf))
+    if pos < 0 or pos + 88 > limit:
+        return None
+    total, magic, _c, qid, _f, qoff, phys, sys_flag, _b, _bh, ts, _sh, _r, _p, body_len = _v44(buf, pos)
+    if magic != MAGIC_MESSAGE:
+        return None
+    if sys_flag & 0x30:
+        rf = record_fields(buf, pos, limit)
+        if rf is None:
+            return None
+        return (
+            rf[0],
+            rf[1],
+            rf[2],
+            rf[3],
+            rf[5],
+            record_tags_code(buf, rf[5], rf[6], rf[7], rf[4], delay_levels),
+        )
+    if total < MIN_RECORD or total > limit - pos or body_len < 0:
+        return None
+    end = pos + total
+    p = pos + 88 + body_len
+    if p + 3 > end:
+        return None
+    tl = buf[p]
+    q = p + 1 + tl
+    if q + 2 > end:
+        return None
+    (pl,) = _h(buf, q)
+    if pl < 0 or q + 2 + pl != end:
+        return None
+    topic = bytes(buf[p + 1 : q])
+    if pl == 0:
+        return total, qid, qoff, phys, topic, 0
+    raw = bytes(buf[q + 2 : end])
+    i = raw.rfind(_TAGS_KEY)
+    if topic != _SCHEDULE and (i == 0 or (i > 0 and raw[i - 1] == 2)):
+        j = raw.find(b"\x02", i + 5)
+        value = raw[i + 5 : j if j >= 0 else len(raw)]
+        if value:
+            tags = cache.get(value)
+            if tags is None:
+                if len(cache) > 10_000:
+                    cache.clear()
+                tags = cache[value] = java_hash_fast(value.decode("utf-8", "replace"))
+            return total, qid, qoff, phys, topic, tags
+    elif i < 0 and topic != _SCHEDULE:
+        return total, qid, qoff, phys, topic, 0
+    return total, qid, qoff, phys, topic, record_tags_code(buf, topic, q + 2, end, ts, delay_levels)
+
+
+_H40: Final = struct.Struct(">iiiiiqqi")  # total, magic, crc, queue id, flag, queue offset, phys, sysflag
+
+
+def unit_agrees(
+    buf: Any,
+    pos: int,
+    limit: int,
+    unit: tuple[int, int, int],
+    qid: int,
+    qoff: int,
+    topic: bytes,
+    cache: dict[bytes, int],
+    _h40: Callable[..., tuple[int, ...]] = _H40.unpack_from,
+    _i: Callable[..., tuple[int]] = I32.unpack_from,
+) -> bool:
+    """True when the record at ``pos`` is exactly what the consume-queue ``unit`` at (``topic``,
+    ``qid``, ``qoff``) says (the common case, checked with one small unpack and no allocation but
+    the properties); False means "look closer" (:func:`record_unit`), not necessarily damage."""
+    phys, size, tags = unit
+    if pos < 0 or pos + size > limit or size < MIN_RECORD:  # limit <= len(buf): the caller's segment
+        return False
+    total, magic, _c, rqid, _f, rqoff, rphys, sys_flag = _h40(buf, pos)
+    if (
+        magic != MAGIC_MESSAGE
+        or total != size
+        or rphys != phys
+        or rqid != qid
+        or rqoff != qoff
+        or sys_flag & 0x30
+    ):
+        return False
+    p = pos + 88 + _i(buf, pos + 84)[0]
+    tl = len(topic)
+    end = pos + total
+    if p + 3 + tl > end or buf[p] != tl or buf[p + 1 : p + 1 + tl] != topic or topic == _SCHEDULE:
+        return False
+    start = p + 3 + tl
+    i = buf.rfind(_TAGS_KEY, start, end)
+    if i < 0:
+        return tags == 0
+    if i > start and buf[i - 1] != 2:
+        return False
+    j = buf.find(b"\x02", i + 5, end)
+    value = buf[i + 5 : j if j >= 0 else end]
+    return bool(value) and cache.get(value) == tags

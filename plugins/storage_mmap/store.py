@@ -706,7 +706,20 @@ class MmapMessageStore:
                 self._reput_idle = True  # a put sets the event only when the loop sleeps
                 await wake.wait()
                 continue
-            await self._reput_once()
+            try:
+                await self._reput_once()
+            except Exception as e:  # a bug must not end dispatch for good: say so, refuse writes, retry
+                _limited.error("reput", "reput failed at offset %d: %r; retrying", self._reput_offset, e)
+                log.debug("reput failure", exc_info=True)
+                if not self._dispatch_error:
+                    self._dispatch_error = f"dispatch failing at offset {self._reput_offset}: {e!r}"
+                    self._update_writable()
+                self._signal_progress()
+                await anyio.sleep(1)
+                continue
+            if self._dispatch_error.startswith("dispatch failing"):
+                self._dispatch_error = ""
+                self._update_writable()
             self._signal_progress()
             await anyio.lowlevel.checkpoint()
 

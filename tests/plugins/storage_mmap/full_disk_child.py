@@ -195,8 +195,11 @@ async def main(root: Path, mode: str) -> dict[str, Any]:
         for k in range(50):  # refusals are cheap and stay refusals
             r = await store.put_message(msg(i + k))
             assert r.status == PutStatus.SERVICE_NOT_AVAILABLE and r.remark.startswith("disk full: ")
+        await anyio.sleep(0.5)  # ten retries later: still full, still refused, no new line
         st = store.stats()
         assert st["writable"] is False and st["remark"].startswith("disk full: ")
+        r = await store.put_message(msg(i + 50))
+        assert r.status == PutStatus.SERVICE_NOT_AVAILABLE and r.remark.startswith("disk full: ")
         with anyio.move_on_after(5):  # dispatch goes on (unless its own files found no room)
             await store.wait_dispatched()
         seen = read_all(store)
@@ -204,6 +207,7 @@ async def main(root: Path, mode: str) -> dict[str, Any]:
         if store.stats()["dispatch_lag_bytes"] == 0:
             assert set(seen) == acked, "acknowledged and dispatched, but not served"
         assert lines.count("writes stopped: disk full: ") == 1, lines.lines
+        assert lines.count("writes resumed") == 0, lines.lines
         ball.unlink()
         i = await until_writable(store, i + 50, acked)
         assert lines.count("writes resumed") == 1, lines.lines

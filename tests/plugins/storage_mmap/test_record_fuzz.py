@@ -26,8 +26,10 @@ from rmq.plugins.storage_mmap.scan import (
     indexed_keys_at,
     record_fields,
     record_tags_code,
+    record_unit,
     resync,
     scan_segment,
+    unit_agrees,
 )
 
 LEVELS = [1000, 5000, 10_000]
@@ -82,6 +84,11 @@ def test_readers_answer_any_bytes(buf: bytes, pos: int, extra: int, crc: bool, b
     if rf is not None:
         assert isinstance(record_tags_code(buf, rf[5], rf[6], rf[7], rf[4], LEVELS), int)
     assert indexed_keys_at(buf, pos, limit) is None or isinstance(indexed_keys_at(buf, pos, limit), tuple)
+    cache: dict[bytes, int] = {}
+    ru = record_unit(buf, pos, limit, LEVELS, cache)
+    assert ru is None or ru[0] > 0
+    unit = (ru[3], ru[0], ru[5]) if ru is not None else (base, extra + 100, 0)
+    assert isinstance(unit_agrees(buf, pos, min(limit, len(buf)), unit, 0, 0, b"T", cache), bool)
     nxt = resync(buf, pos, limit, base, crc, span=256)
     assert nxt == -1 or (pos < nxt < max(limit, 0) and check_record(buf, nxt, limit, crc, base)[0] >= 0)
     seen: dict[tuple[bytes, int], list[int]] = {}

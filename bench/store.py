@@ -1,6 +1,7 @@
 """Message-store benchmark: prints figures, asserts nothing.
 
     python bench/store.py                      # everything (~1 min plus the 1 GiB recovery run)
+    python bench/store.py --quick              # a quarter of the messages, a 256 MiB recovery run
     python bench/store.py put get              # a subset: put, get, sync, recovery
     python bench/store.py --uvloop --dir /data # event loop and where the store lives
 
@@ -8,7 +9,8 @@ put      msgs/s and MB/s for 128 B, 1 KiB, 16 KiB bodies, single puts and batche
          until the reput loop has dispatched everything (consume queue + key index)
 get      msgs/s reading 32 records per get_messages call
 sync     group-commit puts (SYNC_FLUSH) from 1 and 32 concurrent putters: msgs/s, p50/p99
-recovery SIGKILL a writer after 1 GiB of 1 KiB messages, then time the abnormal recovery
+recovery SIGKILL a writer after 1 GiB of 1 KiB messages, then time the abnormal recovery, and a
+         clean restart of the same store (normal recovery: every record and unit verified)
 
 Messages look like a Java/C++ producer's: TAGS, KEYS, a 32-hex UNIQ_KEY and WAIT.
 """
@@ -37,6 +39,7 @@ from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
 
 TOPIC = "BenchTopic"
 QUEUES = 8
+SCALE = 1  # --quick: 4 (a quarter of the messages)
 
 
 def props(i: int, keys: bool = False) -> str:
@@ -98,6 +101,7 @@ async def bench_put(base: Path) -> None:
         (128, 200_000, False, False),  # messageIndexEnable=false: consume queue only
     ]
     for size, n, keys, index in cases:
+        n //= SCALE
         for batch in (1, 32):
             root = Path(tempfile.mkdtemp(dir=base))
             msgs = messages(n, size, keys)
@@ -125,7 +129,7 @@ async def bench_put(base: Path) -> None:
 
 async def bench_get(base: Path) -> None:
     root = Path(tempfile.mkdtemp(dir=base))
-    n = 200_000
+    n = 200_000 // SCALE
     async with make_store(root) as store:
         for size in (128, 1024):
             topic_msgs = messages(n, size)
@@ -151,7 +155,7 @@ async def bench_get(base: Path) -> None:
 
 
 async def bench_sync(base: Path) -> None:
-    for putters, n in ((1, 3_000), (32, 60_000)):
+    for putters, n in ((1, 3_000 // SCALE), (32, 60_000 // SCALE)):
         root = Path(tempfile.mkdtemp(dir=base))
         msgs = messages(n, 1024)
         lat: list[float] = []
@@ -241,6 +245,12 @@ async def bench_recovery(root: Path, written: int) -> None:
         flush=True,
     )
     print(json.dumps(rec))
+    t2 = time.perf_counter()
+    async with make_store(root) as store:
+        dt = time.perf_counter() - t2
+        rec = store.stats()["recovery"]
+    print(f"recovery: abnormal={rec['abnormal']} clean restart of the same store in {dt:.2f}s", flush=True)
+    print(json.dumps(rec))
 
 
 def main() -> None:
@@ -248,15 +258,19 @@ def main() -> None:
     ap.add_argument("what", nargs="*", default=["put", "get", "sync", "recovery"])
     ap.add_argument("--dir", default=None, help="parent directory for the stores (default: a temp dir)")
     ap.add_argument("--uvloop", action="store_true")
-    ap.add_argument("--gib", type=float, default=1.0, help="commitlog size for the recovery run")
+    ap.add_argument("--gib", type=float, default=None, help="commitlog size for the recovery run (1)")
+    ap.add_argument("--quick", action="store_true", help="a quarter of the messages, 0.25 GiB recovery")
     args = ap.parse_args()
+    global SCALE
+    SCALE = 4 if args.quick else 1
+    gib = args.gib if args.gib is not None else (0.25 if args.quick else 1.0)
     base = Path(tempfile.mkdtemp(prefix="rmq-bench-", dir=args.dir))
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     print(f"python {sys.version.split()[0]}, {'uvloop' if args.uvloop else 'asyncio'}, stores under {base}")
     try:
         for what in args.what:
             if what == "recovery":
-                made = write_and_kill(base, args.gib)
+                made = write_and_kill(base, gib)
                 if made is not None:
                     anyio.run(bench_recovery, *made, backend_options=backend_options)
             else:

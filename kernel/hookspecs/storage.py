@@ -29,6 +29,26 @@ class MessageStore(Protocol):
 
     Concurrency: one event loop; puts are serialised by the store (one writer).
     Reads never block the loop on I/O beyond page faults.
+
+    Names: a topic arrives from clients and may name a directory. A store refuses a put
+    whose topic breaks RocketMQ's rule (``rmq.protocol.names.validate_topic``) with
+    MESSAGE_ILLEGAL before any side effect, ignores such names in ``delete_topics``, and
+    builds every path from a name with ``rmq.kernel.paths.confined_path`` (removes with
+    ``remove_confined``), so no request can reach outside the store.
+
+    Full disk: a store that cannot write (no space for a file, a disk guard) refuses puts
+    with SERVICE_NOT_AVAILABLE and a remark starting ``"disk full: "``, keeps serving
+    reads, starts read-only on a full disk, and resumes writing by itself once space
+    returns; it must never end the process (a write into an unreserved sparse mapping
+    would: SIGBUS).
+
+    Optional attribute (not part of the Protocol; probe with ``getattr``):
+    ``on_forced_clean: Callable[[dict[tuple[str, int], tuple[int, int]]], None] | None``,
+    settable. A store whose retention deletes data before it expires (RocketMQ's forced
+    clean, disk over ``diskSpaceCleanForciblyRatio``) calls it after the pass with
+    ``{(topic, queue id): (min offset before, min offset after)}`` for every queue whose
+    minimum moved, so the owner can say which consumer groups lost how many unconsumed
+    messages. Called on the event loop; it must not block or raise.
     """
 
     async def __aenter__(self) -> MessageStore: ...
@@ -43,6 +63,9 @@ class MessageStore(Protocol):
         means stored but not yet known durable. Ordering: queue offsets are assigned
         in call order. Not idempotent: a retried put stores a second copy.
         Cancellation: cancelling after the append leaves the message stored.
+        Refusals store nothing and consume no queue offset: MESSAGE_ILLEGAL (bad name or
+        size), SERVICE_NOT_AVAILABLE (not writable: the remark says why, "disk full: ..."
+        when space is the reason).
         """
         ...
 
@@ -100,7 +123,11 @@ class MessageStore(Protocol):
     def min_phy_offset(self) -> int: ...
 
     def delete_topics(self, topics: Sequence[str]) -> None:
-        """Forget the consume queues of deleted topics (commitlog bytes age out normally)."""
+        """Forget the consume queues of deleted topics (commitlog bytes age out normally).
+
+        Names that are not valid topics are ignored; nothing outside the store is removed,
+        whatever the name or any symlink planted in the store.
+        """
         ...
 
     async def clean_expired_files(self, force: bool = False) -> int:

@@ -21,6 +21,7 @@ table alone (reference §1.1), independent of any store's own code.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -408,6 +409,65 @@ class MessageStoreContract:
             assert isinstance(await store.clean_expired_files(), int)
             st = store.stats()
             assert isinstance(st, dict) and st["puts"] == 6
+
+    # ------------------------------------------------------------------ names from strangers
+
+    HOSTILE_TOPICS: ClassVar[tuple[str, ...]] = (
+        "..",
+        ".",
+        "../../x",
+        "../",
+        "/etc",
+        "/tmp/rmq-escape",
+        "a/b",
+        "a\\b",
+        "..\\..\\x",
+        "a\x00b",
+        "a\nb",
+        "",
+        " ",
+        "T" * 128,
+        "topic.with.dots",
+        "caf\u00e9",
+    )
+
+    @pytest.mark.anyio
+    async def test_hostile_topic_names_touch_nothing(self, tmp_path: Path) -> None:
+        """Names that are not RocketMQ topics are refused by puts and ignored by deletes; encoded
+        separators are plain characters; nothing outside the store root is created or removed."""
+        root = tmp_path / "store"
+        outside = tmp_path / "outside"
+        (outside / "etc").mkdir(parents=True)
+        (outside / "etc" / "keep").write_text("keep")
+        async with self.make_store(root) as store:
+            await self._fill(store, 3)
+            before = store.max_phy_offset
+            for name in self.HOSTILE_TOPICS:
+                r = await store.put_message(self.msg(0, topic=name))
+                assert r.status == PutStatus.MESSAGE_ILLEGAL, (name, r)
+                r = await store.put_messages([self.msg(0, topic=name), self.msg(1, topic=name)])
+                assert r.status == PutStatus.MESSAGE_ILLEGAL, (name, r)
+            assert store.max_phy_offset == before  # refused before any byte was written
+            store.delete_topics([*self.HOSTILE_TOPICS, str(outside), "../outside", "..%2F..%2Foutside"])
+            assert store.get_max_offset(self.topic, 0) == 3
+            encoded = (
+                "%2e%2e",
+                "%2F%2e%2e%2F%2e%2e%2Foutside",
+                "%5C%2e%2e",
+                "|%|",
+            )  # RocketMQ allows % and |
+            for name in encoded:
+                r = await store.put_message(self.msg(7, topic=name))
+                assert r.status == PutStatus.PUT_OK, (name, r)
+            await self.settle(store)
+            for name in encoded:
+                assert store.get_max_offset(name, 0) == 1
+                got = store.get_messages("g", name, 0, 0, 8)
+                assert [decode_record(m)["topic"] for m in got.messages] == [name]
+            store.delete_topics([*encoded, self.topic])
+            assert store.get_max_offset(self.topic, 0) == 0 and store.get_max_offset("%2e%2e", 0) == 0
+        assert (outside / "etc" / "keep").read_text() == "keep"
+        assert set(os.listdir(tmp_path)) <= {"outside", "store"}
 
     # ------------------------------------------------------------------ restart
 

@@ -6,7 +6,8 @@ codec, so a pull body is byte-for-byte what the mmap store would send (physical
 offsets aside: there are no segments, hence no end-of-file blanks). Queues are
 per-queue offset lists; dispatch (queues, key index, hook dispatchers) runs inline
 in the put, so a message is readable as soon as its put returns. Nothing survives
-the process; retention is a no-op.
+the process; retention is a no-op. Topic names are checked by the shared
+``RecordWriter`` (RocketMQ's rule), so both stores refuse the same names.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rmq.plugins.storage_mmap.codec import (
 )
 from rmq.plugins.storage_mmap.store import default_store_host
 from rmq.protocol.common import Prop, decode_properties
+from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
@@ -309,9 +311,11 @@ class MemoryMessageStore:
         return out
 
     def delete_topics(self, topics: Sequence[str]) -> None:
+        """As the mmap store: names that are not valid topics are ignored (puts refuse them too)."""
         for t in topics:
-            self.queues.pop(t, None)
-            self._tq.pop(t, None)
+            if validate_topic(t) is None:
+                self.queues.pop(t, None)
+                self._tq.pop(t, None)
 
     async def clean_expired_files(self, force: bool = False) -> int:
         return 0

@@ -1,18 +1,29 @@
-"""The ``checkpoint`` file (4096 bytes, three big-endian longs) and the ``abort``/``lock`` markers (§4.1-4.2)."""
+"""The ``checkpoint`` file (4096 bytes, three big-endian longs) and the ``abort``/``lock`` markers (§4.1-4.2).
+
+The checkpoint is written with ``pwrite`` rather than through a mapping: a write that
+finds no space then fails with ENOSPC instead of killing the process with SIGBUS,
+and a store on a full disk keeps its times in memory until the file can be written.
+Its values only steer abnormal recovery (where replay starts), so a missing, short
+or implausible checkpoint costs a longer replay, never data: it reads as zeros.
+"""
 
 from __future__ import annotations
 
 import fcntl
-import mmap
+import logging
 import os
 import struct
+import time
 from pathlib import Path
 from typing import Final
 
 from rmq.plugins.storage_mmap.mapped_file import StoreError
 
+log = logging.getLogger("rmq.store")
+
 CHECKPOINT_SIZE: Final = 4096
 _THREE: Final = struct.Struct(">qqq")
+_FUTURE_SLACK_MS: Final = 24 * 3600 * 1000  # a checkpoint time past now + a day is not a time
 
 
 class Checkpoint:
@@ -20,19 +31,28 @@ class Checkpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.physic_ts = self.logics_ts = self.index_ts = 0
+        self._fd = -1
         try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
-            elif size != CHECKPOINT_SIZE:
-                raise StoreError(f"{path}: checkpoint is {size} bytes, expected {CHECKPOINT_SIZE}")
-            self._mm = mmap.mmap(fd, CHECKPOINT_SIZE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        self.physic_ts, self.logics_ts, self.index_ts = _THREE.unpack_from(self._mm, 0)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            data = os.pread(self._fd, CHECKPOINT_SIZE + 1, 0)
+        except OSError as e:
+            log.warning("%s: cannot open the checkpoint (%s); keeping it in memory", path, e)
+            data = b""
+        if len(data) == CHECKPOINT_SIZE:
+            values = _THREE.unpack_from(data, 0)
+            limit = time.time_ns() // 1_000_000 + _FUTURE_SLACK_MS
+            if all(0 <= v <= limit for v in values):
+                self.physic_ts, self.logics_ts, self.index_ts = values
+            else:
+                log.warning("%s: implausible times %s; ignored (recovery scans from the start)", path, values)
+        elif data:
+            log.warning("%s: checkpoint is %d bytes, expected %d; ignored", path, len(data), CHECKPOINT_SIZE)
+        if len(data) != CHECKPOINT_SIZE:
+            try:
+                self.flush()
+            except OSError as e:
+                log.warning("%s: cannot write the checkpoint yet (%s); keeping it in memory", path, e)
 
     def min_timestamp(self) -> int:
         """min(physic, logics) - 3 s: everything stored before it is known flushed and dispatched."""
@@ -42,13 +62,20 @@ class Checkpoint:
         return min(self.min_timestamp(), self.index_ts)
 
     def flush(self) -> None:
-        """Write and force (blocking; fine on a worker thread)."""
-        _THREE.pack_into(self._mm, 0, self.physic_ts, self.logics_ts, self.index_ts)
+        """Write and force (blocking; fine on a worker thread). OSError when the disk refuses."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        page = _THREE.pack(self.physic_ts, self.logics_ts, self.index_ts) + bytes(CHECKPOINT_SIZE - 24)
+        if os.pwrite(self._fd, page, 0) != CHECKPOINT_SIZE:
+            raise OSError(f"{self.path}: short write")
+        if os.fstat(self._fd).st_size != CHECKPOINT_SIZE:
+            os.ftruncate(self._fd, CHECKPOINT_SIZE)
         os.fdatasync(self._fd)
 
     def close(self) -> None:
-        self._mm.close()
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class StoreLock:
@@ -64,8 +91,12 @@ class StoreLock:
         except OSError:
             os.close(self._fd)
             raise StoreError(f"{path}: store directory is locked by another running store") from None
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, b"lock")
+        try:
+            if os.pread(self._fd, 5, 0) != b"lock":  # rewriting it would need a block a full disk lacks
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, b"lock", 0)
+        except OSError as e:
+            log.warning("%s: cannot write the lock file's text (%s); the lock itself holds", path, e)
 
     def release(self) -> None:
         try:

@@ -6,9 +6,9 @@ caller's buffer, so the store can build a record (or a whole batch) in a reusabl
 buffer and copy it into the mmap in one go.
 
 Reading: :func:`parse_for_dispatch` turns stored bytes into ``DispatchRequest``s
-(what the reput loop feeds to dispatchers) and :func:`check_record` validates one
-record with an optional body CRC (what recovery does). Both are written against
-offsets inside any buffer (mmap, bytearray, bytes).
+(what the reput loop feeds to dispatchers), written against offsets inside any
+buffer (mmap, bytearray, bytes). Validating possibly damaged bytes (recovery) is
+``scan``'s job.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rmq.protocol.common import (
     java_hash,
     tags_code,
 )
+from rmq.protocol.names import validate_topic
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 RECORD_OVERHEAD: Final = 91  # fixed bytes of a record with two IPv4 hosts
@@ -134,8 +135,9 @@ class RecordWriter:
                 raise RecordError(
                     PutStatus.MESSAGE_ILLEGAL, f"topic length {len(tb)} bytes not in 1..{MAX_TOPIC_BYTES}"
                 )
-            if "/" in topic or "\x00" in topic or topic in (".", ".."):
-                raise RecordError(PutStatus.MESSAGE_ILLEGAL, f"topic {topic!r} is not a valid queue name")
+            bad = validate_topic(topic)  # it names a directory: RocketMQ's rule, before any side effect
+            if bad is not None:
+                raise RecordError(PutStatus.MESSAGE_ILLEGAL, bad)
             if len(self._topics) > 100_000:
                 self._topics.clear()
             tp = self._topics[topic] = bytes((len(tb),)) + tb
@@ -225,7 +227,17 @@ def store_timestamp_at(buf: Any, pos: int) -> int:
 
 
 def record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:
-    """(topic, properties) of the record at ``pos`` (used by filters and key lookups)."""
+    """(topic, properties) of the record at ``pos`` (used by filters and key lookups).
+
+    Malformed bytes raise :class:`RecordError`, never another exception.
+    """
+    try:
+        return _record_properties(buf, pos)
+    except (struct.error, IndexError, ValueError) as e:
+        raise RecordError(PutStatus.UNKNOWN_ERROR, f"malformed record at {pos}: {e}") from None
+
+
+def _record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:
     (sys_flag,) = I32.unpack_from(buf, pos + 36)
     p = pos + 72
     if sys_flag & SysFlag.BORNHOST_V6:
@@ -233,6 +245,8 @@ def record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:
     if sys_flag & SysFlag.STOREHOST_V6:
         p += HOST_V6_EXTRA
     (body_len,) = I32.unpack_from(buf, p + 12)
+    if body_len < 0:
+        raise ValueError("negative body length")
     p += 16 + body_len
     tl = buf[p]
     topic = bytes(buf[p + 1 : p + 1 + tl]).decode("utf-8", "replace")
@@ -240,46 +254,6 @@ def record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:
     (pl,) = H.unpack_from(buf, p)
     props = decode_properties(bytes(buf[p + 2 : p + 2 + pl])) if pl > 0 else {}
     return topic, props
-
-
-def check_record(buf: Any, pos: int, limit: int, check_crc: bool) -> tuple[int, int]:
-    """Validate the record at ``pos`` (reference §1.4) without building anything.
-
-    Returns ``(size, store_ts)``: size > 0 a valid message, 0 the end-of-file blank,
-    -1 invalid (torn, corrupt, or zeros). ``limit`` bounds the readable bytes.
-    """
-    if pos + 8 > limit:
-        return -1, 0
-    total, magic = HEAD2.unpack_from(buf, pos)
-    if magic == MAGIC_BLANK:
-        return (0, 0) if total == limit - pos else (-1, 0)
-    if magic != MAGIC_MESSAGE or total < RECORD_OVERHEAD or pos + total > limit:
-        return -1, 0
-    (sys_flag,) = I32.unpack_from(buf, pos + 36)
-    p = pos + 56
-    if sys_flag & SysFlag.BORNHOST_V6:
-        p += HOST_V6_EXTRA
-    (store_ts,) = Q.unpack_from(buf, p)
-    p += 16
-    if sys_flag & SysFlag.STOREHOST_V6:
-        p += HOST_V6_EXTRA
-    (body_len,) = I32.unpack_from(buf, p + 12)
-    p += 16
-    end = pos + total
-    if body_len < 0 or p + body_len + 3 > end:
-        return -1, 0
-    if check_crc:
-        (crc,) = I32.unpack_from(buf, pos + 8)
-        if zlib.crc32(buf[p : p + body_len]) & MASK31 != crc:
-            return -1, 0
-    p += body_len
-    p += 1 + buf[p]
-    if p + 2 > end:
-        return -1, 0
-    (pl,) = H.unpack_from(buf, p)
-    if p + 2 + pl != end:
-        return -1, 0
-    return total, store_ts
 
 
 # Hot loop of the reput service: module constants bound as defaults.
@@ -307,6 +281,9 @@ def parse_for_dispatch(
     """
     topics: dict[bytes, str] = {}
     n = 0
+    if pos < 0:
+        return pos, -1
+    limit = min(limit, len(buf))
     while pos < limit and n < max_count:
         if pos + 88 > limit:  # only an end-of-file blank is that short
             if pos + 8 > limit:
@@ -355,6 +332,8 @@ def parse_for_dispatch(
         if topic is None:
             topic = topics[tb] = tb.decode("utf-8", "replace")
         p += 1 + tl
+        if p + 2 > end:
+            return pos, -1
         (pl,) = _h(buf, p)
         p += 2
         if p + pl != end:

@@ -1,28 +1,47 @@
 """Consume queues: per (topic, queue) arrays of 20-byte units pointing into the commitlog (reference §2).
 
-Files are created lazily, named by the byte offset of their first unit. Units are
-written by :class:`ConsumeQueueDispatcher` from the reput loop, one batch per loop
-turn; the duplicate guards make replays after a crash harmless.
+Files are created lazily, named by the byte offset of their first unit, and grow
+their disk reservation a chunk at a time (never a write into unreserved bytes: see
+``mapped_file``). Units are written by :class:`ConsumeQueueDispatcher` from the reput
+loop, one batch per loop turn; the duplicate guards make replays harmless.
+
+Paths: a topic name comes from clients, so a queue directory is only ever built by
+``confined_path`` (and removed by ``remove_confined``) after the name passes
+RocketMQ's topic rule; loading skips directories that fail either.
+
+Holes: a unit ``(0, 2147483647, 0)`` (RocketMQ's own filler for the units before a
+queue's first file) marks a queue offset whose record is gone: corrupt and skipped
+by recovery. Queue offsets stay those written in the records, reads step over the
+filler, and no offset is ever given to two messages.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rmq.kernel.model import DispatchRequest
-from rmq.plugins.storage_mmap.mapped_file import MappedFile, StoreError, list_segments, offset_name
+from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
+from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.plugins.storage_mmap.mapped_file import OS_PAGE, MappedFile, list_segments, offset_name
+from rmq.plugins.storage_mmap.scan import MIN_RECORD, record_unit, unit_agrees
+from rmq.protocol.names import validate_topic
+
+if TYPE_CHECKING:
+    from rmq.plugins.storage_mmap.commitlog import CommitLog, Holes
 
 log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=30.0)
 
 UNIT: Final = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
 UNIT_SIZE: Final = 20
 INT_MAX: Final = 0x7FFFFFFF
 BLANK_UNIT: Final = UNIT.pack(0, INT_MAX, 0)
+RESERVE_CHUNK: Final = 64 * 1024  # disk reserved ahead of the write position of a queue file
 
 
 def cq_file_size(configured: int) -> int:
@@ -30,12 +49,37 @@ def cq_file_size(configured: int) -> int:
     return -(-configured // UNIT_SIZE) * UNIT_SIZE
 
 
+def _is_blank(phys: int, size: int) -> bool:
+    return phys == 0 and size == INT_MAX
+
+
 class ConsumeQueue:
-    """One queue's unit files. Offsets in the API are queue offsets (unit numbers)."""
+    """One queue's unit files. Offsets in the API are queue offsets (unit numbers).
 
-    __slots__ = ("topic", "queue_id", "dir", "file_size", "files", "min_logic", "max_phys")
+    ``damage`` is set by loading/recovery when the queue had to be cut short (why); the
+    store then replays dispatch from the end of its last good unit to rebuild the rest.
+    """
 
-    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+    __slots__ = (
+        "topic",
+        "queue_id",
+        "dir",
+        "file_size",
+        "files",
+        "min_logic",
+        "max_phys",
+        "table",
+        "damage",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        directory: Path,
+        file_size: int,
+        table: ConsumeQueueTable | None = None,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = directory
@@ -43,26 +87,50 @@ class ConsumeQueue:
         self.files: list[MappedFile] = []
         self.min_logic = 0  # byte position of the first unit still pointing at the commitlog
         self.max_phys = 0  # end (offset + size) of the last unit's record: the duplicate guard
+        self.table = table
+        self.damage = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
 
     # ------------------------------------------------------------------ files
 
     def load(self) -> None:
+        """Map the queue's files. One that does not fit the sequence (wrong size, a gap, a name
+        that is no multiple of the file size) and every file after it are deleted and the queue
+        is marked for rebuilding: consume queues are derived data, the commitlog has it all."""
         prev_end = None
-        for path in list_segments(self.dir):
+        paths = list_segments(self.dir)
+        for n, path in enumerate(paths):
             start = int(path.name)
-            if start % self.file_size or (prev_end is not None and start != prev_end):
-                raise StoreError(
-                    f"{path}: consume queue file does not follow its predecessor"
-                    f" (mappedFileSizeConsumeQueue {self.file_size} changed?)"
-                )
-            mf = MappedFile.open(path, self.file_size)
+            problem = ""
+            if start % self.file_size:
+                problem = f"name is not a multiple of mappedFileSizeConsumeQueue {self.file_size}"
+            elif prev_end is not None and start != prev_end:
+                problem = f"file {offset_name(prev_end)} is missing before it"
+            else:
+                size = path.stat().st_size
+                if size != self.file_size:
+                    problem = f"file is {size} bytes, expected {self.file_size}"
+            if problem:
+                self.damage = f"{path}: {problem}"
+                for later in paths[n:]:
+                    later.unlink(missing_ok=True)
+                return
+            mf = MappedFile.open(path, self.file_size, reserve=0)
             mf.wrote = mf.flushed = self.file_size
             self.files.append(mf)
             prev_end = start + self.file_size
 
     def _new_file(self, start: int) -> MappedFile:
         self.dir.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile.open(self.dir / offset_name(start), self.file_size, create=True)
+        mf = MappedFile.open(
+            self.dir / offset_name(start),
+            self.file_size,
+            create=True,
+            reserve=min(RESERVE_CHUNK, self.file_size),
+        )
         self.files.append(mf)
         return mf
 
@@ -90,40 +158,87 @@ class ConsumeQueue:
     # ------------------------------------------------------------------ write
 
     def put(self, phys: int, size: int, tags: int, cq_offset: int) -> None:
-        """Append one unit; replays (already covered offsets) are ignored."""
+        """Append one unit at the queue offset the record carries; replays are ignored.
+
+        ``DiskFullError`` (an OSError) when a file or its next chunk cannot be reserved;
+        nothing is half-written then, and calling again with the same record is safe.
+        """
         if phys + size <= self.max_phys:
             return
-        expected = cq_offset * UNIT_SIZE
         files = self.files
         if not files:
-            last = self._new_file(expected - expected % self.file_size)
+            start = max(cq_offset, 0) * UNIT_SIZE
+            last = self._new_file(start - start % self.file_size)
             last.first_in_queue = True
+            self.min_logic = start
         else:
             last = files[-1]
             if last.wrote >= last.size:
                 last = self._new_file(last.end)
-        if cq_offset != 0:
-            if last.first_in_queue and last.wrote == 0:
-                # First file of a queue that starts mid-way: blank units below, minimum at the first real one.
-                self.min_logic = expected
-                fill = expected - last.start
-                if fill > 0:
-                    last.mm[0:fill] = BLANK_UNIT * (fill // UNIT_SIZE)
-                    last.wrote = fill
-            current = last.start + last.wrote
-            if expected < current:
+        if cq_offset * UNIT_SIZE != last.start + last.wrote:
+            placed = self._place(last, phys, cq_offset)
+            if placed is None:
                 return
-            if expected != current:
-                log.error(
-                    "consume queue %s-%d: expected unit at %d but the queue ends at %d (order bug?)",
-                    self.topic,
-                    self.queue_id,
-                    expected,
-                    current,
-                )
+            last = placed
+        if last.wrote + UNIT_SIZE > last.reserved:
+            last.reserve(last.wrote + RESERVE_CHUNK)
         UNIT.pack_into(last.mm, last.wrote, phys, size, tags)
         last.wrote += UNIT_SIZE
         self.max_phys = phys + size
+
+    def _place(self, last: MappedFile, phys: int, cq_offset: int) -> MappedFile | None:
+        """The file to append to when the record's queue offset is not the queue's next one
+        (None: the record is queued already).
+
+        A queue's first file may start mid-way (units below are filler). A gap that the
+        commitlog's corrupt ranges since the queue's last record can explain is filled
+        with filler units: those offsets belonged to skipped records. Anything else means
+        the record's QUEUEOFFSET field is damaged (the CRC covers only the body), and the
+        unit goes where the queue is: the queue's own order is the authority.
+        """
+        expected = cq_offset * UNIT_SIZE
+        current = last.start + last.wrote
+        if expected < current:
+            unit = self.unit(cq_offset)
+            if unit is not None and unit[0] == phys:
+                return None
+        if last.first_in_queue and last.wrote == 0 and len(self.files) == 1 and expected > current:
+            self.min_logic = expected
+            self._fill(last, expected)
+            return self.files[-1]
+        holes = self.table.holes if self.table is not None else None
+        gap = (expected - current) // UNIT_SIZE
+        if expected > current and holes and holes.bytes_between(self.max_phys, phys) // MIN_RECORD >= gap:
+            log.warning(
+                "consume queue %s: offsets %d..%d belonged to corrupt records; marked as holes",
+                self.name,
+                current // UNIT_SIZE,
+                cq_offset - 1,
+            )
+            self._fill(last, expected)
+            return self.files[-1]
+        _limited.warning(
+            "cq-misplaced",
+            "consume queue %s: record at %d says queue offset %d but the queue is at %d; stored at %d",
+            self.name,
+            phys,
+            cq_offset,
+            current // UNIT_SIZE,
+            current // UNIT_SIZE,
+        )
+        return last
+
+    def _fill(self, last: MappedFile, upto: int) -> None:
+        """Filler units from the queue's end to byte offset ``upto`` (across files if need be)."""
+        while last.start + last.wrote < upto:
+            if last.wrote >= last.size:
+                last = self._new_file(last.end)
+            n = min(upto - (last.start + last.wrote), last.size - last.wrote)
+            last.reserve(last.wrote + n + RESERVE_CHUNK)
+            last.mm[last.wrote : last.wrote + n] = BLANK_UNIT * (n // UNIT_SIZE)
+            last.wrote += n
+        if last.wrote >= last.size:
+            self._new_file(last.end)
 
     # ------------------------------------------------------------------ read
 
@@ -153,14 +268,17 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ recovery and retention
 
-    def recover(self) -> None:
-        """Find the last valid unit (offset >= 0 and size > 0) scanning the last three files (§2.5)."""
+    def recover(self, scan_all: bool = False) -> None:
+        """Find the last valid unit (offset >= 0 and size > 0) scanning the last three files (§2.5),
+        or every file with ``scan_all``.
+
+        Unlike RocketMQ, an invalid unit followed by more non-zero bytes is damage, not
+        the end: the queue is cut there and marked for rebuilding from the commitlog.
+        """
         files = self.files
         if not files:
             return
-        idx = max(0, len(files) - 3)
-        max_phys = 0
-        stop = len(files)
+        idx = 0 if scan_all else max(0, len(files) - 3)
         for i in range(idx, len(files)):
             f = files[i]
             pos = 0
@@ -168,41 +286,49 @@ class ConsumeQueue:
                 if phys < 0 or size <= 0:
                     break
                 pos += UNIT_SIZE
-                if not (phys == 0 and size == INT_MAX):
-                    max_phys = phys + size
             f.wrote = f.flushed = pos
             if pos < f.size:
-                stop = i + 1
+                if _has_data(f, pos) or any(_has_data(g, 0) for g in files[i + 1 :]):
+                    self._mark(f"unit {(f.start + pos) // UNIT_SIZE} is invalid and data follows it")
+                self._cut(f.start + pos)
                 break
-        for f in files[stop:]:
-            f.destroy()
-        del files[stop:]
-        self.max_phys = max_phys
+        self._update_max_phys()
 
-    def truncate_dirty(self, phys_end: int) -> None:
-        """Remove trailing units whose record starts at or beyond ``phys_end`` (the recovered commitlog end)."""
+    def first_unit(self) -> tuple[int, int]:
+        """(queue offset, phys) of the first real unit; (-1, -1) when there is none."""
+        for f in self.files:
+            for k, (phys, size, _tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
+                if not _is_blank(phys, size):
+                    return (f.start + k * UNIT_SIZE) // UNIT_SIZE, phys
+        return -1, -1
+
+    def drop_all(self, why: str) -> None:
+        """Delete every file (the queue is rebuilt from the commitlog)."""
+        self._mark(why)
+        self._cut(self.files[0].start if self.files else 0)
+        self.min_logic = 0
+        self._update_max_phys()
+
+    def _mark(self, why: str) -> None:
+        if not self.damage:
+            self.damage = why
+
+    def _cut(self, byte_offset: int) -> None:
+        """Remove every unit from ``byte_offset`` on (later files deleted, the rest of that file zeroed)."""
         files = self.files
-        while files:
-            last = files[-1]
-            keep = 0
-            cut = False
-            for phys, size, _tags in UNIT.iter_unpack(last.mm[0 : last.wrote]):
-                if phys >= phys_end and not (phys == 0 and size == INT_MAX):
-                    cut = True
-                    break
-                keep += UNIT_SIZE
-            if not cut:
-                break
-            if keep == 0 and len(files) > 1:
-                files.pop().destroy()
-                continue
-            last.mm[keep : last.wrote] = bytes(last.wrote - keep)
-            last.wrote = min(last.wrote, keep)
-            last.flushed = min(last.flushed, keep)
-            break
+        while files and files[-1].start >= byte_offset:
+            files.pop().destroy()
+        if files:
+            f = files[-1]
+            pos = byte_offset - f.start
+            _zero_data(f, pos)
+            f.wrote = pos
+            f.flushed = min(f.flushed, pos)
+
+    def _update_max_phys(self) -> None:
         self.max_phys = 0
         for phys, size, _tags in self._units_backwards():
-            if not (phys == 0 and size == INT_MAX):
+            if not _is_blank(phys, size):
                 self.max_phys = phys + size
                 break
 
@@ -211,6 +337,119 @@ class ConsumeQueue:
             for pos in range(f.wrote - UNIT_SIZE, -1, -UNIT_SIZE):
                 yield UNIT.unpack_from(f.mm, pos)
 
+    def verify(
+        self, cl: CommitLog, scan_start: int, delay_levels: Sequence[int], holes: Holes
+    ) -> tuple[int, int]:
+        """Check every unit against the commitlog; repair what can be repaired in place.
+
+        Every unit must point inside the commitlog's valid data, after its predecessor's
+        record. One pointing at or after ``scan_start`` (the range recovery just validated)
+        must point at the start of a record, and that record must be this unit's:
+
+        * a record in a corrupt range: the unit becomes a filler unit (a hole);
+        * the record's topic, queue id and queue offset name this unit: size and tags
+          code are rewritten from the record if they differ;
+        * they name another unit, and that unit points here too: this unit is wrong
+          (its offset field was damaged): the queue is cut here and rebuilt by replay;
+        * they name another unit that does not point here: the record's header is what
+          was damaged (the CRC covers only the body); the unit is right and kept.
+
+        Returns ``(units checked against records, units repaired in place)``.
+        """
+        end = cl.max_offset
+        cl_min = cl.min_offset
+        topic_b = self.topic.encode()
+        qid = self.queue_id
+        checked = repaired = 0
+        prev_end = -1  # end of the previous real unit's record
+        has_holes = bool(holes)
+        segs = cl.files
+        fsize = cl.file_size
+        first_idx = segs[0].start // fsize if segs else 0
+        cache: dict[bytes, int] = {}
+        for f in list(self.files):
+            for k, (phys, size, tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
+                if phys == 0 and size == INT_MAX:
+                    continue
+                here = f.start + k * UNIT_SIZE
+                if phys < 0 or size < MIN_RECORD or phys + size > end or phys < prev_end:
+                    self._broken(here, f"unit ({phys}, {size}) out of range or order")
+                    return checked, repaired
+                if phys < scan_start or phys < cl_min:
+                    prev_end = phys + size
+                    continue
+                checked += 1
+                if has_holes and holes.find(phys) >= 0:
+                    UNIT.pack_into(f.mm, k * UNIT_SIZE, 0, INT_MAX, 0)
+                    repaired += 1
+                    log.warning(
+                        "consume queue %s: offset %d pointed at a corrupt record; now a hole",
+                        self.name,
+                        here // UNIT_SIZE,
+                    )
+                    continue
+                seg = segs[phys // fsize - first_idx]
+                if unit_agrees(
+                    seg.mm,
+                    phys - seg.start,
+                    seg.wrote,
+                    (phys, size, tags),
+                    qid,
+                    here // UNIT_SIZE,
+                    topic_b,
+                    cache,
+                ):
+                    prev_end = phys + size
+                    continue
+                ru = record_unit(seg.mm, phys - seg.start, seg.wrote, delay_levels, cache)
+                if ru is None or ru[3] != phys:
+                    self._broken(here, f"unit ({phys}, {size}) points at no record")
+                    return checked, repaired
+                total, rqid, rqoff, _p, rtopic, want_tags = ru
+                if rqid != qid or rtopic != topic_b or rqoff != here // UNIT_SIZE:
+                    if total != size or self._claimed_elsewhere(rtopic, rqid, rqoff, phys, here):
+                        self._broken(here, f"unit points at the record of {rtopic!r}/{rqid} offset {rqoff}")
+                        return checked, repaired
+                    _limited.warning(
+                        "cq-header",
+                        "commitlog record at %d (consume queue %s offset %d) has a damaged header: it says %r/%d offset %d",
+                        phys,
+                        self.name,
+                        here // UNIT_SIZE,
+                        rtopic,
+                        rqid,
+                        rqoff,
+                    )
+                if total != size or want_tags != tags:
+                    UNIT.pack_into(f.mm, k * UNIT_SIZE, phys, total, want_tags)
+                    repaired += 1
+                    log.warning(
+                        "consume queue %s: offset %d had a damaged size/tags code; rewritten from its record",
+                        self.name,
+                        here // UNIT_SIZE,
+                    )
+                prev_end = phys + total
+        if repaired:
+            self._update_max_phys()
+        return checked, repaired
+
+    def _claimed_elsewhere(self, topic_b: bytes, qid: int, qoff: int, phys: int, here: int) -> bool:
+        """True when the queue unit a record's header names (other than ``here``) points at ``phys``."""
+        try:
+            topic = topic_b.decode()
+        except UnicodeDecodeError:
+            return False
+        owner = self.table.get(topic, qid) if self.table is not None else None
+        if owner is None or (owner is self and qoff * UNIT_SIZE == here) or qoff < 0:
+            return False
+        unit = owner.unit(qoff)
+        return unit is not None and unit[0] == phys
+
+    def _broken(self, byte_offset: int, why: str) -> None:
+        self._mark(f"offset {byte_offset // UNIT_SIZE}: {why}")
+        self._cut(byte_offset)
+        self._update_max_phys()
+
     def correct_min_offset(self, phys_min: int) -> None:
         """Minimum = first unit of the first file whose record is still in the commitlog."""
         if not self.files:
@@ -218,20 +457,23 @@ class ConsumeQueue:
             return
         f = self.files[0]
         for i, (phys, size, _tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
-            if phys >= phys_min and not (phys == 0 and size == INT_MAX):
+            if phys >= phys_min and not _is_blank(phys, size):
                 self.min_logic = max(self.min_logic, f.start + i * UNIT_SIZE)
                 return
         self.min_logic = max(self.min_logic, f.start + f.wrote)
 
     def delete_expired(self, phys_min: int) -> int:
-        """Delete leading files (never the last) whose last unit points below ``phys_min``."""
+        """Delete leading files (never the last) whose last real unit points below ``phys_min``."""
         deleted = 0
         while len(self.files) > 1:
             f = self.files[0]
-            if f.wrote < UNIT_SIZE:
-                break
-            phys, _size, _tags = UNIT.unpack_from(f.mm, f.wrote - UNIT_SIZE)
-            if phys >= phys_min:
+            last_phys = -1
+            for pos in range(f.wrote - UNIT_SIZE, -1, -UNIT_SIZE):
+                phys, size, _tags = UNIT.unpack_from(f.mm, pos)
+                if not _is_blank(phys, size):
+                    last_phys = phys
+                    break
+            if f.wrote < UNIT_SIZE or last_phys >= phys_min:
                 break
             self.files.pop(0).destroy()
             deleted += 1
@@ -260,27 +502,78 @@ class ConsumeQueue:
         for f in self.files:
             f.destroy()
         self.files = []
-        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _has_data(f: MappedFile, pos: int) -> bool:
+    """True when ``f`` holds a non-zero byte at or after ``pos``."""
+    step = 1 << 16
+    zeros = bytes(step)
+    for a in range(pos, f.size, step):
+        chunk = f.mm[a : min(f.size, a + step)]
+        if chunk != zeros[: len(chunk)]:
+            return True
+    return False
+
+
+def _zero_data(f: MappedFile, pos: int) -> None:
+    """Zero the non-zero pages of ``f`` from ``pos`` (never writing into a page that is all zeros,
+    which may be a hole of a sparse file)."""
+    if pos < f.size:
+        first = min(f.size, -(-pos // OS_PAGE) * OS_PAGE)
+        if f.mm[pos:first].count(0) != first - pos:
+            f.mm[pos:first] = bytes(first - pos)
+        zeros = bytes(OS_PAGE)
+        for a in range(first, f.size, OS_PAGE):
+            page = f.mm[a : min(f.size, a + OS_PAGE)]
+            if page != zeros[: len(page)]:
+                f.mm[a : a + len(page)] = zeros[: len(page)]
 
 
 class ConsumeQueueTable:
-    """All consume queues of a store, by topic then queue id."""
+    """All consume queues of a store, by topic then queue id.
 
-    def __init__(self, root: Path, file_size: int) -> None:
+    ``deleted`` remembers, per deleted topic, the commitlog offset at deletion
+    (persisted in ``tombstones``): records below it never recreate the topic's queues,
+    neither by a replay nor by the start-up rebuild of missing queues.
+    """
+
+    def __init__(self, root: Path, file_size: int, tombstones: Path | None = None) -> None:
         self.root = root
         self.file_size = cq_file_size(file_size)
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.logics_ts = 0  # store time of the last unit written (checkpoint logicsMsgTimestamp)
+        self.holes: Holes | None = None
+        self.tombstones = tombstones
+        self.deleted: dict[str, int] = {}
 
     def load(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Map every queue; skip (with a warning) directories that are not valid topics or that
+        resolve outside the store, and symlinked queue directories."""
+        self._load_tombstones()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("%s: cannot create the consume-queue directory (%s)", self.root, e)
+            return
         for tdir in sorted(self.root.iterdir()):
             if not tdir.is_dir():
+                continue
+            bad = validate_topic(tdir.name)
+            if bad is not None or tdir.is_symlink():
+                log.warning("%s: skipped (%s)", tdir, bad or "a symlink; the store creates none")
                 continue
             for qdir in sorted(tdir.iterdir()):
                 if not (qdir.is_dir() and qdir.name.lstrip("-").isdigit()):
                     continue
-                cq = ConsumeQueue(tdir.name, int(qdir.name), qdir, self.file_size)
+                try:
+                    path = confined_path(self.root, tdir.name, qdir.name)
+                except ConfinementError as e:
+                    log.warning("%s: skipped (%s)", qdir, e)
+                    continue
+                if qdir.is_symlink():
+                    log.warning("%s: skipped (a symlink; the store creates none)", qdir)
+                    continue
+                cq = ConsumeQueue(tdir.name, int(qdir.name), path, self.file_size, self)
                 cq.load()
                 self.queues.setdefault(tdir.name, {})[cq.queue_id] = cq
 
@@ -289,12 +582,19 @@ class ConsumeQueueTable:
         return t.get(queue_id) if t is not None else None
 
     def create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        t = self.queues.setdefault(topic, {})
-        cq = t.get(queue_id)
+        """The queue, made (in memory; files come with the first unit) after checking the name.
+
+        ``ConfinementError`` for a name that is not a valid topic or would leave the store.
+        """
+        t = self.queues.get(topic)
+        cq = t.get(queue_id) if t is not None else None
         if cq is None:
-            cq = t[queue_id] = ConsumeQueue(
-                topic, queue_id, self.root / topic / str(queue_id), self.file_size
-            )
+            bad = validate_topic(topic)
+            if bad is not None:
+                raise ConfinementError(bad)
+            path = confined_path(self.root, topic, str(queue_id))
+            cq = ConsumeQueue(topic, queue_id, path, self.file_size, self)
+            self.queues.setdefault(topic, {})[queue_id] = cq
         return cq
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
@@ -304,12 +604,55 @@ class ConsumeQueueTable:
     def max_phys(self) -> int:
         return max((cq.max_phys for cq in self), default=0)
 
-    def delete_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str, at_offset: int = -1) -> bool:
+        """Forget a topic's queues and remove its directory (confined); False for a name that is
+        not a valid topic (nothing is touched). ``at_offset`` >= 0 records a tombstone."""
+        if validate_topic(topic) is not None:
+            return False
         t = self.queues.pop(topic, None)
         if t:
             for cq in t.values():
                 cq.destroy()
-        shutil.rmtree(self.root / topic, ignore_errors=True)
+        try:
+            remove_confined(self.root, topic)
+        except (ConfinementError, OSError) as e:
+            log.warning("delete topic %s: directory not removed (%s)", topic, e)
+        if at_offset >= 0:
+            self.deleted[topic] = at_offset
+            self._save_tombstones()
+        return True
+
+    def prune_tombstones(self, phys_min: int) -> None:
+        stale = [t for t, off in self.deleted.items() if off <= phys_min]
+        if stale:
+            for t in stale:
+                del self.deleted[t]
+            self._save_tombstones()
+
+    def _load_tombstones(self) -> None:
+        if self.tombstones is None:
+            return
+        try:
+            text = self.tombstones.read_text("utf-8", "replace")
+        except OSError:
+            return
+        for line in text.splitlines():
+            topic, _, off = line.partition(" ")
+            if validate_topic(topic) is None and off.isdigit():
+                self.deleted[topic] = int(off)
+
+    def _save_tombstones(self) -> None:
+        if self.tombstones is None:
+            return
+        tmp = self.tombstones.with_name(self.tombstones.name + ".tmp")
+        try:
+            if self.deleted:
+                tmp.write_text("".join(f"{t} {off}\n" for t, off in sorted(self.deleted.items())), "utf-8")
+                os.replace(tmp, self.tombstones)
+            else:
+                self.tombstones.unlink(missing_ok=True)
+        except OSError as e:
+            _limited.warning("tombstones", "%s: not written (%s)", self.tombstones, e)
 
     def close(self) -> None:
         for cq in self:
@@ -332,8 +675,22 @@ class ConsumeQueueDispatcher:
             t = queues.get(r.topic)
             cq = t.get(r.queue_id) if t is not None else None
             if cq is None:
-                cq = self.table.create(r.topic, r.queue_id)
+                cq = self._create(r)
+                if cq is None:
+                    continue
             cq.put(r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset)
             last_ts = r.store_timestamp
         if last_ts:
             self.table.logics_ts = last_ts
+
+    def _create(self, r: DispatchRequest) -> Any:
+        """A new queue for ``r``, or None when the record must not make one (deleted topic, bad name)."""
+        table = self.table
+        gone = table.deleted.get(r.topic)
+        if gone is not None and r.commit_log_offset < gone:
+            return None
+        try:
+            return table.create(r.topic, r.queue_id)
+        except ConfinementError as e:
+            _limited.warning("cq-name", "record at %d not queued: %s", r.commit_log_offset, e)
+            return None

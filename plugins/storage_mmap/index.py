@@ -3,20 +3,31 @@
 Keys are ``topic#key`` for each ``KEYS`` token and the ``UNIQ_KEY``. A lookup
 returns candidate commitlog offsets by hash; the store re-checks the real key
 against the record. Files are named by the local time of their creation.
+
+Damage: an index is derived data. At start-up a file of the wrong size, with an
+implausible header, or (for the files checked) with entries that break the chain
+rules is deleted together with every later file, and the store replays dispatch
+from the last good file's end to rebuild them. Damage that goes unseen can only
+make a lookup miss: every candidate is re-checked against its record, and chain
+walks stop at anything out of order.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import operator
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Final
 
 from rmq.kernel.model import DispatchRequest
 from rmq.plugins.storage_mmap.codec import _HIGH31, _LOW31, java_hash_fast
-from rmq.plugins.storage_mmap.mapped_file import MappedFile, StoreError
+from rmq.plugins.storage_mmap.mapped_file import MappedFile
 from rmq.protocol.common import java_hash
 
 log = logging.getLogger("rmq.store")
@@ -27,6 +38,7 @@ SLOT: Final = struct.Struct(">i")
 ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
 ENTRY_SIZE: Final = 20
 INT_MAX: Final = 0x7FFFFFFF
+RESERVE_CHUNK: Final = 1 << 20  # entry bytes reserved ahead of the next entry
 
 
 def key_hash(key: str) -> int:
@@ -89,6 +101,8 @@ class IndexFile:
         else:
             diff = store_ts - begin
             diff = 0 if diff < 0 else min(diff // 1000, INT_MAX)
+        if self.entries_at + (count + 1) * ENTRY_SIZE > self.mf.reserved:
+            self.mf.reserve(self.entries_at + (count + 1) * ENTRY_SIZE + RESERVE_CHUNK)
         ENTRY.pack_into(mm, self.entries_at + count * ENTRY_SIZE, h, phy, diff, prev)
         if count <= 1:
             self.begin_phy = phy
@@ -119,6 +133,9 @@ class IndexFile:
         stop = min(len(items), i + self.max_entries - count)
         if stop <= i:
             return i
+        need = at + (count + stop - i) * ENTRY_SIZE
+        if need > self.mf.reserved:
+            self.mf.reserve(need + RESERVE_CHUNK)
         begin_ts, begin_phy, slot_count = self.begin_ts, self.begin_phy, self.slot_count
         HEADER.pack_into(mm, 0, begin_ts, self.end_ts, begin_phy, self.end_phy, slot_count, count + stop - i)
         slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
@@ -158,6 +175,58 @@ class IndexFile:
         HEADER.pack_into(mm, 0, begin_ts, ts, begin_phy, phy, slot_count, count)
         return i
 
+    def repair_tail(self) -> None:
+        """Undo what a crash inside :meth:`put_many` leaves: a count reserved for entries never
+        written (zeros at the tail). Count and end are set back to the last written entry."""
+        count = self.count
+        zero = bytes(ENTRY_SIZE)
+        at = self.entries_at
+        while count > 1 and self.mm[at + (count - 1) * ENTRY_SIZE : at + count * ENTRY_SIZE] == zero:
+            count -= 1
+        if count != self.count:
+            self.count = count
+            if count > 1:
+                _h, self.end_phy, diff, _p = ENTRY.unpack_from(self.mm, at + (count - 1) * ENTRY_SIZE)
+                self.end_ts = max(self.end_ts, self.begin_ts + diff * 1000)
+            self.write_header()
+
+    def problem(self, entries: bool) -> str:
+        """Why this file cannot be trusted ("" if it can): header plausibility and, with
+        ``entries``, every entry and slot against the chain rules (entries in commitlog
+        order, each pointing only backwards, slots within the entries). A damaged link that
+        passes these can only make a lookup miss: chain walks stop at anything out of order."""
+        count = self.count
+        if not 1 <= count <= self.max_entries or not 0 <= self.slot_count <= min(count, self.slots):
+            return f"header counts {count}/{self.slot_count} out of range"
+        mm = self.mm
+        if count == 1:
+            if mm[self.entries_at + ENTRY_SIZE : self.entries_at + 2 * ENTRY_SIZE] != bytes(ENTRY_SIZE):
+                return "header says empty but entries follow"
+            return ""
+        _h, first_phy, _d, _p = ENTRY.unpack_from(mm, self.entries_at + ENTRY_SIZE)
+        _h, last_phy, _d, _p = ENTRY.unpack_from(mm, self.entries_at + (count - 1) * ENTRY_SIZE)
+        if first_phy != self.begin_phy or last_phy < self.end_phy or not 0 <= self.begin_phy <= self.end_phy:
+            return "header and entries disagree"
+        if not entries:
+            return ""
+        ints = array("I")  # unsigned: a negative (corrupt) link shows as huge and fails "< own number"
+        ints.frombytes(mm[self.entries_at : self.entries_at + count * ENTRY_SIZE])
+        slots = array("I")
+        slots.frombytes(mm[HEADER_SIZE : self.entries_at])
+        if sys.byteorder == "little":
+            ints.byteswap()
+            slots.byteswap()
+        if max(ints[5::5]) >= 1 << 31:
+            return "an entry has a negative key hash"
+        if not all(map(operator.lt, ints[9::5], range(1, count))):
+            return "an entry points forwards"
+        phys = list(zip(ints[6::5], ints[7::5], strict=True))  # (high, low) words compare as the offset does
+        if not all(map(operator.le, phys, islice(phys, 1, None))):
+            return "entries out of commitlog order"
+        if max(slots) >= count:
+            return "a slot points past the entries"
+        return ""
+
     def time_matched(self, begin: int, end: int) -> bool:
         b, e = self.begin_ts, self.end_ts
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
@@ -180,7 +249,7 @@ class IndexFile:
             t = base + diff * 1000
             if kh == h and begin <= t <= end:
                 out.append(phy)
-            if prev <= 0 or prev > count or prev == cur or t < begin:
+            if prev <= 0 or prev >= cur or t < begin:  # a chain only ever points backwards
                 break
             cur = prev
 
@@ -203,27 +272,58 @@ class IndexService:
         self.max_entries = max_entries
         self.size = index_file_size(slots, max_entries)
         self.files: list[IndexFile] = []
+        self.entries_at = HEADER_SIZE + slots * 4
+        self.damage = ""
         self._on_full = on_full
         self.guard = -1  # records at or below this offset are indexed already (replay guard)
 
-    def load(self, abnormal: bool, index_ts: int) -> None:
-        """Map existing files. After a crash, files ending after the checkpoint's index time are
-        rebuilt only if their header is implausible (a SIGKILL leaves the page cache intact)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for path in sorted(p for p in self.dir.iterdir() if p.is_file() and p.name.isdigit()):
-            size = path.stat().st_size
-            if size != self.size:
-                raise StoreError(
-                    f"{path}: index file is {size} bytes, expected {self.size} (maxHashSlotNum/maxIndexNum changed?)"
-                )
-            f = IndexFile(MappedFile.open(path, self.size), self.slots, self.max_entries)
-            if abnormal and f.end_ts > index_ts and not (1 <= f.count <= self.max_entries):
-                log.warning("index file %s has an implausible header after a crash; rebuilding it", path)
-                f.mf.destroy()
-                continue
-            self.files.append(f)
+    def load(self, check_all: bool = False) -> None:
+        """Map existing files, oldest first. The first that is damaged (see the module docstring)
+        is deleted with every later one; ``damage`` then says why, and ``guard`` (the end of the
+        last good file) is where dispatch must be replayed from to rebuild them. Entries are
+        checked in the newest file, or in all with ``check_all``."""
+        self.damage = ""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("%s: cannot create the index directory (%s)", self.dir, e)
+            return
         for path in self.dir.glob("*.tmp"):
             path.unlink(missing_ok=True)
+        paths = sorted(
+            p for p in self.dir.iterdir() if p.name.isdigit() and p.is_file() and not p.is_symlink()
+        )
+        for n, path in enumerate(paths):
+            size = path.stat().st_size
+            f = None
+            if size != self.size:
+                problem = f"file is {size} bytes, expected {self.size}"
+            else:
+                f = IndexFile(MappedFile.open(path, self.size, reserve=0), self.slots, self.max_entries)
+                f.repair_tail()
+                problem = f.problem(entries=check_all or n == len(paths) - 1)
+            if problem:
+                if f is not None:
+                    f.close()
+                self.damage = f"{path}: {problem}"
+                log.warning(
+                    "index file %s: %s; it and %d later file(s) will be rebuilt from the commitlog",
+                    path,
+                    problem,
+                    len(paths) - n - 1,
+                )
+                for later in paths[n:]:
+                    later.unlink(missing_ok=True)
+                break
+            self.files.append(f)  # type: ignore[arg-type]
+        self.guard = self.end_phy
+
+    def drop_from(self, i: int, why: str) -> None:
+        """Delete files ``i`` and later (they are rebuilt from the commitlog)."""
+        log.warning("index: %s; %d file(s) will be rebuilt from the commitlog", why, len(self.files) - i)
+        while len(self.files) > i:
+            self.files.pop().mf.destroy()
+        self.damage = why
         self.guard = self.end_phy
 
     def truncate(self, phys_end: int) -> None:
@@ -251,7 +351,9 @@ class IndexService:
 
     def _roll(self) -> IndexFile:
         prev = self.files[-1] if self.files else None
-        mf = MappedFile.open(self._new_name(), self.size, create=True)
+        mf = MappedFile.open(
+            self._new_name(), self.size, create=True, reserve=self.entries_at + RESERVE_CHUNK
+        )
         f = IndexFile(mf, self.slots, self.max_entries)
         if prev is not None:
             f.begin_ts = f.end_ts = prev.end_ts

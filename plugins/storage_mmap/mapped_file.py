@@ -4,10 +4,20 @@ A ``MappedFile`` is one segment: the event loop writes through ``mm``; a flush
 worker thread calls :meth:`MappedFile.sync` (``fdatasync`` releases the GIL, which
 ``mmap.flush`` does not on 3.11). New files are created under a temporary name,
 sized, and renamed, so a crash never leaves a short file behind.
+
+Full disks: a store never writes through a mapping into bytes the filesystem has
+not reserved. A write into a hole of a sparse file needs a block at page-fault
+time, and when none is left the kernel answers with SIGBUS, which ends the process
+with no log line. So every range is reserved with ``posix_fallocate`` before it is
+written (:meth:`MappedFile.reserve`): a commitlog segment whole at creation,
+consume-queue and index files in chunks as they grow. A reservation that fails
+raises :class:`DiskFullError` (an ``OSError``) where the caller can refuse the
+write cleanly.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -15,25 +25,66 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from rmq.kernel.ratelimit import RateLimitedLog
+
 log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=60.0)
 
 OS_PAGE = 4096
+_ALLOCATED_MARGIN = 1 << 20
+_FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
 
 
 class StoreError(Exception):
     """The store cannot load or continue; the message names the file and the problem."""
 
 
+class DiskFullError(OSError):
+    """Disk space for a store file could not be reserved; ``remark`` starts with "disk full: "."""
+
+    def __init__(self, what: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.what = what
+        self.cause = cause
+        reason = cause.strerror or str(cause)
+        kind = "" if cause.errno in _FULL_ERRNOS else " (not a space error; check the store's filesystem)"
+        self.remark = f"disk full: cannot {what}: [Errno {cause.errno}] {reason}{kind}"
+
+    def __str__(self) -> str:
+        return self.remark
+
+
 def offset_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def _fallocate(fd: int, start: int, length: int, what: str) -> None:
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as e:
+        raise DiskFullError(what, e) from e
+
+
 class MappedFile:
-    """One mmapped segment. ``wrote`` is the write position; ``flushed`` the position known durable."""
+    """One mmapped segment. ``wrote`` is the write position; ``flushed`` the position known durable;
+    ``reserved`` how many leading bytes have disk blocks (nothing past it may be written)."""
 
-    __slots__ = ("path", "start", "size", "fd", "mm", "wrote", "flushed", "first_in_queue", "_closed")
+    __slots__ = (
+        "path",
+        "start",
+        "size",
+        "fd",
+        "mm",
+        "wrote",
+        "flushed",
+        "reserved",
+        "first_in_queue",
+        "_closed",
+    )
 
-    def __init__(self, path: Path, start: int, size: int, fd: int, mm: mmap.mmap) -> None:
+    def __init__(self, path: Path, start: int, size: int, fd: int, mm: mmap.mmap, reserved: int) -> None:
         self.path = path
         self.start = start
         self.size = size
@@ -41,39 +92,50 @@ class MappedFile:
         self.mm = mm
         self.wrote = 0
         self.flushed = 0
+        self.reserved = reserved
         self.first_in_queue = False
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, size: int, create: bool = False, preallocate: bool = False) -> MappedFile:
-        """Map an existing file of exactly ``size`` bytes, or create one (atomically) when ``create``."""
+    def open(cls, path: Path, size: int, create: bool = False, reserve: int | None = None) -> MappedFile:
+        """Map an existing file of exactly ``size`` bytes, or create one (atomically) when ``create``.
+
+        ``reserve``: bytes to reserve (``posix_fallocate``) from the start of a file created here;
+        None leaves it sparse and marks it wholly reserved (the unsafe ``fallocate = false`` mode).
+        An existing file counts as reserved up to its allocated blocks' worth (``st_blocks``, less a
+        margin), exact enough for files this store created and conservative for sparse ones.
+        """
         if create and not path.exists():
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                if preallocate:
-                    try:
-                        os.posix_fallocate(fd, 0, size)  # no SIGBUS on a full disk mid-write
-                    except OSError:
-                        os.ftruncate(fd, size)
-                else:
-                    os.ftruncate(fd, size)
+                if reserve is not None:
+                    _fallocate(fd, 0, min(reserve, size), f"reserve {min(reserve, size)} bytes for {path}")
+                os.ftruncate(fd, size)
             except BaseException:
                 os.close(fd)
                 tmp.unlink(missing_ok=True)
                 raise
             os.close(fd)
             os.replace(tmp, path)
+            reserved = size if reserve is None else min(reserve, size)
+        else:
+            reserved = -1
         fd = os.open(path, os.O_RDWR)
         try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                raise StoreError(f"{path}: file is {actual} bytes, expected {size} (segment size in config)")
+            st = os.fstat(fd)
+            if st.st_size != size:
+                raise StoreError(
+                    f"{path}: file is {st.st_size} bytes, expected {size} (segment size in config)"
+                )
+            if reserved < 0:  # st_blocks may count a filesystem's own metadata blocks: keep a margin
+                allocated = st.st_blocks * 512 - _ALLOCATED_MARGIN
+                reserved = size if reserve is None else max(0, min(size, allocated // OS_PAGE * OS_PAGE))
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, int(path.name), size, fd, mm)
+        return cls(path, int(path.name), size, fd, mm, reserved)
 
     @property
     def end(self) -> int:
@@ -82,6 +144,22 @@ class MappedFile:
     @property
     def full(self) -> bool:
         return self.wrote >= self.size
+
+    def reserve(self, upto: int) -> None:
+        """Make sure bytes ``[0, upto)`` have disk blocks; ``DiskFullError`` when the disk cannot.
+
+        Cheap when already reserved (one comparison); the caller writes only below ``reserved``.
+        """
+        upto = min(upto, self.size)
+        if upto <= self.reserved:
+            return
+        _fallocate(
+            self.fd,
+            self.reserved,
+            upto - self.reserved,
+            f"reserve {upto - self.reserved} bytes in {self.path}",
+        )
+        self.reserved = upto
 
     def sync(self) -> None:
         """Force this file's dirty pages to disk (blocking: call off the event loop)."""
@@ -110,13 +188,20 @@ class MappedFile:
 
 
 def list_segments(directory: Path) -> list[Path]:
-    """Segment files of a directory in offset order; leftovers of interrupted creation are removed."""
+    """Segment files of a directory in offset order; leftovers of interrupted creation are removed.
+
+    A symlink is never taken for a segment: the store creates none, and mapping one
+    read-write would write wherever it points.
+    """
     if not directory.is_dir():
         return []
     out = []
     for p in directory.iterdir():
         if p.name.endswith(".tmp"):
             p.unlink(missing_ok=True)
+            continue
+        if p.is_symlink():
+            _limited.warning("symlink-segment", "%s: a symlink where a store file belongs; ignored", p)
             continue
         if p.is_file() and p.name.isdigit():
             out.append(p)
@@ -125,26 +210,47 @@ def list_segments(directory: Path) -> list[Path]:
 
 
 class Preallocator:
-    """Creates the next commitlog segment on a background thread so the roll never waits on disk."""
+    """Creates commitlog segments on a background thread so neither a roll nor a retry waits on disk.
 
-    def __init__(self, preallocate_blocks: bool) -> None:
+    ``request`` starts a creation; ``take`` returns its result (or creates synchronously).
+    A failed creation leaves no file behind and surfaces as ``DiskFullError`` from ``take``.
+    """
+
+    def __init__(self, reserve: bool) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-alloc")
         self._pending: dict[Path, Future[MappedFile]] = {}
         self._lock = threading.Lock()
-        self._blocks = preallocate_blocks
+        self._reserve = reserve
 
-    def request(self, path: Path, size: int) -> None:
+    def request(self, path: Path, size: int) -> Future[MappedFile]:
         with self._lock:
-            if path not in self._pending and not path.exists():
-                self._pending[path] = self._pool.submit(self._create, path, size)
+            fut = self._pending.get(path)
+            if fut is None or (fut.done() and fut.exception() is not None):
+                fut = self._pending[path] = self._pool.submit(self._create, path, size)
+            return fut
 
     def _create(self, path: Path, size: int) -> MappedFile:
-        mf = MappedFile.open(path, size, create=True, preallocate=self._blocks)
+        try:
+            mf = MappedFile.open(path, size, create=True, reserve=size if self._reserve else None)
+        except DiskFullError as e:
+            _limited.warning("prealloc", "pre-allocation of the next commitlog segment failed: %s", e.remark)
+            raise
         try:
             mf.mm.madvise(mmap.MADV_WILLNEED)  # fault zero pages in now, not on the put path
         except (AttributeError, OSError):
             pass
         return mf
+
+    def adopt(self, mf: MappedFile) -> None:
+        """Keep an existing, empty segment for when ``take`` asks for it (a roll after a restart)."""
+        mf.wrote = mf.flushed = 0
+        fut: Future[MappedFile] = Future()
+        fut.set_result(mf)
+        with self._lock:
+            old = self._pending.pop(mf.path, None)
+            self._pending[mf.path] = fut
+        if old is not None and old.done() and old.exception() is None and old.result() is not mf:
+            old.result().close()
 
     def take(self, path: Path, size: int, timeout: float = 5.0) -> MappedFile:
         """The pre-created file (waiting up to ``timeout``), else a synchronous creation."""
@@ -153,9 +259,11 @@ class Preallocator:
         if fut is not None:
             try:
                 return fut.result(timeout=timeout)
-            except Exception as e:  # fall back to creating it here; report why
+            except DiskFullError:
+                pass  # try once more here: space may have been freed since
+            except Exception as e:
                 log.warning("pre-allocation of %s failed (%s); creating synchronously", path, e)
-        return MappedFile.open(path, size, create=True, preallocate=self._blocks)
+        return MappedFile.open(path, size, create=True, reserve=size if self._reserve else None)
 
     def close(self) -> None:
         """Stop; a pre-created but unused file stays on disk (a full-size zero file is harmless)."""

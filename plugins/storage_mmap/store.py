@@ -15,6 +15,24 @@ Records appended by this process are handed to the reput loop as small tuples (t
 values the put just packed), so it does not re-parse bytes it has just written;
 anything else (recovery replay, a hand-off out of step) is parsed from the mapping.
 A test checks that both paths produce identical requests.
+
+Failure modes (each logged once when it starts and once when it ends):
+
+* **Disk full.** A commitlog segment is created with all its blocks reserved, and the
+  next one is created before the current one is closed with its blank record; when the
+  disk cannot hold it, the put is refused with SERVICE_NOT_AVAILABLE and a remark
+  starting "disk full: ", reads go on, and a background task retries every
+  ``disk_retry_ms`` until the segment exists, then writes resume by themselves.
+  Consume-queue and index files reserve their blocks a chunk ahead; when that fails
+  the reput loop keeps the batch, the store refuses writes with the same kind of
+  remark, and the batch is retried (idempotently) until it goes through: the queues
+  then catch up. No file is ever written through a mapping where no block is
+  reserved, so a full disk cannot end the process with SIGBUS. The store starts on a
+  full disk read-only (one line says why) and resumes the same way.
+* **Corruption.** See ``recovery`` and ``commitlog``: damaged consume queues and
+  index files are rebuilt from the commitlog at start-up; a corrupt commitlog record
+  costs only itself (a "hole": never dispatched, never served; its queue offset reads
+  as a filler unit that gets and pulls step over).
 """
 
 from __future__ import annotations
@@ -22,7 +40,6 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
-import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +52,8 @@ import anyio.lowlevel
 import attrs
 
 from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
+from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.plugins.storage_mmap import retention
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
 from rmq.plugins.storage_mmap.codec import (
     RECORD_OVERHEAD,
@@ -47,10 +66,20 @@ from rmq.plugins.storage_mmap.codec import (
     store_timestamp_at,
 )
 from rmq.plugins.storage_mmap.commitlog import CommitLog
-from rmq.plugins.storage_mmap.consume_queue import UNIT, UNIT_SIZE, ConsumeQueueDispatcher, ConsumeQueueTable
+from rmq.plugins.storage_mmap.consume_queue import (
+    INT_MAX,
+    UNIT,
+    UNIT_SIZE,
+    ConsumeQueueDispatcher,
+    ConsumeQueueTable,
+)
 from rmq.plugins.storage_mmap.index import IndexDispatcher, IndexFile, IndexService
+from rmq.plugins.storage_mmap.mapped_file import DiskFullError
+from rmq.plugins.storage_mmap.recovery import recover_store
+from rmq.plugins.storage_mmap.scan import resync
 from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, Prop, decode_properties, tags_code
 from rmq.protocol.message import host_bytes
+from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -59,12 +88,15 @@ if TYPE_CHECKING:
     from rmq.kernel.hookspecs.flush import FlushPolicy
 
 log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=30.0)
 
 _HEAD2 = struct.Struct(">ii")
 _PROPS_LEN = struct.Struct(">h").pack
 _first = operator.itemgetter(0)
 _MIN = -(1 << 63)
+_REPLAY_LOG_BYTES = 64 * 1024 * 1024  # replays at least this long log their progress
 DiskProbe = Callable[[], float]
+ForcedCleanHook = Callable[[dict[tuple[str, int], tuple[int, int]]], None]
 
 
 @attrs.define(frozen=True)
@@ -72,15 +104,26 @@ class MmapOptions:
     """The ``[plugin.storage.mmap]`` table."""
 
     preallocate: bool = True  # create the next commitlog segment on a background thread
-    fallocate: bool = True  # reserve disk blocks for new segments (no SIGBUS when the disk fills)
+    # Reserve disk blocks before writing any file. false leaves files sparse: a full disk then ends
+    # the process with SIGBUS. Only for a filesystem whose posix_fallocate is too slow.
+    fallocate: bool = True
     dispatch_batch: int = 4096  # most records handed to dispatchers in one call
     backlog_bytes: int = 32 * 1024 * 1024  # a put yields to the reput loop when dispatch lags this much
+    # Start-up checks: "all" validates every commitlog record (CRC) and every consume-queue unit;
+    # "recent" only RocketMQ's windows (last three segments, or from the checkpoint after a crash).
+    # "all" reads the whole store at each start (about 1 s per GiB when cached).
+    verify: str = "all"
+    disk_retry_ms: int = 1000  # how often writes refused for a full disk retry on their own
 
     def __attrs_post_init__(self) -> None:
         if self.dispatch_batch < 1:
             raise ValueError("dispatch_batch must be >= 1")
         if self.backlog_bytes < 1:
             raise ValueError("backlog_bytes must be >= 1")
+        if self.verify not in ("all", "recent"):
+            raise ValueError(f"verify must be 'all' or 'recent', got {self.verify!r}")
+        if self.disk_retry_ms < 1:
+            raise ValueError("disk_retry_ms must be >= 1")
 
 
 def default_store_host(config: BrokerConfig) -> bytes:
@@ -91,10 +134,18 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _full_remark(e: OSError, what: str) -> str:
+    """The "disk full: ..." remark of a failed reservation or file creation."""
+    return e.remark if isinstance(e, DiskFullError) else str(DiskFullError(what, e))
+
+
 class MmapMessageStore:
     """See the module docstring. Public extras beyond ``MessageStore``: ``store_host`` (settable),
-    ``disk_usage_probe`` (settable), ``wait_dispatched()``, ``check_disk()`` and the ``Flushable``
-    members (``flushed_offset``, ``flush()``)."""
+    ``disk_usage_probe`` (settable), ``on_forced_clean`` (settable, optional: called with
+    ``{(topic, queue): (old min offset, new min offset)}`` after a clean that deleted data
+    before its expiry, disk over diskSpaceCleanForciblyRatio; it must not block),
+    ``wait_dispatched()``, ``check_disk()`` and the ``Flushable`` members (``flushed_offset``,
+    ``flush()``)."""
 
     def __init__(
         self,
@@ -113,7 +164,11 @@ class MmapMessageStore:
             preallocate=self.options.preallocate,
             fallocate=self.options.fallocate,
         )
-        self.cqs = ConsumeQueueTable(self.root / "consumequeue", config.mappedFileSizeConsumeQueue)
+        self.cqs = ConsumeQueueTable(
+            self.root / "consumequeue",
+            config.mappedFileSizeConsumeQueue,
+            tombstones=self.root / "deleted_topics",
+        )
         self.index: IndexService | None = None
         if config.messageIndexEnable:
             self.index = IndexService(
@@ -121,6 +176,7 @@ class MmapMessageStore:
             )
         self.writer = RecordWriter(config.maxMessageSize, default_store_host(config))
         self.disk_usage_probe: DiskProbe = disk_usage_probe or self._default_disk_probe
+        self.on_forced_clean: ForcedCleanHook | None = None
         self.checkpoint: Checkpoint | None = None
         self.dispatchers: list[CommitLogDispatcher] = []
         self.builtin_dispatchers: list[CommitLogDispatcher] = [ConsumeQueueDispatcher(self.cqs)]
@@ -149,8 +205,11 @@ class MmapMessageStore:
         self._running = False  # started and not stopping
         self._writable = False  # running and no disk-full / dispatch error: the put path's one check
         self._closed_reason = "store not started"
-        self._disk_full = ""
-        self._dispatch_error = ""
+        self._disk_full = ""  # the diskSpaceWarningLevelRatio guard
+        self._alloc_error = ""  # a commitlog segment could not be reserved
+        self._dispatch_error = ""  # consume queue / index could not be written
+        self._retry: Any = None  # anyio.Event: wakes the disk retry task
+        self._write_state = ""  # last remark logged as "writes stopped" ("" = writing)
         self._disk_ratio = -1.0
         self._index_threads: list[Any] = []
         self.recovery: dict[str, Any] = {}
@@ -193,7 +252,7 @@ class MmapMessageStore:
 
     @property
     def _writable_remark(self) -> str:
-        return self._closed_reason or self._disk_full or self._dispatch_error
+        return self._closed_reason or self._disk_full or self._alloc_error or self._dispatch_error
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -202,6 +261,7 @@ class MmapMessageStore:
         await stack.__aenter__()
         self._wake = anyio.Event()
         self._progress = anyio.Event()
+        self._retry = anyio.Event()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._lock = StoreLock(self.root / "lock")
@@ -214,32 +274,44 @@ class MmapMessageStore:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
             self._tg.start_soon(self._reput_loop)
-            await self.wait_dispatched()
+            await self._startup_dispatch()
             self._rebuild_topic_queue_table()
             self._start_offset = self.commitlog.max_offset
-            self.recovery["seconds"] = round(time.monotonic() - t0, 3)
-            log.info(
-                "store %s started (%s recovery in %.2fs): commitlog [%d, %d), %d consume queues",
-                self.root,
-                "abnormal" if abnormal else "normal",
-                self.recovery["seconds"],
-                self.min_phy_offset,
-                self.max_phy_offset,
-                sum(1 for _ in self.cqs),
-            )
             await stack.enter_async_context(self.policy)
             self._sync = bool(self.policy.synchronous)
             self._tg.start_soon(self._logics_flush_loop)
             self._tg.start_soon(self._retention_loop)
-            self.check_disk()
-            (self.root / "abort").touch()
+            self._tg.start_soon(self._disk_retry_loop)
+            try:  # the segment being written must have all its blocks before a put lands in it
+                await anyio.to_thread.run_sync(self.commitlog.prepare_writable)
+            except OSError as e:
+                self._alloc_error = _full_remark(e, "reserve the commitlog segment being written")
+            retention.check_disk(self)
+            try:
+                (self.root / "abort").touch()
+            except OSError as e:
+                log.warning("%s: cannot create the abort marker (%s)", self.root, e)
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
         self._closed_reason = ""
+        self._write_state = self._writable_remark  # the start line says it; "writes resumed" ends it
         self._running = True
         self._update_writable()
+        if self._alloc_error:
+            self._retry.set()
+        self.recovery["seconds"] = round(time.monotonic() - t0, 3)
+        log.info(
+            "store %s started (%s recovery in %.2fs): commitlog [%d, %d), %d consume queues%s",
+            self.root,
+            "abnormal" if abnormal else "normal",
+            self.recovery["seconds"],
+            self.min_phy_offset,
+            self.max_phy_offset,
+            sum(1 for _ in self.cqs),
+            f"; READ-ONLY until this clears: {self._write_state}" if self._write_state else "",
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -249,10 +321,9 @@ class MmapMessageStore:
         self._closed_reason = "store is shutting down"
         self._running = False
         self._update_writable()
-        caught_up = False
         with anyio.move_on_after(10, shield=True):
-            await self.wait_dispatched()
-            caught_up = True
+            await self._wait_dispatch_or_stall()
+        caught_up = self._reput_offset >= self.commitlog.max_offset
         self._tg.cancel_scope.cancel()
         try:
             # LIFO: the policy (final flush, shielded inside), the task group, then files and lock.
@@ -280,6 +351,8 @@ class MmapMessageStore:
                 self.checkpoint.physic_ts = max(self.checkpoint.physic_ts, self.commitlog.last_flushed_ts)
                 self.checkpoint.logics_ts = max(self.checkpoint.logics_ts, self.cqs.logics_ts)
                 self.checkpoint.flush()
+        except OSError as e:
+            log.error("store %s: final flush failed (%s); next start runs recovery", self.root, e)
         finally:
             self.commitlog.close()
             self.cqs.close()
@@ -290,51 +363,44 @@ class MmapMessageStore:
                 self.checkpoint = None
 
     def _load_and_recover(self) -> bool:
-        """Blocking part of start-up (worker thread): §4.3 steps 1-4. Returns True after a crash."""
-        cfg = self.config
+        """Blocking part of start-up (worker thread): §4.3 steps 1-4 (see ``recovery``). True after a crash."""
         abnormal = (self.root / "abort").exists()
         self.checkpoint = Checkpoint(self.root / "checkpoint")
-        self.commitlog.load()
-        self.cqs.load()
-        if self.index is not None:
-            self.index.load(abnormal, self.checkpoint.index_ts)
-        for cq in self.cqs:
-            cq.recover()
-        cq_max_phys = self.cqs.max_phys()
-        if cfg.messageIndexEnable and cfg.messageIndexSafe:
-            min_ts = self.checkpoint.min_timestamp_index()
-        else:
-            min_ts = self.checkpoint.min_timestamp()
-        end, replay_from = self.commitlog.recover(
-            normal=not abnormal,
-            check_crc=cfg.checkCRCOnRecover,
-            min_timestamp=min_ts,
-            stale_span=self._stale_span,
-            on_cut=log.warning,
+        self._reput_offset, self.recovery = recover_store(
+            self.config,
+            self.commitlog,
+            self.cqs,
+            self.index,
+            self.checkpoint,
+            abnormal,
+            self.options.verify == "all",
+            self._delay_levels,
+            self._stale_span,
         )
-        if not self.commitlog.files:
-            for topic in list(self.cqs.queues):
-                self.cqs.delete_topic(topic)
-        elif cq_max_phys >= end:
-            for cq in self.cqs:
-                cq.truncate_dirty(end)
-        if self.index is not None:
-            self.index.truncate(end)
-        cl_min = self.commitlog.min_offset
-        for cq in self.cqs:
-            cq.correct_min_offset(cl_min)
-        reput = max(self.cqs.max_phys(), cl_min)
-        if abnormal:
-            reput = min(reput, max(replay_from, cl_min))
-        self._reput_offset = min(reput, end)
         self._rebuild_topic_queue_table()
-        self.recovery = {
-            "abnormal": abnormal,
-            "commitlog_end": end,
-            "replay_from": self._reput_offset,
-            "replay_bytes": end - self._reput_offset,
-        }
         return abnormal
+
+    async def _startup_dispatch(self) -> None:
+        """Replay dispatch before serving (queues complete at start), with progress lines for long
+        replays; a replay stalled by a full disk does not hold the start: the store opens read-only."""
+        start = self._reput_offset
+        total = self.commitlog.max_offset - start
+        t0 = next_log = time.monotonic()
+        while self._reput_offset < self.commitlog.max_offset and not self._dispatch_error:
+            with anyio.move_on_after(1):
+                await self._progress.wait()
+            if total >= _REPLAY_LOG_BYTES and time.monotonic() >= next_log + 2:
+                next_log = time.monotonic()
+                done = self._reput_offset - start
+                log.info(
+                    "replaying dispatch: %d%% (%d of %d MiB)", 100 * done // total, done >> 20, total >> 20
+                )
+        if total >= _REPLAY_LOG_BYTES:
+            log.info("replayed %d MiB of dispatch in %.1fs", total >> 20, time.monotonic() - t0)
+
+    async def _wait_dispatch_or_stall(self) -> None:
+        while self._reput_offset < self.commitlog.max_offset and not self._dispatch_error:
+            await self._progress.wait()
 
     def _make_dispatchers(self) -> list[CommitLogDispatcher]:
         found: list[CommitLogDispatcher] = []
@@ -393,8 +459,7 @@ class MmapMessageStore:
                 self._n_put_failed += 1
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
             except OSError as e:
-                self._n_put_failed += 1
-                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=f"cannot create segment: {e}")
+                return self._alloc_failed(e)
         pos = f.wrote
         phys = f.start + pos
         if msg.sys_flag & 0xC in (4, 12):  # prepared / rollback: no queue offset
@@ -507,8 +572,7 @@ class MmapMessageStore:
         except ValueError as e:
             return self._illegal(str(e))
         except OSError as e:
-            self._n_put_failed += 1
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=f"cannot create segment: {e}")
+            return self._alloc_failed(e)
         pos = f.wrote
         phys = f.start + pos
         tq = self._tq.get(topic)
@@ -589,6 +653,44 @@ class MmapMessageStore:
         self._n_put_failed += 1
         return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=remark)
 
+    def _alloc_failed(self, e: OSError) -> PutResult:
+        """The next commitlog segment cannot be created: refuse writes until the retry task makes it."""
+        self._alloc_error = _full_remark(e, "create the next commitlog segment")
+        self._update_writable()
+        self._retry.set()
+        return self._refused()
+
+    async def _disk_retry_loop(self) -> None:
+        """While a segment cannot be reserved, try again every ``disk_retry_ms``; clear the error once
+        it exists (the next put takes it), which resumes writes."""
+        interval = self.options.disk_retry_ms / 1000
+        while True:
+            if not self._alloc_error:
+                self._retry = anyio.Event()
+                await self._retry.wait()
+                continue
+            await anyio.sleep(interval)
+            try:
+                await anyio.to_thread.run_sync(self.commitlog.prepare_writable)
+            except OSError as e:
+                self._alloc_error = _full_remark(e, "create the next commitlog segment")
+                continue
+            self._alloc_error = ""
+            self._update_writable()
+
+    def _update_writable(self) -> None:
+        """Recompute the put path's flag; log one line when writes stop and one when they resume."""
+        self._writable = self._running and not (self._disk_full or self._alloc_error or self._dispatch_error)
+        if not self._running:
+            return
+        if self._writable:
+            if self._write_state:
+                log.warning("writes resumed (they had stopped: %s)", self._write_state)
+                self._write_state = ""
+        elif not self._write_state:
+            self._write_state = self._writable_remark
+            log.error("writes stopped: %s; reads continue", self._write_state)
+
     # ------------------------------------------------------------------ dispatch (reput)
 
     async def wait_dispatched(self, offset: int | None = None) -> None:
@@ -604,9 +706,21 @@ class MmapMessageStore:
                 self._reput_idle = True  # a put sets the event only when the loop sleeps
                 await wake.wait()
                 continue
-            await self._reput_once()
-            progress, self._progress = self._progress, anyio.Event()
-            progress.set()
+            try:
+                await self._reput_once()
+            except Exception as e:  # a bug must not end dispatch for good: say so, refuse writes, retry
+                _limited.error("reput", "reput failed at offset %d: %r; retrying", self._reput_offset, e)
+                log.debug("reput failure", exc_info=True)
+                if not self._dispatch_error:
+                    self._dispatch_error = f"dispatch failing at offset {self._reput_offset}: {e!r}"
+                    self._update_writable()
+                self._signal_progress()
+                await anyio.sleep(1)
+                continue
+            if self._dispatch_error.startswith("dispatch failing"):
+                self._dispatch_error = ""
+                self._update_writable()
+            self._signal_progress()
             await anyio.lowlevel.checkpoint()
 
     def _handoff_requests(self, offset: int) -> tuple[list[Any], int]:
@@ -691,9 +805,19 @@ class MmapMessageStore:
         if f is None:  # beyond the end (cannot happen) or nothing left
             self._reput_offset = cl.max_offset
             return
+        limit = f.wrote
+        holes = cl.holes
+        if holes:  # corrupt ranges found by recovery: parse up to the next one, then jump over it
+            skip_to = holes.find(offset)
+            if skip_to >= 0:
+                self._reput_offset = skip_to
+                return
+            nxt = holes.next_start(offset) - f.start
+            if 0 <= nxt < limit:
+                limit = nxt
         reqs: list[Any] = []
         pos, state = parse_for_dispatch(
-            f.mm, offset - f.start, f.wrote, f.start, reqs, self.options.dispatch_batch, self._delay_levels
+            f.mm, offset - f.start, limit, f.start, reqs, self.options.dispatch_batch, self._delay_levels
         )
         if reqs:
             self._n_parsed += len(reqs)
@@ -701,17 +825,26 @@ class MmapMessageStore:
         if state == 1:
             self._reput_offset = f.end
         elif state == -1:
-            log.error(
-                "reput: invalid record at offset %d in %s; skipping to offset %d",
-                f.start + pos,
-                f.path,
-                f.start + f.wrote,
-            )
-            self._reput_offset = f.start + f.wrote if f.wrote < f.size else f.end
+            self._reput_offset = self._reput_resync(f, pos)
         else:
             self._reput_offset = f.start + pos
 
+    def _reput_resync(self, f: Any, pos: int) -> int:
+        """An invalid record the recovery did not report (a bug, or damage since): skip to the next
+        valid record, remember the range as a hole, and say so."""
+        at = f.start + pos
+        cand = resync(f.mm, pos, f.wrote, f.start, True, self._stale_span)
+        nxt = f.start + cand if cand >= 0 else (f.start + f.wrote if f.wrote < f.size else f.end)
+        self.commitlog.holes.add(at, nxt)
+        log.error(
+            "reput: invalid record at offset %d in %s; skipped %d bytes to %d", at, f.path, nxt - at, nxt
+        )
+        return nxt
+
     async def _run_dispatchers(self, reqs: list[Any]) -> None:
+        """Every dispatcher gets the batch. The store's own (queues, index) are retried until they
+        take it, writes refused meanwhile: a disk that cannot hold their files at once, anything
+        else after 30 tries. Retrying is safe, their duplicate guards skip what already landed."""
         builtin = self.builtin_dispatchers
         for d in self.dispatchers:
             attempt = 0
@@ -726,16 +859,27 @@ class MmapMessageStore:
                         )
                         break
                     attempt += 1
+                    if isinstance(e, OSError):
+                        if not self._dispatch_error:
+                            self._dispatch_error = _full_remark(e, "extend a consume queue or index file")
+                            self._update_writable()
+                            self._signal_progress()
+                        await anyio.sleep(self.options.disk_retry_ms / 1000)
+                        continue
                     if attempt == 30:
                         self._dispatch_error = f"consume queue/index build failing: {e}"
                         self._update_writable()
-                        log.error("%s; store refuses writes until it succeeds", self._dispatch_error)
+                        self._signal_progress()
                     elif attempt < 30:
                         log.warning("dispatch into %r failed (%s); retrying", d, e)
                     await anyio.sleep(1)
         if self._dispatch_error:
             self._dispatch_error = ""
             self._update_writable()
+
+    def _signal_progress(self) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
 
     # ------------------------------------------------------------------ background services
 
@@ -744,7 +888,10 @@ class MmapMessageStore:
         interval = max(self.config.flushIntervalConsumeQueue, 1) / 1000
         while True:
             await anyio.sleep(interval)
-            await self._flush_logics()
+            try:
+                await self._flush_logics()
+            except OSError as e:  # the next round tries again; what is not flushed is replayed
+                _limited.error("logics-flush", "consume queue / checkpoint flush failed: %s", e)
 
     async def _flush_logics(self) -> None:
         logics_ts = self.cqs.logics_ts
@@ -765,12 +912,15 @@ class MmapMessageStore:
         import threading
 
         def work() -> None:
-            f.write_header()
-            f.mf.sync()
-            cp = self.checkpoint
-            if cp is not None:
-                cp.index_ts = max(cp.index_ts, f.end_ts)
-                cp.flush()
+            try:
+                f.write_header()
+                f.mf.sync()
+                cp = self.checkpoint
+                if cp is not None:
+                    cp.index_ts = max(cp.index_ts, f.end_ts)
+                    cp.flush()
+            except (OSError, ValueError) as e:  # closed meanwhile, or the disk refused
+                _limited.error("index-flush", "index file %s: flush failed: %s", f.name, e)
 
         self._index_threads = [t for t in self._index_threads if t.is_alive()]
         th = threading.Thread(target=work, name="rmq-index-flush", daemon=True)
@@ -787,93 +937,15 @@ class MmapMessageStore:
                 log.exception("retention pass failed")
 
     def _default_disk_probe(self) -> float:
-        """Used fraction of the fullest partition holding the commitlog or the consume queues, as
-        RocketMQ computes it: used / (used + usable), so root-reserved blocks count as neither."""
-        ratios = []
-        for d in {self.commitlog.dir, self.cqs.root}:
-            try:
-                st = os.statvfs(d)
-            except OSError:
-                return 1.0  # unreadable counts as full: clean up rather than run out
-            used = (st.f_blocks - st.f_bfree) * st.f_frsize
-            usable = st.f_bavail * st.f_frsize
-            if used + usable > 0:
-                ratios.append(used / (used + usable))
-        return max(ratios, default=0.0)
+        return retention.default_disk_probe(self)
 
     def check_disk(self) -> float:
         """Probe disk usage; at diskSpaceWarningLevelRatio the store refuses puts until it drops."""
-        ratio = float(self.disk_usage_probe())
-        self._disk_ratio = ratio
-        level = self.config.diskSpaceWarningLevelRatio
-        if ratio >= level:
-            if not self._disk_full:
-                log.error(
-                    "disk %.1f%% used >= diskSpaceWarningLevelRatio %.0f%%: refusing puts",
-                    ratio * 100,
-                    level * 100,
-                )
-            self._disk_full = (
-                f"disk full: {ratio * 100:.1f}% used under {self.commitlog.dir}"
-                f" (diskSpaceWarningLevelRatio {level * 100:.0f}%); writes refused until space is freed"
-            )
-        elif self._disk_full:
-            log.info("disk %.1f%% used: accepting puts again", ratio * 100)
-            self._disk_full = ""
-        self._update_writable()
-        return ratio
-
-    def _update_writable(self) -> None:
-        self._writable = self._running and not self._disk_full and not self._dispatch_error
+        return retention.check_disk(self)
 
     async def clean_expired_files(self, force: bool = False) -> int:
-        """One retention pass (§6). Returns commitlog segments deleted; consume-queue and index files
-        behind the new minimum are deleted too (counted in ``stats()``)."""
-        if self.checkpoint is None:
-            return 0
-        cfg = self.config
-        ratio = self.check_disk()
-        max_used = min(max(cfg.diskMaxUsedSpaceRatio, 10), 95) / 100
-        hours = {h.strip() for h in cfg.deleteWhen.split(";") if h.strip()}
-        now_hour = time.strftime("%H")
-        time_up = now_hour in hours or str(int(now_hour)) in hours
-        space_full = ratio > max_used
-        if not (force or time_up or space_full):
-            return 0
-        clean_now = force or (cfg.cleanFileForciblyEnable and ratio > cfg.diskSpaceCleanForciblyRatio)
-        cl = self.commitlog
-        if len(cl.files) > 1 and cl.flushed_where < cl.files[-1].start:
-            await anyio.to_thread.run_sync(cl.flush, 0)
-        reserved = cfg.fileReservedTime * 3600
-        now = time.time()
-        deleted = 0
-        limit = len(cl.files) if force else 10
-        while len(cl.files) > 1 and deleted < limit:
-            f = cl.files[0]
-            if f.end > cl.flushed_where or f.end > self._reput_offset:
-                break
-            if not clean_now:
-                try:
-                    mtime = f.path.stat().st_mtime
-                except OSError:
-                    mtime = 0.0
-                if now < mtime + reserved:
-                    break
-            log.info("retention: deleting commitlog segment %s", f.path)
-            cl.delete_first()
-            deleted += 1
-            if not force and cfg.deleteCommitLogFilesInterval > 0:
-                await anyio.sleep(cfg.deleteCommitLogFilesInterval / 1000)
-        if deleted:
-            self._n_deleted["commitlog"] += deleted
-            cl_min = cl.min_offset
-            for cq in self.cqs:
-                self._n_deleted["consumequeue"] += cq.delete_expired(cl_min)
-                cq.correct_min_offset(cl_min)
-            if self.index is not None:
-                self._n_deleted["index"] += self.index.delete_expired(cl_min)
-            self.check_disk()
-        return deleted
+        """One retention pass (§6): see ``retention``. Returns commitlog segments deleted."""
+        return await retention.clean_expired_files(self, force)
 
     # ------------------------------------------------------------------ reads
 
@@ -934,6 +1006,8 @@ class MmapMessageStore:
             f = files[fi] if 0 <= fi < nfiles else None
             p = phys - f.start if f is not None else 0
             if f is None or p + size > f.wrote:
+                if size == INT_MAX and phys == 0:  # a hole's filler unit: its record is gone, step over it
+                    continue
                 if not messages:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 skip_below = (phys // fsize + 1) * fsize
@@ -1007,7 +1081,7 @@ class MmapMessageStore:
         while high >= low:
             mid = (low + high) // (2 * UNIT_SIZE) * UNIT_SIZE
             phys, size, _ = UNIT.unpack_from(mm, mid)
-            if phys < phys_min:
+            if phys < phys_min or size == INT_MAX:  # expired, or a hole's filler
                 low = mid + UNIT_SIZE
                 left = mid
                 continue
@@ -1044,8 +1118,9 @@ class MmapMessageStore:
         return max(cq.min_offset, (f.start + pos) // UNIT_SIZE)
 
     def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        f = self.commitlog.file_for(commit_log_offset)
-        if f is None:
+        cl = self.commitlog
+        f = cl.file_for(commit_log_offset)
+        if f is None or (cl.holes and cl.holes.find(commit_log_offset) >= 0):
             return None
         p = commit_log_offset - f.start
         if p < 0 or p + RECORD_OVERHEAD > f.wrote:
@@ -1067,7 +1142,10 @@ class MmapMessageStore:
             rec = self.look_message_by_offset(phys)
             if rec is None:
                 continue
-            rtopic, props = record_properties(rec, 0)
+            try:
+                rtopic, props = record_properties(rec, 0)
+            except RecordError:
+                continue
             if rtopic != topic or not begin <= store_timestamp_at(rec, 0) <= end:
                 continue
             if props.get(Prop.UNIQ_KEY) == key or key in props.get(Prop.KEYS, "").split(" "):
@@ -1079,9 +1157,15 @@ class MmapMessageStore:
     # ------------------------------------------------------------------ admin
 
     def delete_topics(self, topics: Sequence[str]) -> None:
+        """Forget the topics' queues and remove their directories, confined to the store: a name
+        that is not a valid topic is ignored (logged), whatever it contains. Records already in
+        the commitlog never bring a deleted topic's queues back (see ``ConsumeQueueTable``)."""
+        at = self.commitlog.max_offset
         for t in topics:
-            self.cqs.delete_topic(t)
-            self._tq.pop(t, None)
+            if self.cqs.delete_topic(t, at):
+                self._tq.pop(t, None)
+            else:
+                _limited.warning("delete-topic", "delete_topics: ignored, %s", validate_topic(t))
 
     def stats(self) -> dict[str, Any]:
         cl = self.commitlog
@@ -1105,6 +1189,7 @@ class MmapMessageStore:
             "index_files": len(self.index.files) if self.index is not None else 0,
             "deleted_files": dict(self._n_deleted),
             "disk_used_ratio": self._disk_ratio,
+            "corrupt_ranges": len(cl.holes),
             "writable": self._writable,
             "remark": self._writable_remark,
             "recovery": dict(self.recovery),

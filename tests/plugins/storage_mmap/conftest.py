@@ -57,3 +57,9 @@ def store_factory() -> Callable[..., Any]:
 @pytest.fixture
 def small_config() -> dict[str, Any]:
     return dict(SMALL)
+
+
+@pytest.fixture(scope="session")
+def store_opener() -> Callable[..., Any]:
+    """``open_store`` for module- or session-scoped fixtures (``store_factory`` is per test)."""
+    return open_store

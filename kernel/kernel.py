@@ -159,15 +159,16 @@ def make_handler(registry: ProcessorRegistry) -> Any:
     """Dispatch by request code; unknown codes and failures become RocketMQ error responses.
 
     A processor's :class:`~rmq.protocol.command.HeaderError` (a missing, malformed or
-    out-of-range header field, raised by the ``ext_*`` accessors) is answered with its own
-    code and message as remark; any other exception with SYSTEM_ERROR. Log lines are
+    out-of-range header field, raised by the ``ext_*`` accessors) or
+    :class:`~rmq.protocol.names.InvalidNameError` (an illegal topic or group name) is
+    answered with its own code and message as remark; any other exception with SYSTEM_ERROR. Log lines are
     rate-limited and peer text is made printable: a peer repeating a bad request a million
     times gets a few lines, not a million.
     """
     from rmq.kernel.ratelimit import RateLimitedLog
     from rmq.protocol.codes import ResponseCode
     from rmq.protocol.command import HeaderError
-    from rmq.protocol.names import printable
+    from rmq.protocol.names import InvalidNameError, printable
 
     table = registry.table
     rlog = RateLimitedLog(logging.getLogger(f"rmq.{registry.role}"))
@@ -183,7 +184,7 @@ def make_handler(registry: ProcessorRegistry) -> Any:
             return await proc(conn, cmd)
         except anyio.get_cancelled_exc_class():
             raise
-        except HeaderError as e:
+        except (HeaderError, InvalidNameError) as e:
             rlog.info(f"header:{cmd.code}", "request code %d from %s:%s refused: %s", cmd.code,
                       *conn.remote_addr[:2], printable(str(e)))
             return cmd.response(e.code, remark=str(e))

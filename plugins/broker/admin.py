@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
 
@@ -74,15 +74,15 @@ class AdminProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
         if is_system_topic(topic) or topic in b.topics.system_topics:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        read = ext_int(cmd, "readQueueNums", 16)
-        write = ext_int(cmd, "writeQueueNums", 16)
+        read = ext_i32(cmd, "readQueueNums", 16)
+        write = ext_i32(cmd, "writeQueueNums", 16)
         if not (0 <= read <= MAX_QUEUE_NUMS and 0 <= write <= MAX_QUEUE_NUMS):
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"bad queue numbers read={read} write={write}: each must be in 0..{MAX_QUEUE_NUMS}",
             )
-        perm = ext_int(cmd, "perm", 6)
-        sys_flag = ext_int(cmd, "topicSysFlag", 0)
+        perm = ext_i32(cmd, "perm", 6)
+        sys_flag = ext_i32(cmd, "topicSysFlag", 0)
         if not 0 <= perm <= 15 or not 0 <= sys_flag < 1 << 31:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad perm {perm} or topicSysFlag {sys_flag}")
         filter_type = ext_str(cmd, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG"
@@ -224,7 +224,7 @@ class AdminProcessor:
     async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.broker
         topic, key = ext_str(cmd, "topic"), ext_str(cmd, "key")
-        max_num = ext_int(cmd, "maxNum", _DEFAULT_QUERY_MAX)
+        max_num = ext_i32(cmd, "maxNum", _DEFAULT_QUERY_MAX)
         if ext_bool(cmd, "_UNIQUE_KEY_QUERY", False):
             max_num = _DEFAULT_QUERY_MAX
         begin = ext_int(cmd, "beginTimestamp", 0)

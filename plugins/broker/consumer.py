@@ -19,7 +19,7 @@ from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, Prop, set_props
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes, offset_msg_id
@@ -141,7 +141,7 @@ class ConsumerProcessor:
 
     async def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        group, topic, qid = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_int(cmd, "queueId")
+        group, topic, qid = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_i32(cmd, "queueId")
         offset = b.offsets.query(group, topic, qid)
         if offset >= 0:
             return cmd.response(ext={"offset": str(offset)})
@@ -162,7 +162,7 @@ class ConsumerProcessor:
     async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.broker
         group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
-        qid, offset = ext_int(cmd, "queueId"), ext_int(cmd, "commitOffset")
+        qid, offset = ext_i32(cmd, "queueId"), ext_int(cmd, "commitOffset")
         tc = b.topics.table.get(topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {printable(topic)} not exist!")
@@ -174,19 +174,19 @@ class ConsumerProcessor:
         return cmd.response()
 
     async def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_offset_by_time(ext_str(cmd, "topic"), ext_int(cmd, "queueId"), ext_int(cmd, "timestamp"))
+        off = self.broker.store.get_offset_by_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"), ext_int(cmd, "timestamp"))
         return cmd.response(ext={"offset": str(off)})
 
     async def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_max_offset(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        off = self.broker.store.get_max_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"offset": str(off)})
 
     async def min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_min_offset(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        off = self.broker.store.get_min_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"offset": str(off)})
 
     async def earliest_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        ts = self.broker.store.get_earliest_store_time(ext_str(cmd, "topic"), ext_int(cmd, "queueId"))
+        ts = self.broker.store.get_earliest_store_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"timestamp": str(ts)})
 
     # ------------------------------------------------------------------ orderly locks
@@ -230,7 +230,7 @@ class ConsumerProcessor:
         b = self.broker
         group = ext_str(cmd, "group")
         phys = ext_int(cmd, "offset")
-        delay = ext_int(cmd, "delayLevel", 0)
+        delay = ext_i32(cmd, "delayLevel", 0)
         sg = b.groups.find(group)
         if sg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
@@ -255,7 +255,7 @@ class ConsumerProcessor:
         if Prop.RETRY_TOPIC not in props:
             changes[Prop.RETRY_TOPIC] = msg.topic
         max_times = sg.retryMaxTimes
-        hdr_max = ext_int(cmd, "maxReconsumeTimes", None)
+        hdr_max = ext_i32(cmd, "maxReconsumeTimes", None)
         if cmd.version >= 121 and hdr_max is not None and hdr_max >= 0:
             max_times = hdr_max
         queue_id = random.randrange(tc.writeQueueNums or 1)

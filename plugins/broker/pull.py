@@ -14,7 +14,7 @@ from rmq.kernel.hookspecs.filtering import FilterExpressionError
 from rmq.kernel.model import GetStatus
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import HeaderError, RemotingCommand
+from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, PullFlag
 from rmq.protocol.names import printable
 
@@ -47,17 +47,12 @@ class PullProcessor:
         b = self.broker
         cfg = b.config
         ext = cmd.ext
-        try:
-            group = ext["consumerGroup"]
-            topic = ext["topic"]
-            queue_id = int(ext["queueId"])
-            offset = int(ext["queueOffset"])
-            max_nums = int(ext["maxMsgNums"])
-            sys_flag = int(ext["sysFlag"])
-        except KeyError as e:
-            raise HeaderError(str(e.args[0]), "is missing") from None
-        except ValueError as e:
-            raise HeaderError("queueId/queueOffset/maxMsgNums/sysFlag", f"is not an integer: {e}") from None
+        group = ext_str(cmd, "consumerGroup")
+        topic = ext_str(cmd, "topic")
+        queue_id = ext_i32(cmd, "queueId")
+        offset = ext_int(cmd, "queueOffset")
+        max_nums = ext_i32(cmd, "maxMsgNums")
+        sys_flag = ext_i32(cmd, "sysFlag")
 
         if not cfg.brokerPermission & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] pulling message is forbidden")
@@ -90,10 +85,7 @@ class PullProcessor:
             sub = info.subscriptions.get(topic)
             if sub is None:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
-            try:
-                wanted = int(ext.get("subVersion") or 0)
-            except ValueError:
-                wanted = 0
+            wanted = ext_int(cmd, "subVersion", 0)
             if sub.subVersion < wanted:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             etype, expr = sub.expressionType, sub.subString
@@ -130,19 +122,13 @@ class PullProcessor:
             code, nxt = _MOVED, res.max_offset
 
         if allow_suspend and sys_flag & COMMIT_OFFSET:
-            try:
-                commit = int(ext.get("commitOffset") or -1)
-            except ValueError:
-                commit = -1
+            commit = ext_int(cmd, "commitOffset", -1)
             if commit >= 0:
                 b.offsets.commit(group, topic, queue_id, commit)
 
         if code == _NOT_FOUND and allow_suspend and sys_flag & SUSPEND:
             if cfg.longPollingEnable:
-                try:
-                    hold_ms = int(ext.get("suspendTimeoutMillis") or 0)
-                except ValueError:
-                    hold_ms = 0
+                hold_ms = min(ext_int(cmd, "suspendTimeoutMillis", 0), 3_600_000)  # an hour bounds a held pull
             else:
                 hold_ms = cfg.shortPollingTimeMills
             if hold_ms > 0:

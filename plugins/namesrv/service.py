@@ -20,7 +20,7 @@ from rmq.plugins.namesrv.routes import (
     dumps,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
 
@@ -118,7 +118,7 @@ class NamesrvService:
     # ------------------------------------------------------------------ brokers
 
     async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        crc = ext_int(cmd, "bodyCrc32", 0)
+        crc = ext_i32(cmd, "bodyCrc32", 0)
         if crc and cmd.body and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
             log.warning("register from %s:%d rejected: body crc32 mismatch", *conn.remote_addr[:2])
             return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")

@@ -475,25 +475,31 @@ class MmapMessageStore:
         if total > len(self._buf):
             self._grow(total)
         buf = self._buf
-        head.pack_into(
-            buf,
-            0,
-            total,
-            MAGIC_MESSAGE,
-            crc32(body) & 0x7FFFFFFF,
-            msg.queue_id,
-            msg.flag,
-            qoff,
-            phys,
-            sys_flag,
-            msg.born_timestamp,
-            msg.born_host,
-            ts,
-            writer._store_host,
-            msg.reconsume_times,
-            msg.prepared_tx_offset,
-            len(body),
-        )
+        try:
+            head.pack_into(
+                buf,
+                0,
+                total,
+                MAGIC_MESSAGE,
+                crc32(body) & 0x7FFFFFFF,
+                msg.queue_id,
+                msg.flag,
+                qoff,
+                phys,
+                sys_flag,
+                msg.born_timestamp,
+                msg.born_host,
+                ts,
+                writer._store_host,
+                msg.reconsume_times,
+                msg.prepared_tx_offset,
+                len(body),
+            )
+        except struct.error as exc:  # a field outside its Java type: refuse before anything is written
+            if msg.sys_flag & 0xC not in (4, 12):
+                self._tq[msg.topic][msg.queue_id] = qoff  # give the queue offset back: no hole
+            self._n_put_failed += 1
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"a record field is out of range: {exc}")
         p = head.size
         e = p + len(body)
         buf[p:e] = body
@@ -590,38 +596,45 @@ class MmapMessageStore:
         handoff = self._handoff
         store_host = writer._store_host
         plen = _PROPS_LEN
-        for i in range(n):
-            m = batch[i]
-            tp, pb, sf, size, head = measured[i]
-            body = m.body
-            offsets.append(phys + p)
-            handoff.append((phys + p, size, topic, qid, qoff + i, sf, ts, m.prepared_tx_offset, m.properties))
-            head.pack_into(
-                buf,
-                p,
-                size,
-                MAGIC_MESSAGE,
-                crc32(body) & 0x7FFFFFFF,
-                qid,
-                m.flag,
-                qoff + i,
-                phys + p,
-                sf,
-                m.born_timestamp,
-                m.born_host,
-                ts,
-                store_host,
-                m.reconsume_times,
-                m.prepared_tx_offset,
-                len(body),
-            )
-            q = p + head.size
-            e = q + len(body)
-            buf[q:e] = body
-            q = e + len(tp)
-            buf[e:q] = tp
-            p += size
-            buf[q:p] = plen(len(pb)) + pb
+        handed = len(handoff)
+        try:
+            for i in range(n):
+                m = batch[i]
+                tp, pb, sf, size, head = measured[i]
+                body = m.body
+                offsets.append(phys + p)
+                handoff.append((phys + p, size, topic, qid, qoff + i, sf, ts, m.prepared_tx_offset, m.properties))
+                head.pack_into(
+                    buf,
+                    p,
+                    size,
+                    MAGIC_MESSAGE,
+                    crc32(body) & 0x7FFFFFFF,
+                    qid,
+                    m.flag,
+                    qoff + i,
+                    phys + p,
+                    sf,
+                    m.born_timestamp,
+                    m.born_host,
+                    ts,
+                    store_host,
+                    m.reconsume_times,
+                    m.prepared_tx_offset,
+                    len(body),
+                )
+                q = p + head.size
+                e = q + len(body)
+                buf[q:e] = body
+                q = e + len(tp)
+                buf[e:q] = tp
+                p += size
+                buf[q:p] = plen(len(pb)) + pb
+        except struct.error as exc:  # a member's field outside its Java type: nothing was written yet
+            tq[qid] = qoff
+            del handoff[handed:]
+            self._n_put_failed += 1
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"a batch member's field is out of range: {exc}")
         f.mm[pos : pos + total] = self._view[:total]
         f.wrote = pos + total
         end = phys + total

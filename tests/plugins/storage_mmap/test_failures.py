@@ -270,3 +270,26 @@ async def test_verify_modes(
     async with store_factory(tmp_path, options={"verify": "all"}) as store:
         assert store.stats()["corrupt_ranges"] == 2
         assert flags(store) == [i for i in range(900) if i not in (5, 895)]
+
+
+@pytest.mark.anyio
+async def test_a_record_torn_in_its_properties_is_cut_not_served(
+    tmp_path: Path, store_factory: Callable[..., Any]
+) -> None:
+    """A crash mid-copy can leave a record whose lengths and body CRC are right but whose properties
+    end in zeros (the CRC covers only the body): served, it would lose its tags and keys."""
+    async with store_factory(tmp_path) as store:
+        results = [await store.put_message(rec(i)) for i in range(20)]
+    last = results[-1]
+    seg = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    end = last.wrote_offset + last.wrote_bytes
+    data[end - 12 : end] = bytes(12)  # "UQ00000019" and the separator before it never arrived
+    seg.write_bytes(bytes(data))
+    (tmp_path / "abort").touch()
+    async with store_factory(tmp_path) as store:
+        assert store.max_phy_offset == last.wrote_offset and store.get_max_offset("T", 0) == 19
+        assert flags(store) == list(range(19))
+        assert store.look_message_by_offset(last.wrote_offset) is None
+        r = await store.put_message(rec(19))
+        assert r.queue_offset == 19 and r.wrote_offset == last.wrote_offset

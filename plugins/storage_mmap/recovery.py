@@ -10,9 +10,12 @@ Reference §4.3-4.5, with three additions:
 * queues missing or behind their records in the scanned commitlog range are found by
   the scan itself (``seen``) and rebuilt the same way: a consume queue is derived data.
 
-``scan_all`` (the ``verify = "all"`` option) makes the scans cover the whole store
-instead of RocketMQ's windows (the last three segments, or from the checkpoint after a
-crash); it costs a read of every commitlog page at start-up.
+``scan_all`` (option ``verify``: "all", or "auto" for a commitlog up to
+``verify_all_max_gib``) makes the scans cover the whole store instead of RocketMQ's
+windows (the last three segments, or from the checkpoint after a crash); it costs a read
+of every commitlog page at start-up. In a window, units pointing below it are checked
+for range and order only, and queues missing or behind are found from the window's
+records.
 """
 
 from __future__ import annotations

@@ -30,11 +30,15 @@ def anyio_backend() -> str:
 
 
 def build_store(
-    path: Path, plugins: tuple[object, ...] = (), sync: bool = False, **broker: Any
+    path: Path,
+    plugins: tuple[object, ...] = (),
+    sync: bool = False,
+    options: dict[str, Any] | None = None,
+    **broker: Any,
 ) -> MmapMessageStore:
     cfg = {"storePathRootDir": str(path), **SMALL, **broker}
     flush = SyncFlushPlugin() if sync else AsyncFlushPlugin()
-    kernel = make_kernel([MmapStoragePlugin(), flush, *plugins], {"broker": cfg})
+    kernel = make_kernel([MmapStoragePlugin(options), flush, *plugins], {"broker": cfg})
     store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
     assert isinstance(store, MmapMessageStore)
     store.disk_usage_probe = lambda: 0.10  # the real disk's fill level must not steer tests
@@ -43,9 +47,10 @@ def build_store(
 
 @contextlib.asynccontextmanager
 async def open_store(
-    path: Path, *plugins: object, sync: bool = False, **broker: Any
+    path: Path, *plugins: object, sync: bool = False, options: dict[str, Any] | None = None, **broker: Any
 ) -> AsyncIterator[MmapMessageStore]:
-    async with build_store(path, plugins, sync=sync, **broker) as store:
+    """A started mmap store with small segments; ``options`` is the ``[plugin.storage.mmap]`` table."""
+    async with build_store(path, plugins, sync=sync, options=options, **broker) as store:
         yield store
 
 

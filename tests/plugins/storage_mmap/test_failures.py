@@ -234,3 +234,62 @@ async def test_reads_step_over_a_hole(tmp_path: Path, store_factory: Callable[..
         r = await store.put_message(rec(100))
         assert r.queue_offset == 39  # the record that was cut is not in any queue: its offset is reused
     os.sync()
+
+
+@pytest.mark.anyio
+async def test_verify_modes(
+    tmp_path: Path, store_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "all" checks every unit; "recent" RocketMQ's window (units below it: range and order only);
+    "auto" is "all" up to verify_all_max_gib."""
+    async with store_factory(tmp_path) as store:
+        results = [await store.put_message(rec(i, size=300)) for i in range(900)]  # ~5 segments
+        await store.wait_dispatched()
+    async with store_factory(tmp_path) as store:  # auto, a small store: everything
+        assert store.stats()["recovery"]["units_checked"] == 900
+    caplog.set_level(logging.INFO, logger="rmq.store")
+    async with store_factory(tmp_path, options={"verify_all_max_gib": 1e-6}) as store:
+        assert 0 < store.stats()["recovery"]["units_checked"] < 900
+        assert [r for r in caplog.records if "recent segments only" in r.getMessage()]
+    last = results[-5]  # damage in the window is found and costs only that record ...
+    first = results[5]  # ... damage before it is not looked for ("all" would find it)
+    for r in (last, first):
+        seg = tmp_path / "commitlog" / f"{r.wrote_offset // SEG * SEG:020d}"
+        data = bytearray(seg.read_bytes())
+        data[r.wrote_offset % SEG + 150] ^= 0x77
+        seg.write_bytes(bytes(data))
+    async with store_factory(tmp_path, options={"verify": "recent"}) as store:
+        assert store.stats()["corrupt_ranges"] == 1
+        r = store.get_messages("g", "T", 0, 890, 10)
+        assert r.queue_offsets == [890, 891, 892, 893, 894] and r.next_begin_offset == 895
+        r = store.get_messages("g", "T", 0, 895, 10)
+        assert r.queue_offsets == [896, 897, 898, 899]
+        r = store.get_messages("g", "T", 0, 5, 1)  # outside the window: served as it is on disk, unchecked
+        with pytest.raises(AssertionError, match="BODYCRC"):
+            decode_record(r.messages[0])
+    async with store_factory(tmp_path, options={"verify": "all"}) as store:
+        assert store.stats()["corrupt_ranges"] == 2
+        assert flags(store) == [i for i in range(900) if i not in (5, 895)]
+
+
+@pytest.mark.anyio
+async def test_a_record_torn_in_its_properties_is_cut_not_served(
+    tmp_path: Path, store_factory: Callable[..., Any]
+) -> None:
+    """A crash mid-copy can leave a record whose lengths and body CRC are right but whose properties
+    end in zeros (the CRC covers only the body): served, it would lose its tags and keys."""
+    async with store_factory(tmp_path) as store:
+        results = [await store.put_message(rec(i)) for i in range(20)]
+    last = results[-1]
+    seg = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    end = last.wrote_offset + last.wrote_bytes
+    data[end - 12 : end] = bytes(12)  # "UQ00000019" and the separator before it never arrived
+    seg.write_bytes(bytes(data))
+    (tmp_path / "abort").touch()
+    async with store_factory(tmp_path) as store:
+        assert store.max_phy_offset == last.wrote_offset and store.get_max_offset("T", 0) == 19
+        assert flags(store) == list(range(19))
+        assert store.look_message_by_offset(last.wrote_offset) is None
+        r = await store.put_message(rec(19))
+        assert r.queue_offset == 19 and r.wrote_offset == last.wrote_offset

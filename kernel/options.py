@@ -92,6 +92,11 @@ def first_error(exc: BaseException) -> tuple[str, str]:
     return path.removeprefix("$").lstrip("."), text
 
 
+@attrs.frozen
+class NoOptions:
+    """The options class of a plugin that takes none: any key in its table is a mistake."""
+
+
 def structure_options(cls: type[T], options: Mapping[str, Any] | None, where: str = "") -> T:
     """A plugin's TOML table -> ``cls`` (attrs); ``ValueError`` with one line on any problem."""
     prefix = f"{where}: " if where else ""

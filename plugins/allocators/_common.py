@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-import attrs
-
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.options import structure_options
+from rmq.kernel.options import NoOptions, structure_options
 
 NAMESPACE = "rmq.allocation"
 T = TypeVar("T")
@@ -39,14 +37,6 @@ def check_inputs(
         return cid_all.index(current_cid)
     except ValueError:
         return None  # RocketMQ logs "consumerId not in cidAll" and allocates nothing
-
-
-# options: the kernel's strict structuring (rmq.kernel.options.structure_options)
-
-
-@attrs.frozen
-class NoOptions:
-    """For strategies without settings: any key is a mistake."""
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,14 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
-from rmq.kernel.options import structure_options
-
-
-@attrs.frozen
-class NoOptions:
-    """The filter plugins have no settings today; the class exists so a key is rejected."""
+from rmq.kernel.options import NoOptions, structure_options
 
 
 def check_no_options(options: Mapping[str, Any] | None, where: str) -> NoOptions:

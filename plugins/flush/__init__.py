@@ -18,37 +18,21 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import attrs
-import cattrs
 
 from rmq.kernel.hookspecs.flush import Flushable
 from rmq.kernel.markers import hookimpl
+from rmq.kernel.options import NoOptions, structure_options
 
 __all__ = ["AsyncFlushPlugin", "AsyncFlushPolicy", "SyncFlushPlugin", "SyncFlushPolicy"]
 
 log = logging.getLogger("rmq.store")
 
 
-@attrs.frozen
-class NoOptions:
-    """The flush plugins take no options; any key in their table is a mistake."""
-
-
-_CONVERTER = cattrs.Converter(forbid_extra_keys=True)
-
-
-def _check_options(options: Mapping[str, Any] | None, where: str) -> None:
-    if options is None:
-        return
-    if not isinstance(options, Mapping):
-        raise ValueError(f"{where}: options must be a table, got {type(options).__name__}")
+def _check_options(options: Mapping[str, Any] | None) -> None:
     try:
-        _CONVERTER.structure(dict(options), NoOptions)
-    except (cattrs.BaseValidationError, cattrs.ForbiddenExtraKeysError):
-        keys = ", ".join(sorted(map(str, options)))
-        raise ValueError(
-            f"{where}: unknown option(s) {keys}; flush settings live in [broker] (flushIntervalCommitLog, ...)"
-        ) from None
+        structure_options(NoOptions, options)
+    except ValueError as e:
+        raise ValueError(f"{e} (flush settings live in [broker]: flushIntervalCommitLog, ...)") from None
 
 
 class _PolicyBase:
@@ -215,7 +199,7 @@ class AsyncFlushPlugin:
     """``flushDiskType = ASYNC_FLUSH``."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        _check_options(options, "rmq.flush:async")
+        _check_options(options)
 
     @hookimpl(trylast=True)
     def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> AsyncFlushPolicy:
@@ -226,7 +210,7 @@ class SyncFlushPlugin:
     """``flushDiskType = SYNC_FLUSH``."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        _check_options(options, "rmq.flush:sync")
+        _check_options(options)
 
     @hookimpl(trylast=True)
     def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> SyncFlushPolicy:

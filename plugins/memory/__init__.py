@@ -17,11 +17,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
-from rmq.plugins.storage_mmap import structure_options
+from rmq.kernel.options import NoOptions, structure_options
 from rmq.plugins.storage_mmap.codec import (
     RecordError,
     RecordWriter,
@@ -37,11 +35,6 @@ if TYPE_CHECKING:
     from rmq.kernel.hookspecs.filtering import MessageFilter
 
 __all__ = ["MemoryMessageStore", "MemoryStoragePlugin"]
-
-
-@attrs.frozen
-class MemoryOptions:
-    """The memory store takes no options."""
 
 
 class _Queue:
@@ -337,7 +330,7 @@ class MemoryStoragePlugin:
     """Builds a :class:`MemoryMessageStore`."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        structure_options(options, MemoryOptions, "rmq.storage:memory")
+        structure_options(NoOptions, options)
 
     @hookimpl(trylast=True)
     def rmq_storage_make_store(self, kernel: Any, config: Any) -> MemoryMessageStore:

@@ -72,7 +72,7 @@ async def create_topic(client: TcpRemotingClient, addr: str) -> None:
 
 async def throughput(addr: str, n: int, size: int, inflight: int) -> tuple[float, float]:
     body = b"x" * size
-    uniq = UniqIdGenerator()
+    uniq = UniqIdGenerator("127.0.0.1")
     async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
         await create_topic(client, addr)
         for q in range(QUEUES):  # warm-up
@@ -134,7 +134,7 @@ def _records(body: bytes) -> int:
 
 async def sync_latency(addr: str, n: int, size: int) -> list[float]:
     body = b"x" * size
-    uniq = UniqIdGenerator()
+    uniq = UniqIdGenerator("127.0.0.1")
     out = []
     async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
         for i in range(200):
@@ -150,7 +150,7 @@ async def sync_latency(addr: str, n: int, size: int) -> list[float]:
 
 async def wake_latency(addr: str, n: int, size: int) -> list[float]:
     body = b"x" * size
-    uniq = UniqIdGenerator()
+    uniq = UniqIdGenerator("127.0.0.1")
     out = []
     queue = 0
     async with TcpRemotingClient(RemotingConfig(name="bench-pull")) as puller, \

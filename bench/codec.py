@@ -25,7 +25,9 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingServer
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import FrameDecoder, RemotingCommand, encode
 from rmq.protocol.common import Prop, encode_properties
-from rmq.protocol.message import create_uniq_id, decode_messages, encode_message
+from rmq.protocol.message import UniqIdGenerator, decode_messages, encode_message
+
+create_uniq_id = UniqIdGenerator("127.0.0.1")
 
 
 def send_request() -> RemotingCommand:

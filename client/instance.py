@@ -15,7 +15,6 @@ import logging
 import os
 import random
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
@@ -34,8 +33,10 @@ from rmq.client.options import ClientOptions
 from rmq.client.route import TopicRoute, json_int, json_object
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageQueue
+from rmq.kernel.net import local_ipv4
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.message import UniqIdGenerator
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection, RemotingClient
@@ -47,18 +48,15 @@ ServerRequestHandler = Callable[["Connection", RemotingCommand], Awaitable["Remo
 _instance_seq = itertools.count(1)
 
 
-@functools.cache
 def local_ip() -> str:
-    """The IPv4 address peers would reach us by (a UDP connect sends no packet)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            ip = str(s.getsockname()[0])
-            if ip and not ip.startswith("0."):
-                return ip
-    except OSError:
-        pass
-    return "127.0.0.1"
+    """The IPv4 address peers would reach us by (one probe per process, shared with the broker)."""
+    return local_ipv4()
+
+
+@functools.cache
+def uniq_ids() -> UniqIdGenerator:
+    """The process-wide UNIQ_KEY generator (one per process, as Java's static one): ``uniq_ids()()`` is an id."""
+    return UniqIdGenerator(local_ipv4())
 
 
 @functools.cache

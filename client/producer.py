@@ -28,6 +28,7 @@ from rmq.client.errors import (
     SendError,
     response_int,
 )
+from rmq.client.instance import uniq_ids
 from rmq.client.message import LocalTransactionState, Message, SendResult, SendStatus
 from rmq.client.options import ProducerOptions, build
 from rmq.client.route import TopicRoute
@@ -44,7 +45,6 @@ from rmq.protocol.common import Prop, SysFlag, encode_properties
 from rmq.protocol.message import (
     MessageExt,
     compress_body,
-    create_uniq_id,
     decode_message,
     decode_offset_msg_id,
 )
@@ -225,7 +225,7 @@ class Producer(ClientBase):
         uniq = props.get(Prop.UNIQ_KEY)
         extra = ""
         if uniq is None:
-            uniq = create_uniq_id()
+            uniq = uniq_ids()()
             extra = f"UNIQ_KEY\x01{uniq}"
         body = msg.body
         sys_flag = 0
@@ -451,7 +451,7 @@ class Producer(ClientBase):
         limit = self.options.batch_max_bytes
         head = _BATCH_HEAD.pack
         plen = _U16.pack
-        new_id = create_uniq_id
+        new_id = uniq_ids()
         for m in msgs:
             if m.topic != topic:
                 raise ValueError(f"a batch goes to one topic; got {topic!r} and {m.topic!r}")

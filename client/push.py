@@ -20,6 +20,7 @@ import anyio
 
 from rmq.client.consumer import BROADCASTING, CLUSTERING, ConsumerBase, pull_once
 from rmq.client.errors import BrokerError, ClientError, NoRouteError
+from rmq.client.instance import uniq_ids
 from rmq.client.message import ConsumeResult, PullStatus
 from rmq.client.options import ConsumerOptions, build
 from rmq.client.process_queue import ProcessQueue
@@ -29,7 +30,7 @@ from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingError
 from rmq.protocol.common import Prop, encode_properties
-from rmq.protocol.message import MessageExt, create_uniq_id
+from rmq.protocol.message import MessageExt
 
 log = logging.getLogger("rmq.client.push")
 
@@ -405,7 +406,7 @@ class PushConsumer(ConsumerBase):
         props.setdefault(Prop.RETRY_TOPIC, msg.topic)
         props[Prop.ORIGIN_MESSAGE_ID] = props.get(Prop.ORIGIN_MESSAGE_ID) or msg.msg_id
         props[Prop.DELAY] = str(3 + msg.reconsume_times)
-        props.setdefault(Prop.UNIQ_KEY, create_uniq_id())
+        props.setdefault(Prop.UNIQ_KEY, uniq_ids()())
         try:
             route = await inst.route(rt)
         except NoRouteError:

@@ -21,7 +21,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Final
 
 from rmq.protocol.common import MAGIC_MESSAGE, Prop, SysFlag, decode_properties, encode_properties
@@ -33,7 +33,6 @@ __all__ = [
     "UniqIdGenerator",
     "body_crc",
     "compress_body",
-    "create_uniq_id",
     "decode_batch",
     "decode_message",
     "decode_messages",
@@ -143,19 +142,6 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return ip, port, _Q.unpack_from(raw, len(raw) - 8)[0]
 
 
-def _local_ipv4() -> str:
-    """The address other hosts would reach us by; a UDP connect sends no packet."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            ip = s.getsockname()[0]
-            if ip and not ip.startswith("0."):
-                return str(ip)
-    except OSError:
-        pass
-    return "127.0.0.1"
-
-
 class UniqIdGenerator:
     """Java-layout UNIQ_KEY ids: ip(4) pid(2) random(4) | ms since month start(4) counter(2).
 
@@ -165,8 +151,8 @@ class UniqIdGenerator:
 
     __slots__ = ("_prefix", "_counter", "_start_ms", "_next_start_ms", "_lock")
 
-    def __init__(self, ip: str | None = None, pid: int | None = None, seed: int | None = None) -> None:
-        ip_b = socket.inet_aton(ip or _local_ipv4())
+    def __init__(self, ip: str, pid: int | None = None, seed: int | None = None) -> None:
+        ip_b = socket.inet_aton(ip)  # the caller's address (rmq.kernel.net.local_ipv4): no I/O in protocol/
         pid_b = struct.pack(">H", (os.getpid() if pid is None else pid) & 0xFFFF)
         rnd = random.Random(seed).getrandbits(32) if seed is not None else random.getrandbits(32)
         self._prefix = (ip_b + pid_b + struct.pack(">I", rnd)).hex().upper()
@@ -199,14 +185,6 @@ class UniqIdGenerator:
     __call__ = create
 
 
-@cache
-def _default_uniq_generator() -> UniqIdGenerator:
-    return UniqIdGenerator()
-
-
-def create_uniq_id() -> str:
-    """A UNIQ_KEY from the process-wide generator (one per process, as Java's static one)."""
-    return _default_uniq_generator().create()
 
 
 # --------------------------------------------------------------------------- compression / crc

@@ -10,7 +10,6 @@ store (flush, checkpoint, abort marker removed).
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -21,6 +20,7 @@ import anyio
 from rmq.kernel.hookspecs.filtering import MessageFilter
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageRecord, PutResult, PutStatus
+from rmq.kernel.net import local_ipv4
 from rmq.kernel.plugin_manager import PluginError
 from rmq.plugins.broker.admin import AdminProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
@@ -55,26 +55,6 @@ HOLD_CHECK_INTERVAL_LONG = 5.0
 FILTER_CACHE_MAX = 10_000
 
 
-def reachable_ipv4() -> str:
-    """The first non-loopback IPv4 address of this host, else 127.0.0.1 (a UDP connect sends nothing)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            ip = str(s.getsockname()[0])
-            if ip and not ip.startswith(("0.", "127.")):
-                return ip
-    except OSError:
-        pass
-    try:
-        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
-            ip = str(info[4][0])
-            if not ip.startswith("127."):
-                return ip
-    except OSError:
-        pass
-    return "127.0.0.1"
-
-
 class BrokerController:
     def __init__(self, kernel: Kernel, config: BrokerConfig) -> None:
         self.kernel = kernel
@@ -95,7 +75,7 @@ class BrokerController:
         self.accepts_writes = bool(config.brokerPermission & 2) and not self.is_slave
         self.server: RemotingServer | None = None
         self.registrar: NamesrvRegistrar | None = None
-        self.ip = config.brokerIP1 or reachable_ipv4()
+        self.ip = config.brokerIP1 or local_ipv4()
         self.port = config.listenPort
         self.broker_addr = f"{self.ip}:{self.port}"
         self.store_host = host_bytes(self.ip, self.port)

@@ -18,7 +18,6 @@ from rmq.protocol.message import (
     UniqIdGenerator,
     body_crc,
     compress_body,
-    create_uniq_id,
     decode_batch,
     decode_message,
     decode_messages,
@@ -101,7 +100,7 @@ def test_uniq_id_java_layout() -> None:
     assert 0 <= ms_in_month < 32 * 24 * 3600 * 1000
     ids = {gen() for _ in range(1000)}
     assert len(ids) == 1000
-    assert re.fullmatch(r"[0-9A-F]{32}", create_uniq_id())
+    assert re.fullmatch(r"[0-9A-F]{32}", UniqIdGenerator("127.0.0.1")())
 
 
 # --------------------------------------------------------------------------- records

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.broker.controller import reachable_ipv4
+from rmq.kernel.net import local_ipv4 as reachable_ipv4
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand

@@ -42,6 +42,7 @@ from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError, ext_int
 from rmq.protocol.common import Prop, SysFlag, encode_properties
+from rmq.protocol.headers import SEND_V2
 from rmq.protocol.message import (
     MessageExt,
     compress_body,
@@ -254,23 +255,24 @@ class Producer(ClientBase):
         return prepared
 
     def _ext(self, p: _Prepared, mq: MessageQueue) -> dict[str, str]:
+        k = SEND_V2
         ext = {
-            "a": self.group,
-            "b": p.topic,
-            "c": self.options.create_topic_key,
-            "d": str(self.options.default_topic_queue_nums),
-            "e": str(mq.queue_id),
-            "f": str(p.sys_flag),
-            "g": str(time.time_ns() // 1_000_000),
-            "h": str(p.flag),
-            "i": p.properties,
-            "j": str(p.reconsume_times or 0),
-            "k": "false",
-            "m": "true" if p.code == _SEND_BATCH else "false",
-            "n": mq.broker_name,
+            k.producer_group: self.group,
+            k.topic: p.topic,
+            k.default_topic: self.options.create_topic_key,
+            k.default_topic_queue_nums: str(self.options.default_topic_queue_nums),
+            k.queue_id: str(mq.queue_id),
+            k.sys_flag: str(p.sys_flag),
+            k.born_timestamp: str(time.time_ns() // 1_000_000),
+            k.flag: str(p.flag),
+            k.properties: p.properties,
+            k.reconsume_times: str(p.reconsume_times or 0),
+            k.unit_mode: "false",
+            k.batch: "true" if p.code == _SEND_BATCH else "false",
+            k.broker_name: mq.broker_name,
         }
         if p.max_reconsume_times is not None:
-            ext["l"] = str(p.max_reconsume_times)
+            ext[k.max_reconsume_times] = str(p.max_reconsume_times)
         return ext
 
     # ------------------------------------------------------------------ sending

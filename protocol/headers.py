@@ -8,31 +8,46 @@ JSON types (already stringified by the frame decoder).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 from rmq.protocol.codes import RequestCode
 
-__all__ = ["SEND_V2_KEYS", "send_header_from_ext"]
+__all__ = ["SEND_LONG", "SEND_V2", "SEND_V2_CODES", "SEND_V2_KEYS", "SendKeys", "send_header_from_ext"]
 
-SEND_V2_KEYS: Final[Mapping[str, str]] = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "bname",
-}
 
-_V2_CODES: Final = frozenset((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-                              RequestCode.SEND_REPLY_MESSAGE_V2))
+class SendKeys(NamedTuple):
+    """The header keys of a send request, by field: one table for the broker and the client.
+
+    ``SEND_LONG`` is SendMessageRequestHeader's spelling (code 10, C++ 1.2.3), ``SEND_V2`` the
+    single letters of SendMessageRequestHeaderV2 (codes 310, 320, 325). A reader picks the
+    table by request code and reads ``ext[keys.topic]``.
+    """
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: str
+    queue_id: str
+    sys_flag: str
+    born_timestamp: str
+    flag: str
+    properties: str
+    reconsume_times: str
+    unit_mode: str
+    max_reconsume_times: str
+    batch: str
+    broker_name: str
+
+
+SEND_LONG: Final = SendKeys(
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+    "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch", "bname",
+)
+SEND_V2: Final = SendKeys(*"abcdefghijklmn")
+SEND_V2_KEYS: Final[Mapping[str, str]] = dict(zip(SEND_V2, SEND_LONG, strict=True))
+
+SEND_V2_CODES: Final = frozenset((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                                  RequestCode.SEND_REPLY_MESSAGE_V2))
 _TRUE: Final = frozenset(("true", "1"))
 
 
@@ -42,7 +57,7 @@ def send_header_from_ext(code: int, ext: Mapping[str, str]) -> dict[str, str]:
     ``batch`` is rewritten to ``"true"``/``"false"``: true for code 320 or a
     ``batch`` of ``true``/``1`` (C++ 1.2.3 batches via code 10 + ``batch:"1"``).
     """
-    if code in _V2_CODES:
+    if code in SEND_V2_CODES:
         out = {SEND_V2_KEYS.get(k, k): v for k, v in ext.items()}
     else:
         out = dict(ext)

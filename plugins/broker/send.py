@@ -19,6 +19,7 @@ from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem
+from rmq.protocol.headers import SEND_LONG, SEND_V2, SEND_V2_CODES, SendKeys
 from rmq.protocol.message import BatchError, decode_batch
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
 
@@ -31,13 +32,6 @@ refusals = RateLimitedLog(log)  # lines a peer can trigger at will
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
-# (producerGroup, topic, defaultTopic, defaultTopicQueueNums, queueId, sysFlag, bornTimestamp, flag,
-#  properties, reconsumeTimes, unitMode, maxReconsumeTimes, batch) in each spelling
-_LONG = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-         "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
-_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
-_V2_CODES = frozenset((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-                       RequestCode.SEND_REPLY_MESSAGE_V2))
 _TRUE = frozenset(("true", "1", "True", "TRUE"))
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 _PROPS_SAFE_CHARS = MAX_PROPERTIES_BYTES // 4  # at most 4 UTF-8 bytes per character: no encode needed below
@@ -85,17 +79,17 @@ class SendProcessor:
             )
         ext = cmd.ext
         code = cmd.code
-        keys = _V2 if code in _V2_CODES else _LONG
+        keys = SEND_V2 if code in SEND_V2_CODES else SEND_LONG
         get = ext.get
-        topic = get(keys[1])
+        topic = get(keys.topic)
         if topic is None:
-            raise HeaderError(keys[1], "is missing")
+            raise HeaderError(keys.topic, "is missing")
         try:
-            qid_text = ext[keys[4]]
+            qid_text = ext[keys.queue_id]
             queue_id = int(qid_text)
-            sys_flag = int(ext[keys[5]])
-            born_ts = int(ext[keys[6]])
-            flag = int(ext[keys[7]])
+            sys_flag = int(ext[keys.sys_flag])
+            born_ts = int(ext[keys.born_timestamp])
+            flag = int(ext[keys.flag])
         except KeyError as e:
             raise HeaderError(str(e.args[0]), "is missing") from None
         except ValueError as e:
@@ -107,8 +101,8 @@ class SendProcessor:
             and _I64_MIN <= born_ts <= _I64_MAX
         ):
             raise HeaderError(_out_of_range(keys, queue_id, sys_flag, born_ts, flag), "is out of its Java type's range")
-        props = get(keys[8]) or ""
-        batch = code == _BATCH_CODE or get(keys[12]) in _TRUE
+        props = get(keys.properties) or ""
+        batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body
 
         tc = b.topics.table.get(topic)
@@ -146,15 +140,15 @@ class SendProcessor:
         reconsume = 0
         if topic[0] == "%":
             try:
-                reconsume = int(get(keys[9]) or 0)
+                reconsume = int(get(keys.reconsume_times) or 0)
             except ValueError:
                 reconsume = 0
             if not 0 <= reconsume <= _I32_MAX:
-                raise HeaderError(keys[9], f"is out of its Java type's range (int): {reconsume}")
+                raise HeaderError(keys.reconsume_times, f"is out of its Java type's range (int): {reconsume}")
             if topic.startswith(RETRY_PREFIX):
                 if batch:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
-                routed = self._retry_or_dlq(cmd, topic, reconsume, get(keys[11]), queue_id)
+                routed = self._retry_or_dlq(cmd, topic, reconsume, get(keys.max_reconsume_times), queue_id)
                 if isinstance(routed, RemotingCommand):
                     return routed
                 topic, queue_id = routed
@@ -193,7 +187,7 @@ class SendProcessor:
         return self._answer(cmd, queue_id, result, None)
 
     def _check_topic(self, conn: Connection, cmd: RemotingCommand, topic: str,
-                     keys: tuple[str, ...]) -> RemotingCommand | TopicConfig:
+                     keys: SendKeys) -> RemotingCommand | TopicConfig:
         """The slow path of topic checks: broker permission, system topics, validation, auto-creation."""
         b = self.broker
         cfg = b.config
@@ -213,11 +207,11 @@ class SendProcessor:
             refusals.info("send.topic", "send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
         try:
-            client_nums = int(ext.get(keys[3]) or 4)
+            client_nums = int(ext.get(keys.default_topic_queue_nums) or 4)
         except ValueError:
             client_nums = 4
-        unit = ext.get(keys[10]) in _TRUE
-        default_topic = ext.get(keys[2]) or ""
+        unit = ext.get(keys.unit_mode) in _TRUE
+        default_topic = ext.get(keys.default_topic) or ""
         tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
         if tc is None and topic.startswith(RETRY_PREFIX):
             tc = b.topics.create_in_send_back(topic, 1, Perm.READ_WRITE)
@@ -298,13 +292,13 @@ class SendProcessor:
         return cmd.response(code, remark)
 
 
-def _out_of_range(keys: tuple[str, ...], queue_id: int, sys_flag: int, born_ts: int, flag: int) -> str:
+def _out_of_range(keys: SendKeys, queue_id: int, sys_flag: int, born_ts: int, flag: int) -> str:
     """The name of the first header field outside its Java type (for the error remark)."""
-    for name, v, lo, hi in ((keys[4], queue_id, _I32_MIN, _I32_MAX), (keys[5], sys_flag, _I32_MIN, _I32_MAX),
-                            (keys[6], born_ts, _I64_MIN, _I64_MAX), (keys[7], flag, _I32_MIN, _I32_MAX)):
+    for name, v, lo, hi in ((keys.queue_id, queue_id, _I32_MIN, _I32_MAX), (keys.sys_flag, sys_flag, _I32_MIN, _I32_MAX),
+                            (keys.born_timestamp, born_ts, _I64_MIN, _I64_MAX), (keys.flag, flag, _I32_MIN, _I32_MAX)):
         if not lo <= v <= hi:
             return name
-    return keys[4]
+    return keys.queue_id
 
 
 def _peer(conn: Connection) -> str:

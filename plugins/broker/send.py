@@ -17,7 +17,7 @@ from rmq.kernel.model import MessageRecord, PutResult, PutStatus
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import HeaderError, RemotingCommand
+from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem
 from rmq.protocol.headers import SEND_LONG, SEND_V2, SEND_V2_CODES, SendKeys
 from rmq.protocol.message import BatchError, decode_batch
@@ -36,8 +36,6 @@ _TRUE = frozenset(("true", "1", "True", "TRUE"))
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 _PROPS_SAFE_CHARS = MAX_PROPERTIES_BYTES // 4  # at most 4 UTF-8 bytes per character: no encode needed below
 _BORN_KEY = "broker.born"
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _VERSION_HONOURS_MAX_RECONSUME = 121  # V3_4_9
 
 _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
@@ -84,23 +82,12 @@ class SendProcessor:
         topic = get(keys.topic)
         if topic is None:
             raise HeaderError(keys.topic, "is missing")
-        try:
-            qid_text = ext[keys.queue_id]
-            queue_id = int(qid_text)
-            sys_flag = int(ext[keys.sys_flag])
-            born_ts = int(ext[keys.born_timestamp])
-            flag = int(ext[keys.flag])
-        except KeyError as e:
-            raise HeaderError(str(e.args[0]), "is missing") from None
-        except ValueError as e:
-            raise HeaderError("queueId/sysFlag/bornTimestamp/flag", f"is not an integer: {e}") from None
-        if not (
-            _I32_MIN <= queue_id <= _I32_MAX
-            and _I32_MIN <= sys_flag <= _I32_MAX
-            and _I32_MIN <= flag <= _I32_MAX
-            and _I64_MIN <= born_ts <= _I64_MAX
-        ):
-            raise HeaderError(_out_of_range(keys, queue_id, sys_flag, born_ts, flag), "is out of its Java type's range")
+        # Java's parse rules and ranges (an int field >= 2^31 must not reach the store and take an offset)
+        queue_id = ext_i32(cmd, keys.queue_id)
+        qid_text = ext[keys.queue_id]
+        sys_flag = ext_i32(cmd, keys.sys_flag)
+        born_ts = ext_int(cmd, keys.born_timestamp)
+        flag = ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
         batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body
@@ -139,16 +126,13 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed message properties: {bad_props}")
         reconsume = 0
         if topic[0] == "%":
-            try:
-                reconsume = int(get(keys.reconsume_times) or 0)
-            except ValueError:
-                reconsume = 0
-            if not 0 <= reconsume <= _I32_MAX:
-                raise HeaderError(keys.reconsume_times, f"is out of its Java type's range (int): {reconsume}")
+            reconsume = ext_i32(cmd, keys.reconsume_times, 0)
+            if reconsume < 0:
+                raise HeaderError(keys.reconsume_times, f"is negative: {reconsume}")
             if topic.startswith(RETRY_PREFIX):
                 if batch:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
-                routed = self._retry_or_dlq(cmd, topic, reconsume, get(keys.max_reconsume_times), queue_id)
+                routed = self._retry_or_dlq(cmd, keys, topic, reconsume, get(keys.max_reconsume_times), queue_id)
                 if isinstance(routed, RemotingCommand):
                     return routed
                 topic, queue_id = routed
@@ -206,10 +190,7 @@ class SendProcessor:
         if reason is not None:
             refusals.info("send.topic", "send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
-        try:
-            client_nums = int(ext.get(keys.default_topic_queue_nums) or 4)
-        except ValueError:
-            client_nums = 4
+        client_nums = ext_i32(cmd, keys.default_topic_queue_nums, 4)
         unit = ext.get(keys.unit_mode) in _TRUE
         default_topic = ext.get(keys.default_topic) or ""
         tc = b.topics.create_in_send(topic, default_topic, client_nums, 2 if unit else 0, _peer(conn))
@@ -221,7 +202,7 @@ class SendProcessor:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
         return tc
 
-    def _retry_or_dlq(self, cmd: RemotingCommand, topic: str, reconsume: int, max_hdr: str | None,
+    def _retry_or_dlq(self, cmd: RemotingCommand, keys: SendKeys, topic: str, reconsume: int, max_hdr: str | None,
                       queue_id: int) -> tuple[str, int] | RemotingCommand:
         """A send to %RETRY%group: to the DLQ once reconsumeTimes reached the group's maximum."""
         b = self.broker
@@ -231,10 +212,7 @@ class SendProcessor:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
         max_times = sg.retryMaxTimes
         if cmd.version >= _VERSION_HONOURS_MAX_RECONSUME and max_hdr:
-            try:
-                max_times = int(max_hdr)
-            except ValueError:
-                pass
+            max_times = ext_i32(cmd, keys.max_reconsume_times)
         if reconsume >= max_times:
             dlq = DLQ_PREFIX + group
             dtc = b.topics.create_in_send_back(dlq, 1, Perm.READ_WRITE)
@@ -290,15 +268,6 @@ class SendProcessor:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
         refusals.warning(f"put.{status.name}", "put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)
-
-
-def _out_of_range(keys: SendKeys, queue_id: int, sys_flag: int, born_ts: int, flag: int) -> str:
-    """The name of the first header field outside its Java type (for the error remark)."""
-    for name, v, lo, hi in ((keys.queue_id, queue_id, _I32_MIN, _I32_MAX), (keys.sys_flag, sys_flag, _I32_MIN, _I32_MAX),
-                            (keys.born_timestamp, born_ts, _I64_MIN, _I64_MAX), (keys.flag, flag, _I32_MIN, _I32_MAX)):
-        if not lo <= v <= hi:
-            return name
-    return keys.queue_id
 
 
 def _peer(conn: Connection) -> str:

@@ -114,7 +114,7 @@ class Kernel:
         self.hook.rmq_processors_register(kernel=self, registry=registry)
         role_config = getattr(self.config, role, None)
         if not getattr(role_config, "allowRemoteAdmin", True):
-            guard_admin_codes(registry)
+            registry.interceptors.insert(0, LoopbackAdminGuard(role))  # before any plugin's interceptor
         server = self.hook.rmq_remoting_make_server(kernel=self, config=config, handler=make_handler(registry))
         if server is None:
             raise pmod.PluginError("no rmq.remoting plugin built a server; select one under [plugins] remoting")
@@ -132,27 +132,38 @@ def is_loopback(host: str) -> bool:
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def guard_admin_codes(registry: ProcessorRegistry) -> None:
-    """Until ACL exists: state-changing admin requests only from loopback peers (NO_PERMISSION otherwise)."""
-    from rmq.protocol.codes import ADMIN_WRITE_CODES, ResponseCode
+class LoopbackAdminGuard:
+    """The protected default until ACL: state-changing admin requests only from loopback peers.
 
-    role = registry.role
-    rlog = logging.getLogger(f"rmq.{role}")
-    for code in ADMIN_WRITE_CODES & registry.table.keys():
-        inner = registry.table[code]
+    A ``RequestInterceptor`` the kernel adds to a role whose config leaves ``allowRemoteAdmin``
+    off; the codes are ``rmq.protocol.codes.ADMIN_WRITE_CODES``.
+    """
 
-        async def guarded(conn: Connection, cmd: RemotingCommand, _inner: Any = inner) -> RemotingCommand | None:
-            host = conn.remote_addr[0]
-            if is_loopback(host):
-                return await _inner(conn, cmd)
-            rlog.warning("refused admin request code %d from %s: not a loopback peer", cmd.code, host)
-            return cmd.response(
-                ResponseCode.NO_PERMISSION,
-                f"request code {cmd.code} changes {role} state and is only accepted from loopback peers; "
-                f"set {role}.allowRemoteAdmin = true to accept it from {host} (no ACL is enabled)",
-            )
+    def __init__(self, role: str) -> None:
+        from rmq.kernel.ratelimit import RateLimitedLog
+        from rmq.protocol.codes import ADMIN_WRITE_CODES
 
-        registry.table[code] = guarded
+        self.role = role
+        self.codes = ADMIN_WRITE_CODES
+        self._log = RateLimitedLog(logging.getLogger(f"rmq.{role}"))
+
+    def before(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code not in self.codes:
+            return None
+        host = conn.remote_addr[0]
+        if is_loopback(host):
+            return None
+        from rmq.protocol.codes import ResponseCode
+
+        self._log.warning("admin-guard", "refused admin request code %d from %s: not a loopback peer", cmd.code, host)
+        return cmd.response(
+            ResponseCode.NO_PERMISSION,
+            f"request code {cmd.code} changes {self.role} state and is only accepted from loopback peers; "
+            f"set {self.role}.allowRemoteAdmin = true to accept it from {host} (no ACL is enabled)",
+        )
+
+    def after(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
+        return None
 
 
 def make_handler(registry: ProcessorRegistry) -> Any:
@@ -172,6 +183,7 @@ def make_handler(registry: ProcessorRegistry) -> Any:
 
     table = registry.table
     rlog = RateLimitedLog(logging.getLogger(f"rmq.{registry.role}"))
+    interceptors = tuple(registry.interceptors)
 
     async def handle(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         proc = table.get(cmd.code)
@@ -193,4 +205,26 @@ def make_handler(registry: ProcessorRegistry) -> Any:
                          *conn.remote_addr[:2], printable(f"{type(e).__name__}: {e}"))
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
 
-    return handle
+    if not interceptors:
+        return handle
+
+    async def intercepted(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        response: RemotingCommand | None = None
+        try:
+            for i in interceptors:
+                response = i.before(conn, cmd)
+                if response is not None:
+                    break
+            else:
+                response = await handle(conn, cmd)
+            for i in interceptors:
+                i.after(conn, cmd, response)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as e:
+            rlog.warning(f"interceptor:{cmd.code}", "an interceptor failed on request code %d from %s:%s: %s",
+                         cmd.code, *conn.remote_addr[:2], printable(f"{type(e).__name__}: {e}"))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        return response
+
+    return intercepted

@@ -10,7 +10,7 @@ answered REQUEST_CODE_NOT_SUPPORTED by the registry itself.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rmq.kernel.markers import hookspec
 
@@ -20,6 +20,22 @@ if TYPE_CHECKING:
     from rmq.protocol.command import RemotingCommand
 
 Processor = Callable[["Connection", "RemotingCommand"], Awaitable["RemotingCommand | None"]]
+
+
+@runtime_checkable
+class RequestInterceptor(Protocol):
+    """Runs around every request a role serves (RocketMQ's RPCHook): ACL, metrics, tracing, audit.
+
+    ``before`` runs on the event loop before the processor, in registration order; returning a
+    response refuses the request (the processor does not run, later interceptors' ``before``
+    neither). ``after`` runs for every interceptor with the final response (None for oneway
+    requests), refusals and errors included. Both must be fast and must not block or do I/O:
+    they run once per request. An exception in either is answered SYSTEM_ERROR.
+    """
+
+    def before(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None: ...
+
+    def after(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand | None) -> None: ...
 
 
 class ProcessorRegistry:
@@ -35,6 +51,11 @@ class ProcessorRegistry:
         self.table: dict[int, Processor] = {}
         self.owners: dict[int, str] = {}
         self.services: dict[str, Any] = {}
+        self.interceptors: list[RequestInterceptor] = []
+
+    def add_interceptor(self, interceptor: RequestInterceptor) -> None:
+        """Run ``interceptor`` around every request of this role (after those added before it)."""
+        self.interceptors.append(interceptor)
 
     def register(self, code: int, processor: Processor, *, owner: str = "", replace: bool = False) -> None:
         """Claim ``code``; a second claim without ``replace`` is a start-up error naming both owners."""
@@ -52,11 +73,12 @@ def rmq_processors_register(kernel: Kernel, registry: ProcessorRegistry) -> None
     """Add request handlers for ``registry.role`` ("namesrv" or "broker").
 
     Called once per role at start-up, before the role's server listens. Check
-    ``registry.role`` and register only codes of that role. Processors may be
+    ``registry.role`` and register only codes of that role; add a ``RequestInterceptor``
+    with ``registry.add_interceptor`` to see every request of the role. Processors may be
     bound methods of long-lived service objects; put such objects in
     ``registry.services`` for other plugins of the role.
 
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, services).
-    - ``registry``: the role's ``ProcessorRegistry`` (``role``, ``register``, ``services``).
+    - ``registry``: the role's ``ProcessorRegistry`` (``role``, ``register``, ``add_interceptor``, ``services``).
     """

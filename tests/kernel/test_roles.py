@@ -86,3 +86,57 @@ def test_rmq_addhooks_lets_a_plugin_add_its_own_hooks() -> None:
     kernel = make_kernel([Adds(), Uses()])
     kernel.hook.audit_before_delete(topic="t1")
     assert seen == ["t1"]
+
+
+class Audit:
+    """A third party's RequestInterceptor: sees every request, refuses code 9002, breaks on 9003."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int | None]] = []
+
+    def before(self, conn: object, cmd: RemotingCommand) -> RemotingCommand | None:
+        self.seen.append(("before", cmd.code, None))
+        if cmd.code == 9003:
+            raise RuntimeError("audit log full")
+        if cmd.code == 9002:
+            return cmd.response(ResponseCode.NO_PERMISSION, remark="audit says no")
+        return None
+
+    def after(self, conn: object, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
+        self.seen.append(("after", cmd.code, None if response is None else response.code))
+
+
+class AuditPlugin:
+    def __init__(self) -> None:
+        self.audit = Audit()
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: object, registry: ProcessorRegistry) -> None:
+        if registry.role == "echo":
+            registry.add_interceptor(self.audit)
+
+
+@pytest.mark.anyio
+async def test_interceptors_run_around_every_request_and_can_refuse() -> None:
+    audit = AuditPlugin()
+    kernel = make_kernel([TcpRemotingPlugin({}), EchoProcessors(), audit])
+    async with kernel:
+        server, _ = await kernel.serve_role("echo", RemotingConfig(host="127.0.0.1", port=0, name="echo"))
+        client = kernel.hook.rmq_remoting_make_client(kernel=kernel, config=RemotingConfig(name="client"), handler=None)
+        addr = f"127.0.0.1:{server.port}"
+        with anyio.fail_after(10):
+            assert (await client.invoke(addr, RemotingCommand.request(9001, ext={"x": 1}), timeout=3)).code == 0
+            r = await client.invoke(addr, RemotingCommand.request(9002), timeout=3)  # the processor would raise
+            assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, "audit says no")
+            r = await client.invoke(addr, RemotingCommand.request(4242), timeout=3)
+            assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            r = await client.invoke(addr, RemotingCommand.request(9003), timeout=3)
+            assert r.code == ResponseCode.SYSTEM_ERROR and "audit log full" in (r.remark or "")
+        await client.aclose()
+        await server.aclose()
+    assert audit.audit.seen == [
+        ("before", 9001, None), ("after", 9001, 0),
+        ("before", 9002, None), ("after", 9002, ResponseCode.NO_PERMISSION),
+        ("before", 4242, None), ("after", 4242, ResponseCode.REQUEST_CODE_NOT_SUPPORTED),
+        ("before", 9003, None),
+    ]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
-from rmq.kernel.kernel import guard_admin_codes, is_loopback, make_handler
+from rmq.kernel.kernel import LoopbackAdminGuard, is_loopback, make_handler
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 
@@ -176,7 +176,7 @@ async def test_admin_writes_from_non_loopback_peers_are_refused_by_default(broke
         for role in ("broker", "namesrv"):
             registry = ProcessorRegistry(role, kernel)
             kernel.hook.rmq_processors_register(kernel=kernel, registry=registry)
-            guard_admin_codes(registry)
+            registry.add_interceptor(LoopbackAdminGuard(role))
             handle = make_handler(registry)
             code = RequestCode.UPDATE_AND_CREATE_TOPIC if role == "broker" else RequestCode.PUT_KV_CONFIG
             ext = {"topic": "FromAfar", "perm": "6"} if role == "broker" else {"namespace": "n", "key": "k", "value": "v"}

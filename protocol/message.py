@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Final
 
 from rmq.protocol.common import MAGIC_MESSAGE, Prop, SysFlag, decode_properties, encode_properties
+from rmq.protocol.record import HEAD, TAIL
 
 __all__ = [
     "BatchError",
@@ -51,12 +52,12 @@ COMPRESSION_TYPE_MASK: Final = 0x700  # sysFlag bits 8-10: 0x100 LZ4, 0x200 ZSTD
 #: Largest body :func:`decompress_body` inflates: a 4 MiB message could otherwise expand to gigabytes.
 MAX_INFLATED_BODY: Final = 64 * 1024 * 1024
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, born
+_HEAD = HEAD  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, born
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">H")
 _B = struct.Struct(">B")
-_TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTxOffset, bodyLen
+_TAIL = TAIL  # reconsumeTimes, preparedTxOffset, bodyLen
 _V4_MID = struct.Struct(">8sq8siqi")  # bornHost, storeTimestamp, storeHost, reconsumeTimes, preparedTx, bodyLen
 _V6_BITS = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, bodyLen

@@ -19,15 +19,16 @@ import zlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from rmq.protocol.record import HEAD, HEADERS
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["Columns", "RecordError"]
 
-_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")  # through BODYLEN, both hosts IPv4
-_HEAD = struct.Struct(">iiiiiqqiq")  # through BORNTIMESTAMP
+_V4 = HEADERS[(8, 8)]  # through BODYLEN, both hosts IPv4
+_HEAD = HEAD  # through BORNTIMESTAMP
 _Q = struct.Struct(">q")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
 _V6_BITS = 0x10 | 0x20
 _BORN_V6, _STORE_V6 = 0x10, 0x20
 _COMPRESSED = 0x1

@@ -10,7 +10,6 @@ shutdown, and clamped into the queue's [min, max] at load.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from typing import TYPE_CHECKING
 
@@ -21,20 +20,18 @@ from rmq.kernel.model import GetStatus, MessageRecord, PutResult, PutStatus
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from rmq.protocol.record import queue_offset_at, store_timestamp_at
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.broker import BrokerContext
 
 log = logging.getLogger("rmq.broker.schedule")
 
-_Q = struct.Struct(">q")
-_I = struct.Struct(">i")
 BATCH = 32
 
 
 def record_store_timestamp(rec: bytes | memoryview) -> int:
-    (sys_flag,) = _I.unpack_from(rec, 36)
-    return _Q.unpack_from(rec, 68 if sys_flag & SysFlag.BORNHOST_V6 else 56)[0]
+    return store_timestamp_at(rec, 0)
 
 
 class DelayLevelStage:
@@ -159,7 +156,7 @@ class ScheduleService:
                 deliver = now
             if deliver > now:
                 return False
-            (qoff,) = _Q.unpack_from(rec, 20)
+            qoff = queue_offset_at(rec, 0)
             if not await self._deliver(level, rec):
                 return False
             self.offsets[level] = qoff + 1

@@ -31,9 +31,12 @@ from rmq.protocol.common import (
     tags_code,
 )
 from rmq.protocol.names import validate_topic
+from rmq.protocol.record import HEAD2, HEADERS, MIN_RECORD, store_timestamp_at
+
+__all__ = ["HEAD2", "HEADERS", "RECORD_OVERHEAD", "RecordError", "RecordWriter", "store_timestamp_at"]
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-RECORD_OVERHEAD: Final = 91  # fixed bytes of a record with two IPv4 hosts
+RECORD_OVERHEAD: Final = MIN_RECORD  # fixed bytes of a record with two IPv4 hosts (91)
 BLANK_LEN: Final = 8  # TOTALSIZE + MAGIC of the end-of-file filler
 HOST_V6_EXTRA: Final = 12
 TX_MASK: Final = SysFlag.TX_MASK
@@ -42,10 +45,7 @@ TX_ROLLBACK: Final = SysFlag.TX_ROLLBACK
 MASK31: Final = 0x7FFFFFFF
 INT_MAX: Final = 0x7FFFFFFF
 
-# total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs, bornHost, storeTs, storeHost,
-# reconsumeTimes, preparedTxOffset, bodyLength: one Struct per (born, store) host width.
-HEADERS: Final = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
-HEAD2: Final = struct.Struct(">ii")  # TOTALSIZE, MAGIC
+# the layout itself is declared once, in rmq.protocol.record
 Q: Final = struct.Struct(">q")
 I32: Final = struct.Struct(">i")
 H: Final = struct.Struct(">h")
@@ -217,13 +217,6 @@ class RecordWriter:
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def store_timestamp_at(buf: Any, pos: int) -> int:
-    """STORETIMESTAMP of the record at ``pos`` (its position depends on the born-host width)."""
-    (sys_flag,) = I32.unpack_from(buf, pos + 36)
-    (ts,) = Q.unpack_from(buf, pos + (68 if sys_flag & SysFlag.BORNHOST_V6 else 56))
-    return ts
 
 
 def record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:

@@ -104,15 +104,7 @@ class TcpRemotingClient:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
         except OSError as exc:
             raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
-        conn = TcpConnection(
-            stream,
-            self._handler,
-            conn_id=next(self._ids),
-            max_frame_size=cfg.max_frame_size,
-            idle_timeout=cfg.idle_timeout,
-            name=cfg.name,
-            rlog=self._rlog,
-        )
+        conn = TcpConnection.for_config(stream, self._handler, cfg, next(self._ids), self._rlog)
         conn.on_close(lambda c: self._forget(addr, c))
         tg.start_soon(conn.run)
         log.debug("%s: connected #%d to %s", cfg.name, conn.id, addr)

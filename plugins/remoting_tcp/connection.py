@@ -46,7 +46,7 @@ from rmq.protocol.command import (
 from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import RequestHandler
+    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
 
@@ -129,6 +129,15 @@ class TcpConnection:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except Exception:  # noqa: BLE001 - reset already, or not a socket: nothing to tune
             pass
+
+    @classmethod
+    def for_config(
+        cls, stream: SocketStream, handler: RequestHandler | None, config: RemotingConfig, conn_id: int,
+        rlog: RateLimitedLog,
+    ) -> TcpConnection:
+        """A connection with a server's or client's settings (both ends build theirs this way)."""
+        return cls(stream, handler, conn_id=conn_id, max_frame_size=config.max_frame_size,
+                   idle_timeout=config.idle_timeout, name=config.name, rlog=rlog)
 
     # ------------------------------------------------------------------ public API
 

@@ -120,15 +120,7 @@ class TcpRemotingServer:
         cfg = self.config
         conn: TcpConnection | None = None
         try:
-            conn = TcpConnection(
-                stream,
-                self._handler,
-                conn_id=next(self._ids),
-                max_frame_size=cfg.max_frame_size,
-                idle_timeout=cfg.idle_timeout,
-                name=cfg.name,
-                rlog=self._rlog,
-            )
+            conn = TcpConnection.for_config(stream, self._handler, cfg, next(self._ids), self._rlog)
             self._conns[conn.id] = conn
             log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.run()

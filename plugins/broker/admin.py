@@ -21,7 +21,7 @@ from rmq.protocol.names import is_system_topic, require_group, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.plugins.broker.controller import BrokerController
+    from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
 
@@ -41,8 +41,8 @@ def mq_map(entries: list[tuple[tuple[str, str, int], Any]]) -> str:
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
 
     def register(self, registry: Any, owner: str) -> None:
         rc = RequestCode
@@ -67,7 +67,7 @@ class AdminProcessor:
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         topic = ext_str(cmd, "topic")
         reason = validate_topic(topic)
         if reason is not None:
@@ -95,7 +95,7 @@ class AdminProcessor:
         return cmd.response()
 
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         topic = ext_str(cmd, "topic")
         reason = validate_topic(topic)
         if reason is not None:
@@ -110,7 +110,7 @@ class AdminProcessor:
         return cmd.response()
 
     async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=self.broker.topics.encode().encode())
+        return cmd.response(body=self.ctx.topics.encode().encode())
 
     # ------------------------------------------------------------------ groups
 
@@ -120,25 +120,25 @@ class AdminProcessor:
             require_group(sg.groupName)
         except (ValueError, TypeError, AttributeError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
-        self.broker.groups.update(sg)
+        self.ctx.groups.update(sg)
         return cmd.response()
 
     async def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=self.broker.groups.encode().encode())
+        return cmd.response(body=self.ctx.groups.encode().encode())
 
     async def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = require_group(ext_str(cmd, "groupName"))
         if group in SYSTEM_GROUPS:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the subscription group[{group}] is a system group")
-        self.broker.groups.delete(group)
+        self.ctx.groups.delete(group)
         if ext_bool(cmd, "removeOffset", False):
-            self.broker.offsets.delete_group(group)
+            self.ctx.offsets.delete_group(group)
         return cmd.response()
 
     # ------------------------------------------------------------------ stats and connections
 
     async def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         topic = ext_str(cmd, "topic")
         tc = b.topics.get(topic)
         if tc is None:
@@ -154,7 +154,7 @@ class AdminProcessor:
 
     async def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_str(cmd, "consumerGroup")
-        info = self.broker.consumers.get(group)
+        info = self.ctx.consumers.get(group)
         if info is None:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
@@ -168,13 +168,13 @@ class AdminProcessor:
 
     async def producer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_str(cmd, "producerGroup")
-        chans = self.broker.producers.groups.get(group)
+        chans = self.ctx.producers.groups.get(group)
         if not chans:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         return cmd.response(body=_j({"connectionSet": [ch.to_json() for ch in chans.values()]}).encode())
 
     async def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         group = ext_str(cmd, "consumerGroup")
         topic = ext_str(cmd, "topic", "")
         topics = [topic] if topic else sorted(b.offsets.topics_of_group(group))
@@ -194,7 +194,7 @@ class AdminProcessor:
         return cmd.response(body=body.encode())
 
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         store = b.store
         table = {
             "brokerVersion": "409",
@@ -217,12 +217,12 @@ class AdminProcessor:
         return cmd.response(body=_j({"table": table}).encode())
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=self.broker.offsets.encode().encode())
+        return cmd.response(body=self.ctx.offsets.encode().encode())
 
     # ------------------------------------------------------------------ message lookups
 
     async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         topic, key = ext_str(cmd, "topic"), ext_str(cmd, "key")
         max_num = ext_i32(cmd, "maxNum", _DEFAULT_QUERY_MAX)
         if ext_bool(cmd, "_UNIQUE_KEY_QUERY", False):
@@ -245,7 +245,7 @@ class AdminProcessor:
 
     async def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         phys = ext_int(cmd, "offset")
-        rec = self.broker.store.look_message_by_offset(phys)
+        rec = self.ctx.store.look_message_by_offset(phys)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
         return cmd.response(body=bytes(rec))

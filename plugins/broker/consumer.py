@@ -27,7 +27,7 @@ from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_grou
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.plugins.broker.controller import BrokerController
+    from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
 refusals = RateLimitedLog(log)  # lines a peer can trigger at will
@@ -47,8 +47,8 @@ ACCESS_MESSAGE_IN_MEMORY_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRati
 
 
 class ConsumerProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
         self._in_memory_bytes = int(_physical_memory() * ACCESS_MESSAGE_IN_MEMORY_RATIO)
 
     def register(self, registry: Any, owner: str) -> None:
@@ -73,7 +73,7 @@ class ConsumerProcessor:
     # ------------------------------------------------------------------ membership
 
     async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         try:
             hb = parse_heartbeat(cmd.body)
         except (ValueError, UnicodeDecodeError) as e:
@@ -97,7 +97,7 @@ class ConsumerProcessor:
         return cmd.response()
 
     async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         pg = ext_str(cmd, "producerGroup", "")
         if pg:
             b.producers.unregister(pg, conn)
@@ -110,7 +110,7 @@ class ConsumerProcessor:
 
     async def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_str(cmd, "consumerGroup")
-        info = self.broker.consumers.get(group)
+        info = self.ctx.consumers.get(group)
         if info is None or not info.channels:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         body = json.dumps({"consumerIdList": info.client_ids()}, separators=(",", ":")).encode()
@@ -130,7 +130,7 @@ class ConsumerProcessor:
         if etype.upper() == "TAG":
             return cmd.response()
         try:
-            self.broker.get_filter(group, topic, etype, expr)
+            self.ctx.get_filter(group, topic, etype, expr)
         except LookupError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         except ValueError as e:  # FilterExpressionError is a ValueError
@@ -140,7 +140,7 @@ class ConsumerProcessor:
     # ------------------------------------------------------------------ offsets
 
     async def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         group, topic, qid = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic"), ext_i32(cmd, "queueId")
         offset = b.offsets.query(group, topic, qid)
         if offset >= 0:
@@ -152,7 +152,7 @@ class ConsumerProcessor:
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def _offset_zero_on_disk(self, topic: str, qid: int) -> bool:
-        store = self.broker.store
+        store = self.ctx.store
         res = store.get_messages("", topic, qid, 0, 1)
         if res.status is not GetStatus.FOUND or not res.messages:
             return False
@@ -160,7 +160,7 @@ class ConsumerProcessor:
         return store.max_phy_offset - phys > self._in_memory_bytes
 
     async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
         qid, offset = ext_i32(cmd, "queueId"), ext_int(cmd, "commitOffset")
         tc = b.topics.table.get(topic)
@@ -174,19 +174,19 @@ class ConsumerProcessor:
         return cmd.response()
 
     async def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_offset_by_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"), ext_int(cmd, "timestamp"))
+        off = self.ctx.store.get_offset_by_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"), ext_int(cmd, "timestamp"))
         return cmd.response(ext={"offset": str(off)})
 
     async def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_max_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
+        off = self.ctx.store.get_max_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"offset": str(off)})
 
     async def min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_min_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
+        off = self.ctx.store.get_min_offset(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"offset": str(off)})
 
     async def earliest_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        ts = self.broker.store.get_earliest_store_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
+        ts = self.ctx.store.get_earliest_store_time(ext_str(cmd, "topic"), ext_i32(cmd, "queueId"))
         return cmd.response(ext={"timestamp": str(ts)})
 
     # ------------------------------------------------------------------ orderly locks
@@ -212,7 +212,7 @@ class ConsumerProcessor:
             group, client_id, mqs = self._lock_body(cmd)
         except (ValueError, KeyError, TypeError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad LOCK_BATCH_MQ body: {e}")
-        locked = self.broker.locks.try_lock_batch(group, mqs, client_id)
+        locked = self.ctx.locks.try_lock_batch(group, mqs, client_id)
         body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in locked]}
         return cmd.response(body=json.dumps(body, separators=(",", ":")).encode())
 
@@ -221,13 +221,13 @@ class ConsumerProcessor:
             group, client_id, mqs = self._lock_body(cmd)
         except (ValueError, KeyError, TypeError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad UNLOCK_BATCH_MQ body: {e}")
-        self.broker.locks.unlock_batch(group, mqs, client_id)
+        self.ctx.locks.unlock_batch(group, mqs, client_id)
         return cmd.response()
 
     # ------------------------------------------------------------------ retries
 
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         group = ext_str(cmd, "group")
         phys = ext_int(cmd, "offset")
         delay = ext_i32(cmd, "delayLevel", 0)

@@ -20,7 +20,7 @@ from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.plugins.broker.controller import BrokerController
+    from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
 refusals = RateLimitedLog(log)  # lines a peer can trigger at will
@@ -34,8 +34,8 @@ _RETRY = ResponseCode.PULL_RETRY_IMMEDIATELY
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
 
     def register(self, registry: object, owner: str) -> None:
         registry.register(RequestCode.PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
@@ -44,7 +44,7 @@ class PullProcessor:
         return await self.process(conn, cmd, True)
 
     async def process(self, conn: Connection, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         cfg = b.config
         ext = cmd.ext
         group = ext_str(cmd, "consumerGroup")

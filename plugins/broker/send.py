@@ -25,7 +25,7 @@ from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_top
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.plugins.broker.controller import BrokerController
+    from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
 refusals = RateLimitedLog(log)  # lines a peer can trigger at will
@@ -58,8 +58,8 @@ _STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutSt
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
         self.inflight = 0
 
     def register(self, registry: object, owner: str) -> None:
@@ -67,7 +67,7 @@ class SendProcessor:
             registry.register(code, self.send, owner=owner)  # type: ignore[attr-defined]
 
     async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         cfg = b.config
         if self.inflight >= cfg.sendThreadPoolQueueCapacity:
             return cmd.response(
@@ -173,7 +173,7 @@ class SendProcessor:
     def _check_topic(self, conn: Connection, cmd: RemotingCommand, topic: str,
                      keys: SendKeys) -> RemotingCommand | TopicConfig:
         """The slow path of topic checks: broker permission, system topics, validation, auto-creation."""
-        b = self.broker
+        b = self.ctx
         cfg = b.config
         ext = cmd.ext
         if b.is_slave:
@@ -205,7 +205,7 @@ class SendProcessor:
     def _retry_or_dlq(self, cmd: RemotingCommand, keys: SendKeys, topic: str, reconsume: int, max_hdr: str | None,
                       queue_id: int) -> tuple[str, int] | RemotingCommand:
         """A send to %RETRY%group: to the DLQ once reconsumeTimes reached the group's maximum."""
-        b = self.broker
+        b = self.ctx
         group = topic[len(RETRY_PREFIX):]
         sg = b.groups.find(group)
         if sg is None:
@@ -222,7 +222,7 @@ class SendProcessor:
 
     async def _send_batch(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
                           props: str, sys_flag: int, born_ts: int, reconsume: int) -> RemotingCommand:
-        b = self.broker
+        b = self.ctx
         try:
             items = decode_batch(body)
         except BatchError as e:
@@ -249,7 +249,7 @@ class SendProcessor:
     def _answer(self, cmd: RemotingCommand, queue_id: int, result: PutResult, batch_offsets: object) -> RemotingCommand:
         status = result.status
         if status in _STORED_CODES:
-            b = self.broker
+            b = self.ctx
             prefix = b.msg_id_prefix
             if batch_offsets:
                 msg_id = ",".join([f"{prefix}{p:016X}" for p in batch_offsets])  # type: ignore[attr-defined]

@@ -1,0 +1,80 @@
+"""What a request processor may use of the broker: ``ProcessorContext``.
+
+Processors (send, pull, consumer management, admin) answer requests; they read and
+change the broker's tables, read the store and put through the pipeline. They do not
+start or stop anything, listen, register with name servers or run loops, so they get
+this view instead of the ``BrokerController``. A second front end (the gRPC endpoint
+for RocketMQ 5 clients) builds its processors on the same view, and a test checks that
+the processor modules use nothing outside it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from rmq.kernel.hookspecs.broker import BrokerContext
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.filtering import MessageFilter
+    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel.hookspecs.replication import ReplicationService
+    from rmq.kernel.model import PutResult
+    from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
+    from rmq.plugins.broker.groups import SubscriptionGroupManager
+    from rmq.plugins.broker.locks import RebalanceLockManager
+    from rmq.plugins.broker.longpoll import PullHoldService
+    from rmq.plugins.broker.offsets import ConsumerOffsetManager
+    from rmq.plugins.broker.pipeline import PutPipeline
+    from rmq.plugins.broker.topics import TopicConfigManager
+
+
+@runtime_checkable
+class ProcessorContext(BrokerContext, Protocol):
+    """The broker's tables, store, identity and put path: everything a processor touches.
+
+    Beyond ``BrokerContext`` (config, store, put, broker address, delay levels):
+    the metadata tables, the client registries, the long-poll hold, the put
+    pipeline (to ask whether a message may be deferred), the replication service
+    of a SYNC_MASTER, the host bytes of message ids and the write permission.
+    All members are used on the event loop and none blocks.
+    """
+
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    locks: RebalanceLockManager
+    hold: PullHoldService
+    pipeline: PutPipeline
+    replication: ReplicationService | None
+    store_host: bytes
+    msg_id_prefix: str
+    trace_on: str
+    sync_master: bool
+    accepts_writes: bool
+    boot_ms: int
+
+    def born_host(self, conn: Connection) -> bytes:
+        """BORNHOST bytes of a connection's peer (cached on the connection)."""
+        ...
+
+    def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
+        """The compiled subscription expression; None matches everything; LookupError if unsupported."""
+        ...
+
+    def watch_client(self, conn: Connection) -> None:
+        """Forget a client's registrations when its connection closes."""
+        ...
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Tell every member of ``group`` to rebalance now (oneway, in the background)."""
+        ...
+
+    async def register_now(self) -> None:
+        """Register with the name servers now (after a topic change an admin made)."""
+        ...
+
+    async def wait_slave(self, result: PutResult) -> None:
+        """SYNC_MASTER: wait until a slave holds ``result``'s bytes; sets the status otherwise."""
+        ...

@@ -6,9 +6,12 @@ Plain attrs slots classes: cheap to build on the hot path, typed, comparable.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
+
+from rmq.protocol.common import encode_properties, set_props
+from rmq.protocol.message import MessageExt, host_bytes
 
 
 @attrs.frozen(order=True, slots=True)
@@ -117,3 +120,33 @@ class DispatchRequest:
     keys: str | None = None
     uniq_key: str | None = None
     properties: dict[str, str] = attrs.field(factory=dict)
+
+
+def record_of(
+    msg: MessageExt,
+    topic: str,
+    queue_id: int,
+    changes: Mapping[str, str | None],
+    *,
+    sys_flag: int | None = None,
+    reconsume_times: int | None = None,
+    prepared_tx_offset: int | None = None,
+) -> MessageRecord:
+    """A stored message put again elsewhere (retry, DLQ, a due delayed message).
+
+    Body, flag, born time and host and the prepared offset carry over; ``changes`` edits
+    the properties (None removes one, see ``set_props``), the others keep their order.
+    """
+    ip, _, port = msg.born_host.rpartition(":")
+    return MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        body=msg.body,
+        flag=msg.flag,
+        properties=set_props(encode_properties(msg.properties), changes),
+        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=host_bytes(ip.strip("[]"), int(port)),
+        reconsume_times=msg.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_tx_offset=msg.prepared_transaction_offset if prepared_tx_offset is None else prepared_tx_offset,
+    )

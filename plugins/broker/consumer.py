@@ -15,14 +15,14 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
+from rmq.kernel.model import GetStatus, PutStatus, record_of
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
-from rmq.protocol.common import Perm, Prop, set_props
+from rmq.protocol.common import Perm, Prop
 from rmq.protocol.jsonbody import loads
-from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes, offset_msg_id
+from rmq.protocol.message import MessageDecodeError, decode_message, offset_msg_id
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_group, require_topic
 
 if TYPE_CHECKING:
@@ -276,19 +276,9 @@ class ConsumerProcessor:
         elif Prop.ORIGIN_MESSAGE_ID not in props:
             changes[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
         changes[Prop.WAIT] = "false"
-        raw_props = set_props("\x02".join(f"{k}\x01{v}" for k, v in props.items()), changes)
-        born_ip, _, born_port = msg.born_host.rpartition(":")
-        rec = MessageRecord(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            flag=msg.flag,
-            properties=raw_props,
-            sys_flag=msg.sys_flag & ~0x30,
-            born_timestamp=msg.born_timestamp,
-            born_host=host_bytes(born_ip.strip("[]"), int(born_port)),
-            reconsume_times=msg.reconsume_times + 1,
-        )
+        # RocketMQ clears the transaction type bits: a retried message is a plain message
+        rec = record_of(msg, topic, queue_id, changes, sys_flag=msg.sys_flag & ~0x30,
+                        reconsume_times=msg.reconsume_times + 1, prepared_tx_offset=0)
         result = await b.put(rec)
         if result.status is PutStatus.PUT_OK:
             return cmd.response()

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rmq.kernel.metafile import ConfigFile, dumps
-from rmq.kernel.model import GetStatus, MessageRecord, PutResult, PutStatus
+from rmq.kernel.model import GetStatus, MessageRecord, PutResult, PutStatus, record_of
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
-from rmq.protocol.message import MessageDecodeError, decode_message, host_bytes
+from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rmq.protocol.record import queue_offset_at, store_timestamp_at
 
@@ -185,21 +185,7 @@ class ScheduleService:
             log.warning("delay level %d: dropping parked message without a real destination (%s, %s)",
                         level, real_topic, props.get(Prop.REAL_QID))
             return True
-        raw_props = set_props("\x02".join(f"{k}\x01{v}" for k, v in props.items()),
-                              {Prop.DELAY: None, Prop.WAIT: "false"})
-        ip, _, port = msg.born_host.rpartition(":")
-        record = MessageRecord(
-            topic=real_topic,
-            queue_id=real_qid,
-            body=msg.body,
-            flag=msg.flag,
-            properties=raw_props,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=host_bytes(ip.strip("[]"), int(port)),
-            reconsume_times=msg.reconsume_times,
-            prepared_tx_offset=msg.prepared_transaction_offset,
-        )
+        record = record_of(msg, real_topic, real_qid, {Prop.DELAY: None, Prop.WAIT: "false"})
         result = await self.store.put_message(record)
         if result.status is PutStatus.PUT_OK or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             self.delivered += 1

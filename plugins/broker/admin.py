@@ -66,14 +66,21 @@ class AdminProcessor:
 
     # ------------------------------------------------------------------ topics
 
-    async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.ctx
-        topic = ext_str(cmd, "topic")
+    def _user_topic(self, cmd: RemotingCommand, topic: str, system_remark: str) -> RemotingCommand | None:
+        """The refusal for a name that is invalid or a system topic's (admins may not change those)."""
         reason = validate_topic(topic)
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
-        if is_system_topic(topic) or topic in b.topics.system_topics:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        if is_system_topic(topic) or topic in self.ctx.topics.system_topics:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] {system_remark}")
+        return None
+
+    async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.ctx
+        topic = ext_str(cmd, "topic")
+        refused = self._user_topic(cmd, topic, "is conflict with system topic.")
+        if refused is not None:
+            return refused
         read = ext_i32(cmd, "readQueueNums", 16)
         write = ext_i32(cmd, "writeQueueNums", 16)
         if not (0 <= read <= MAX_QUEUE_NUMS and 0 <= write <= MAX_QUEUE_NUMS):
@@ -97,11 +104,9 @@ class AdminProcessor:
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
         topic = ext_str(cmd, "topic")
-        reason = validate_topic(topic)
-        if reason is not None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
-        if is_system_topic(topic) or topic in b.topics.system_topics:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
+        refused = self._user_topic(cmd, topic, "is a system topic and cannot be deleted.")
+        if refused is not None:
+            return refused
         log.info("DELETE_TOPIC_IN_BROKER %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.delete(topic)
         b.offsets.delete_topic(topic)

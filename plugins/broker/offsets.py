@@ -64,19 +64,17 @@ class ConsumerOffsetManager(PersistedTable):
         return queues.get(queue_id, -1)
 
     def topics_of_group(self, group: str) -> set[str]:
-        out = set()
-        for key in self.table:
-            topic, _, g = key.partition(TOPIC_GROUP_SEP)
-            if g == group:
-                out.add(topic)
-        return out
+        return {t for t, g in self._pairs() if g == group}
 
     def groups_of_topic(self, topic: str) -> set[str]:
-        out = set()
+        return {g for t, g in self._pairs() if t == topic}
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        """(topic, group) of every key ("topic@group")."""
+        out = []
         for key in self.table:
             t, _, g = key.partition(TOPIC_GROUP_SEP)
-            if t == topic:
-                out.add(g)
+            out.append((t, g))
         return out
 
     def offsets(self, group: str, topic: str) -> dict[int, int]:

@@ -1,21 +1,119 @@
-"""rmq.kernel: the contracts plugins are written against.
+"""rmq.kernel: everything a plugin is written against, in one import.
 
-Plugin authors need: ``hookimpl`` (mark implementations), the Protocols in
-``rmq.kernel.hookspecs.*``, the value types in ``rmq.kernel.model`` and, for
-tests, ``rmq.kernel.testing``.
+A plugin is a module (or class instance) with ``@hookimpl`` functions named after
+the hook specs, published under an entry point group ``rmq.<concern>``::
+
+    # pyproject.toml of your distribution
+    [project.entry-points."rmq.allocators"]
+    nearest = "my_pkg.nearest:plugin"
+
+    # my_pkg/nearest.py
+    import attrs
+    from rmq.kernel import AllocateStrategy, MessageQueue, hookimpl, structure_options
+
+    @attrs.define
+    class Options:              # the plugin's own table: [plugin.allocators.nearest]
+        zone: str = ""
+
+    class Nearest:
+        name = "NEAREST"
+        def allocate(self, group, current_cid, mqs, cids): ...
+
+    class Plugin:
+        def __init__(self, options=None):
+            self.options = structure_options(Options, options)   # strict, "did you mean" errors
+        @hookimpl
+        def rmq_allocate_register_strategies(self, registry):
+            registry.register(Nearest())
+
+    plugin = Plugin
+
+and selected in ``rmqd.toml`` (``[plugins] allocators = ["nearest"]``). The hook specs
+and the contract of each Protocol are documented in ``rmq.kernel.hookspecs.<concern>``;
+``rmq.testing`` has the contract test suites a plugin's tests subclass. The bundled
+plugins import only from here, exactly as a third party's would.
 """
 
 from rmq.kernel.config import BrokerConfig, ConfigError, NamesrvConfig, RootConfig, load_config
+from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
+from rmq.kernel.hookspecs.broker import BrokerContext, PutStage
+from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
+from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
+from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
+from rmq.kernel.hookspecs.processors import ProcessorRegistry, RequestInterceptor
+from rmq.kernel.hookspecs.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingConfig,
+    RemotingServer,
+    RequestHandler,
+)
+from rmq.kernel.hookspecs.replication import ReplicationService
+from rmq.kernel.hookspecs.storage import MessageStore
+from rmq.kernel.kernel import Kernel
 from rmq.kernel.markers import hookimpl, hookspec
+from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel.model import (
+    DispatchRequest,
+    GetResult,
+    GetStatus,
+    MessageQueue,
+    MessageRecord,
+    PutResult,
+    PutStatus,
+    record_of,
+)
+from rmq.kernel.net import local_ipv4
+from rmq.kernel.options import NoOptions, structure_options
+from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.plugin_manager import PluginError
+from rmq.kernel.ratelimit import RateLimitedLog
 
 __all__ = [
+    "AllocateStrategy",
     "BrokerConfig",
+    "BrokerContext",
+    "CommitLogDispatcher",
     "ConfigError",
+    "ConfigFile",
+    "ConfinementError",
+    "Connection",
+    "DataVersion",
+    "DispatchRequest",
+    "FilterExpressionError",
+    "FlushPolicy",
+    "Flushable",
+    "GetResult",
+    "GetStatus",
+    "Kernel",
+    "MessageFilter",
+    "MessageQueue",
+    "MessageRecord",
+    "MessageStore",
     "NamesrvConfig",
+    "NoOptions",
+    "PersistedTable",
     "PluginError",
+    "ProcessorRegistry",
+    "PutResult",
+    "PutStage",
+    "PutStatus",
+    "RateLimitedLog",
+    "RemotingClient",
+    "RemotingConfig",
+    "RemotingServer",
+    "ReplicationService",
+    "RequestHandler",
+    "RequestInterceptor",
     "RootConfig",
+    "StrategyRegistry",
+    "confined_path",
+    "dumps",
     "hookimpl",
     "hookspec",
     "load_config",
+    "local_ipv4",
+    "record_of",
+    "remove_confined",
+    "structure_options",
 ]

@@ -29,10 +29,11 @@ from rmq.client.message import (
     SendResult,
     SendStatus,
 )
-from rmq.client.producer import Producer, TransactionProducer, TransactionSendResult
+from rmq.client.producer import Producer
 from rmq.client.pull import LitePullConsumer, PullConsumer
 from rmq.client.push import PushConsumer
 from rmq.client.selector import HashSelector, RandomSelector, RoundRobinSelector
+from rmq.client.transaction import TransactionProducer, TransactionSendResult
 
 __all__ = [
     "Admin",

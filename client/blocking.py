@@ -26,6 +26,7 @@ from rmq.client import admin as _admin
 from rmq.client import producer as _producer
 from rmq.client import pull as _pull
 from rmq.client import push as _push
+from rmq.client import transaction as _transaction
 from rmq.client.errors import ClientStateError
 from rmq.client.message import (
     ConsumeResult,
@@ -59,9 +60,19 @@ __all__ = [
 
 
 class _Blocking:
-    """Hosts ``async with <async object>`` in one task of a private event-loop thread."""
+    """Hosts ``async with <async object>`` in one task of a private event-loop thread.
+
+    A facade names its async class and the methods to expose in its class statement
+    (``class Producer(_Blocking, of=..., methods=[...])``), so each facade is declared once.
+    """
 
     _async_cls: ClassVar[type[Any]]
+
+    def __init_subclass__(cls, *, of: type[Any], methods: list[str], **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._async_cls = of
+        for name in methods:
+            setattr(cls, name, _blocking_method(name, getattr(of, name)))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._obj = self._async_cls(*args, **kwargs)
@@ -122,54 +133,56 @@ class _Blocking:
         return getattr(self._obj, name)
 
 
-def _wrap(cls: type[_Blocking], names: list[str]) -> None:
-    for name in names:
-        target = getattr(cls._async_cls, name)
+def _blocking_method(name: str, target: Any) -> Any:
+    """A method that runs the async object's ``name`` on the loop thread, with ``target``'s signature and doc."""
 
-        def make(n: str, t: Any) -> Any:
-            @functools.wraps(t)
-            def method(self: _Blocking, *args: Any, **kwargs: Any) -> Any:
-                return self._run(getattr(self._obj, n), *args, **kwargs)
+    @functools.wraps(target)
+    def method(self: _Blocking, *args: Any, **kwargs: Any) -> Any:
+        return self._run(getattr(self._obj, name), *args, **kwargs)
 
-            return method
-
-        setattr(cls, name, make(name, target))
-
-
-class Producer(_Blocking):
-    _async_cls = _producer.Producer
-
-
-class TransactionProducer(_Blocking):
-    _async_cls = _producer.TransactionProducer
-
-
-class PushConsumer(_Blocking):
-    _async_cls = _push.PushConsumer
-
-
-class LitePullConsumer(_Blocking):
-    _async_cls = _pull.LitePullConsumer
-
-
-class PullConsumer(_Blocking):
-    _async_cls = _pull.PullConsumer
-
-
-class Admin(_Blocking):
-    _async_cls = _admin.Admin
+    return method
 
 
 _PRODUCER = ["send", "send_async", "send_oneway", "send_batch", "fetch_publish_queues", "wait_async_sends"]
-_wrap(Producer, _PRODUCER)
-_wrap(TransactionProducer, [*_PRODUCER, "send_in_transaction"])
 _CONSUMER = ["subscribe", "unsubscribe", "assignment", "fetch_subscribe_queues", "fetch_consumer_ids", "rebalance",
              "persist_offsets"]
-_wrap(PushConsumer, [*_CONSUMER, "pause", "resume"])
-_wrap(LitePullConsumer, [*_CONSUMER, "assign", "poll", "commit", "commit_sync", "committed", "seek",
-                         "seek_to_begin", "seek_to_end", "seek_by_timestamp", "pause", "resume"])
-_wrap(PullConsumer, ["fetch_queues", "fetch_subscribe_queues", "min_offset", "max_offset", "search_offset",
-                     "earliest_msg_store_time", "fetch_consume_offset", "update_consume_offset", "pull"])
-_wrap(Admin, ["cluster_info", "list_topics", "topic_route", "create_topic", "delete_topic", "topic_stats",
-              "consumer_progress", "consumer_lag", "consumer_ids", "reset_offset_by_timestamp", "view_message",
-              "query_message", "query_message_by_id"])
+
+
+class Producer(_Blocking, of=_producer.Producer, methods=_PRODUCER):
+    """Blocking twin of ``rmq.client.Producer``."""
+
+
+class TransactionProducer(_Blocking, of=_transaction.TransactionProducer, methods=[*_PRODUCER, "send_in_transaction"]):
+    """Blocking twin of ``rmq.client.TransactionProducer``."""
+
+
+class PushConsumer(_Blocking, of=_push.PushConsumer, methods=[*_CONSUMER, "pause", "resume"]):
+    """Blocking twin of ``rmq.client.PushConsumer``."""
+
+
+class LitePullConsumer(
+    _Blocking,
+    of=_pull.LitePullConsumer,
+    methods=[*_CONSUMER, "assign", "poll", "commit", "commit_sync", "committed", "seek", "seek_to_begin",
+             "seek_to_end", "seek_by_timestamp", "pause", "resume"],
+):
+    """Blocking twin of ``rmq.client.LitePullConsumer``."""
+
+
+class PullConsumer(
+    _Blocking,
+    of=_pull.PullConsumer,
+    methods=["fetch_queues", "fetch_subscribe_queues", "min_offset", "max_offset", "search_offset",
+             "earliest_msg_store_time", "fetch_consume_offset", "update_consume_offset", "pull"],
+):
+    """Blocking twin of ``rmq.client.PullConsumer``."""
+
+
+class Admin(
+    _Blocking,
+    of=_admin.Admin,
+    methods=["cluster_info", "list_topics", "topic_route", "create_topic", "delete_topic", "topic_stats",
+             "consumer_progress", "consumer_lag", "consumer_ids", "reset_offset_by_timestamp", "view_message",
+             "query_message", "query_message_by_id"],
+):
+    """Blocking twin of ``rmq.client.Admin``."""

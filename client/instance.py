@@ -59,9 +59,12 @@ def uniq_ids() -> UniqIdGenerator:
     return UniqIdGenerator(local_ipv4())
 
 
-@functools.cache
 def client_kernel() -> Kernel:
-    """The process-wide client kernel (transport, allocation strategies, filters); read-only after build."""
+    """A new client kernel (transport, allocation strategies, filters) for one ClientInstance.
+
+    Not cached: one kernel per instance keeps state owned by its object (no module
+    global a test must reset), and building one costs ~10 ms, once per client.
+    """
     from rmq.kernel.kernel import Kernel
 
     return Kernel.for_client()

@@ -191,8 +191,8 @@ class _Sender:
         return SinkCommit(self.messages, self.batches)
 
 
-class RocketMQWriter(DataSourceArrowWriter):
-    """``df.write.format("rocketmq")`` (append only)."""
+class _SendsRows:
+    """The batch and the streaming writer send alike; only Spark's commit/abort signatures differ."""
 
     def __init__(self, config: SinkConfig, schema: StructType) -> None:
         self.config = config
@@ -200,6 +200,10 @@ class RocketMQWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return _Sender(self.config).write(iterator)
+
+
+class RocketMQWriter(_SendsRows, DataSourceArrowWriter):
+    """``df.write.format("rocketmq")`` (append only)."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # every message was acknowledged by a broker before write() returned
@@ -208,15 +212,8 @@ class RocketMQWriter(DataSourceArrowWriter):
         pass  # sent messages cannot be taken back: at-least-once
 
 
-class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+class RocketMQStreamWriter(_SendsRows, DataSourceStreamArrowWriter):
     """``df.writeStream.format("rocketmq")``: each micro-batch's rows are sent before it commits."""
-
-    def __init__(self, config: SinkConfig, schema: StructType) -> None:
-        self.config = config
-        self.schema = schema
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return _Sender(self.config).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         pass

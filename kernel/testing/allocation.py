@@ -28,6 +28,7 @@ import pytest
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
+from rmq.kernel.testing._factory import fixture_or_method
 
 MakeStrategy = Callable[[], AllocateStrategy]
 
@@ -46,10 +47,7 @@ class AllocateStrategyContract:
 
     @pytest.fixture
     def strategy_factory(self, request: pytest.FixtureRequest) -> MakeStrategy:
-        try:
-            return request.getfixturevalue("make_strategy")  # type: ignore[no-any-return]
-        except pytest.FixtureLookupError:
-            return self.make_strategy
+        return fixture_or_method(request, "make_strategy", self.make_strategy)  # type: ignore[no-any-return]
 
     # -- inputs (override to shape them); both must come back sorted, as RocketMQ's rebalance sorts
     def make_queues(self, n: int) -> list[MessageQueue]:

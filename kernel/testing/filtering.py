@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import pytest
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
+from rmq.kernel.testing._factory import fixture_or_method
 from rmq.protocol.common import Prop, tags_code
 
 MakeFilter = Callable[[str, str], "MessageFilter | None"]
@@ -66,10 +67,7 @@ class MessageFilterContract:
 
     @pytest.fixture
     def filter_factory(self, request: pytest.FixtureRequest) -> MakeFilter:
-        try:
-            return request.getfixturevalue("make_filter")  # type: ignore[no-any-return]
-        except pytest.FixtureLookupError:
-            return self.make_filter
+        return fixture_or_method(request, "make_filter", self.make_filter)  # type: ignore[no-any-return]
 
     # -- helpers
     def compiled(self, factory: MakeFilter, expression: str) -> MessageFilter:

@@ -39,6 +39,28 @@ def check_inputs(
         return None  # RocketMQ logs "consumerId not in cidAll" and allocates nothing
 
 
+class IndexedStrategy:
+    """Base of the strategies that split by the consumer's index in ``cid_all``.
+
+    RocketMQ's input checks and the "not a member gets nothing" rule run once here;
+    a subclass sets ``name`` and implements ``pick``.
+    """
+
+    name: ClassVar[str]
+
+    def allocate(
+        self, group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    ) -> list[MessageQueue]:
+        i = check_inputs(self.name, current_cid, mq_all, cid_all)
+        if i is None:
+            return []
+        return self.pick(i, mq_all, cid_all)
+
+    def pick(self, i: int, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> list[MessageQueue]:
+        """The queues of consumer ``i`` (inputs already checked, both lists sorted)."""
+        raise NotImplementedError
+
+
 # ---------------------------------------------------------------------------------------------------
 # the plugin shell
 

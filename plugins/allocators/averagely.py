@@ -15,21 +15,16 @@ from typing import Any
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
-from rmq.plugins.allocators._common import StrategyPlugin, check_inputs
+from rmq.plugins.allocators._common import IndexedStrategy, StrategyPlugin
 
 
-class AllocateAveragely:
+class AllocateAveragely(IndexedStrategy):
     """Contiguous blocks, the first ``n % c`` consumers one queue more (RocketMQ ``AVG``)."""
 
     name = "averagely"
     rocketmq_name = "AVG"
 
-    def allocate(
-        self, group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
-        i = check_inputs(self.name, current_cid, mq_all, cid_all)
-        if i is None:
-            return []
+    def pick(self, i: int, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> list[MessageQueue]:
         n, c = len(mq_all), len(cid_all)
         mod = n % c
         bigger = mod > 0 and i < mod  # one of the consumers that take an extra queue
@@ -45,18 +40,13 @@ class AllocateAveragely:
         return "AllocateAveragely()"
 
 
-class AllocateAveragelyByCircle:
+class AllocateAveragelyByCircle(IndexedStrategy):
     """Round robin: queue j goes to consumer ``j % c`` (RocketMQ ``AVG_BY_CIRCLE``)."""
 
     name = "averagely_by_circle"
     rocketmq_name = "AVG_BY_CIRCLE"
 
-    def allocate(
-        self, group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
-        i = check_inputs(self.name, current_cid, mq_all, cid_all)
-        if i is None:
-            return []
+    def pick(self, i: int, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> list[MessageQueue]:
         return [mq_all[j] for j in range(i, len(mq_all), len(cid_all))]
 
     def __repr__(self) -> str:

@@ -32,7 +32,7 @@ import attrs
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
-from rmq.plugins.allocators._common import StrategyPlugin, check_inputs
+from rmq.plugins.allocators._common import IndexedStrategy, StrategyPlugin, check_inputs
 
 ROOM_SEPARATOR = "@"
 RoomOf = Callable[[str], str]
@@ -46,7 +46,7 @@ def java_split(text: str, sep: str) -> list[str]:
     return parts if parts else ([text] if text == "" else [])
 
 
-class AllocateByMachineRoom:
+class AllocateByMachineRoom(IndexedStrategy):
     """RocketMQ ``MACHINE_ROOM``: consumers only take queues of the rooms in ``idc``."""
 
     name = "machine_room"
@@ -62,12 +62,7 @@ class AllocateByMachineRoom:
         parts = java_split(mq.broker_name, ROOM_SEPARATOR)
         return len(parts) == 2 and parts[0] in self.idc
 
-    def allocate(
-        self, group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
-        i = check_inputs(self.name, current_cid, mq_all, cid_all)
-        if i is None:
-            return []
+    def pick(self, i: int, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> list[MessageQueue]:
         eligible = [mq for mq in mq_all if self.in_rooms(mq)]
         c = len(cid_all)
         q, r = divmod(len(eligible), c)

@@ -11,11 +11,9 @@ never executes anything the client sent. Filter such messages in the consumer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.markers import hookimpl
-from rmq.plugins.filters._options import check_no_options
+from rmq.plugins.filters._plugin import SingleTypeFilterPlugin
 
 EXPRESSION_TYPE = "CLASS"
 
@@ -43,14 +41,11 @@ class ClassFilter:
         return f"ClassFilter({self.expression!r})"
 
 
-class ClassFilterPlugin:
+class ClassFilterPlugin(SingleTypeFilterPlugin):
     """Entry point ``rmq.filters:class``: claims ``CLASS`` (any case)."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        check_no_options(options, "rmq.filters:class")
+    expression_type = EXPRESSION_TYPE
+    entry_point = "rmq.filters:class"
 
-    @hookimpl(trylast=True)
-    def rmq_filter_make_filter(self, expression_type: str, expression: str) -> MessageFilter | None:
-        if not expression_type or expression_type.upper() != EXPRESSION_TYPE:
-            return None
+    def build(self, expression: str) -> MessageFilter:
         return ClassFilter(expression)

@@ -15,11 +15,9 @@ exact tag string (``match_tag``). Semantics as RocketMQ 4.x (reference §10.1):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.markers import hookimpl
-from rmq.plugins.filters._options import check_no_options
+from rmq.plugins.filters._plugin import SingleTypeFilterPlugin
 from rmq.protocol.common import Prop, tags_code
 
 EXPRESSION_TYPE = "TAG"
@@ -85,14 +83,12 @@ def compile_tag(expression: str | None) -> TagFilter:
     return TagFilter(expression)
 
 
-class TagFilterPlugin:
+class TagFilterPlugin(SingleTypeFilterPlugin):
     """Entry point ``rmq.filters:tag``: claims ``TAG`` (and a missing/empty type, RocketMQ's default)."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        check_no_options(options, "rmq.filters:tag")
+    expression_type = EXPRESSION_TYPE
+    entry_point = "rmq.filters:tag"
+    claims_missing_type = True
 
-    @hookimpl(trylast=True)
-    def rmq_filter_make_filter(self, expression_type: str, expression: str) -> MessageFilter | None:
-        if (expression_type or EXPRESSION_TYPE).upper() != EXPRESSION_TYPE:
-            return None
+    def build(self, expression: str) -> MessageFilter:
         return TagFilter(expression)

@@ -9,7 +9,8 @@ import pytest
 from rmq.client import Message, MessageTooLargeError, Producer
 from rmq.client.errors import BrokerError
 from rmq.client.message import LocalTransactionState, SendStatus
-from rmq.client.producer import _Prepared, end_transaction_header, parse_send_response
+from rmq.client.producer import _Prepared, parse_send_response
+from rmq.client.transaction import end_transaction_header
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import SysFlag, decode_properties

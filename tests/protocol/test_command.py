@@ -298,19 +298,20 @@ def test_header_length_exceeds_frame() -> None:
         FrameDecoder().feed(bad)
 
 
-def test_bad_json() -> None:
-    with pytest.raises(FrameError, match="bad JSON header"):
-        FrameDecoder().feed(frame(b"{not json"))
-    with pytest.raises(FrameError, match="expected an object, got list"):
-        FrameDecoder().feed(frame(b"[1,2]"))
-    with pytest.raises(FrameError, match="lacks 'code'"):
-        FrameDecoder().feed(frame(b'{"opaque":1}'))
-    with pytest.raises(FrameError, match="not an integer"):
-        FrameDecoder().feed(frame(b'{"code":"x"}'))
-    with pytest.raises(FrameError, match="extFields is a list"):
-        FrameDecoder().feed(frame(b'{"code":1,"extFields":[]}'))
-    with pytest.raises(FrameError, match="bad JSON header"):
-        FrameDecoder().feed(frame(b'{"code":1,"remark":"\xff\xfe"}'))
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        (b"{not json", "bad JSON header"),
+        (b"[1,2]", "expected an object, got list"),
+        (b'{"opaque":1}', "lacks 'code'"),
+        (b'{"code":"x"}', "not an integer"),
+        (b'{"code":1,"extFields":[]}', "extFields is a list"),
+        (b'{"code":1,"remark":"\xff\xfe"}', "bad JSON header"),
+    ],
+)
+def test_bad_json(header: bytes, error: str) -> None:
+    with pytest.raises(FrameError, match=error):
+        FrameDecoder().feed(frame(header))
 
 
 def test_json_header_whitespace_around_object() -> None:

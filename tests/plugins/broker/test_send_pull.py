@@ -153,6 +153,14 @@ async def test_sql92_filter_when_enabled(broker_env: Any) -> None:
         assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
+async def until_held(env: Any) -> None:
+    """Give a just-started long poll up to a second to be parked by the broker."""
+    for _ in range(100):
+        if env.broker.hold.held:
+            return
+        await anyio.sleep(0.01)
+
+
 async def test_long_polling_wakes_on_arrival_and_times_out(broker_env: Any) -> None:
     async with broker_env() as env:
         await env.send("L", b"0")
@@ -165,10 +173,7 @@ async def test_long_polling_wakes_on_arrival_and_times_out(broker_env: Any) -> N
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(held)
-            for _ in range(100):
-                if env.broker.hold.held:
-                    break
-                await anyio.sleep(0.01)
+            await until_held(env)
             assert env.broker.hold.held == 1
             # a message to another queue or a non-matching filter does not wake it
             await env.send("L", b"other-queue", queue_id=1)
@@ -197,10 +202,7 @@ async def test_long_poll_filter_does_not_wake_on_other_tags(broker_env: Any) -> 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(held)
-            for _ in range(100):
-                if env.broker.hold.held:
-                    break
-                await anyio.sleep(0.01)
+            await until_held(env)
             await env.send("LF", b"a2", tags="A")
             await anyio.sleep(0.1)
             assert "resp" not in result

@@ -33,7 +33,6 @@ from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
-    FrameDecoder,
     FrameError,
     HeaderError,
     RemotingClosedError,
@@ -41,8 +40,8 @@ from rmq.protocol.command import (
     RemotingDecodeError,
     RemotingTimeoutError,
     UndecodableCommand,
-    encode_parts,
 )
+from rmq.protocol.frame import FrameDecoder, encode_parts
 from rmq.protocol.names import printable
 
 if TYPE_CHECKING:

@@ -23,15 +23,14 @@ from rmq.kernel.kernel import make_handler
 from rmq.plugins.remoting_tcp import TcpConnection, TcpRemotingClient, TcpRemotingServer
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import (
-    FrameDecoder,
     HeaderError,
     RemotingClosedError,
     RemotingCommand,
     RemotingDecodeError,
-    encode,
     ext_i32,
     ext_int,
 )
+from rmq.protocol.frame import FrameDecoder, encode
 
 LOG = "rmq.remoting"
 

@@ -22,7 +22,8 @@ from rmq.plugins.remoting_tcp import (
     TcpRemotingServer,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode, SerializeType
-from rmq.protocol.command import FrameDecoder, HeaderError, RemotingCommand, encode, ext_int
+from rmq.protocol.command import HeaderError, RemotingCommand, ext_int
+from rmq.protocol.frame import FrameDecoder, encode
 
 try:
     import uvloop  # noqa: F401

@@ -247,7 +247,7 @@ async def test_shorter_timeout_behind_a_longer_one_fires_on_time() -> None:
                 tg.start_soon(timed, "short", 0.2)
             assert 0.15 < results["short"] < 1.0  # not held back until the earlier, longer deadline
             assert 1.45 < results["long"] < 3.5
-            assert conn._pending == {}  # noqa: SLF001 - nothing leaks
+            assert conn._session.pending == 0  # noqa: SLF001 - nothing leaks
 
 
 @pytest.mark.anyio

@@ -23,8 +23,9 @@ import anyio
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingServer
 from rmq.protocol.codes import RequestCode
-from rmq.protocol.command import FrameDecoder, RemotingCommand, encode
+from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import Prop, encode_properties
+from rmq.protocol.frame import FrameDecoder, encode
 from rmq.protocol.message import UniqIdGenerator, decode_messages, encode_message
 
 create_uniq_id = UniqIdGenerator("127.0.0.1")

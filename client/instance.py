@@ -36,7 +36,9 @@ from rmq.kernel.model import MessageQueue
 from rmq.kernel.net import local_ipv4
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.dispatch import Router
 from rmq.protocol.message import UniqIdGenerator
+from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection, RemotingClient
@@ -146,7 +148,9 @@ class ClientInstance:
         self.routes: dict[str, TopicRoute] = {}
         self.brokers: dict[str, dict[int, str]] = {}  # broker name -> {id: addr}
         self.topics: set[str] = set()  # routes refreshed periodically
-        self.handlers: dict[int, ServerRequestHandler] = {}
+        self.handlers: dict[int, ServerRequestHandler] = {}  # server-initiated requests, by code
+        # reads ``handlers`` live (consumers register after start); unknown codes and failures get RocketMQ answers
+        self._router = Router(self.handlers, on_error=self._handler_failed)
         self.route_listeners: list[Callable[[str, TopicRoute | None], None]] = []
         self.heartbeat_data: Callable[[], dict[str, Any]] = lambda: {}
         self._remoting: RemotingClient | None = None
@@ -166,7 +170,9 @@ class ClientInstance:
         await stack.__aenter__()
         try:
             cfg = RemotingConfig(name=self.name, connect_timeout=self.options.request_timeout)
-            remoting = self.kernel.hook.rmq_remoting_make_client(kernel=self.kernel, config=cfg, handler=self._serve)
+            remoting = self.kernel.hook.rmq_remoting_make_client(
+                kernel=self.kernel, config=cfg, handler=self._router.dispatch
+            )
             if remoting is None:
                 raise ClientError("no rmq.remoting plugin built a client")
             if hasattr(remoting, "__aenter__"):
@@ -198,13 +204,9 @@ class ClientInstance:
             raise ClientError("client is not started")
         return self._remoting
 
-    async def _serve(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        handler = self.handlers.get(cmd.code)
-        if handler is None:
-            if cmd.is_oneway:
-                return None
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported")
-        return await handler(conn, cmd)
+    def _handler_failed(self, conn: Connection, cmd: RemotingCommand, exc: Exception) -> None:
+        log.warning("%s: handling request code %d from %s:%s failed: %s", self.name, cmd.code,
+                    *conn.remote_addr[:2], printable(f"{type(exc).__name__}: {exc}"))
 
     # ------------------------------------------------------------------ generic calls
     async def invoke(

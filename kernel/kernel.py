@@ -167,44 +167,34 @@ class LoopbackAdminGuard:
 
 
 def make_handler(registry: ProcessorRegistry) -> Any:
-    """Dispatch by request code; unknown codes and failures become RocketMQ error responses.
+    """The role's request handler: its interceptors around a :class:`~rmq.protocol.dispatch.Router`.
 
-    A processor's :class:`~rmq.protocol.command.HeaderError` (a missing, malformed or
-    out-of-range header field, raised by the ``ext_*`` accessors) or
-    :class:`~rmq.protocol.names.InvalidNameError` (an illegal topic or group name) is
-    answered with its own code and message as remark; any other exception with SYSTEM_ERROR. Log lines are
-    rate-limited and peer text is made printable: a peer repeating a bad request a million
-    times gets a few lines, not a million.
+    The router answers unknown codes and turns a processor's exception into a response
+    (``rmq.protocol.dispatch.error_response``: a ``HeaderError`` or ``InvalidNameError`` keeps
+    its code and message, anything else is SYSTEM_ERROR); an interceptor's exception is
+    answered the same way. Log lines are rate-limited and peer text is made printable: a
+    peer repeating a bad request a million times gets a few lines, not a million.
     """
     from rmq.kernel.ratelimit import RateLimitedLog
-    from rmq.protocol.codes import ResponseCode
     from rmq.protocol.command import HeaderError
+    from rmq.protocol.dispatch import Router, error_response
     from rmq.protocol.names import InvalidNameError, printable
 
-    table = registry.table
     rlog = RateLimitedLog(logging.getLogger(f"rmq.{registry.role}"))
     interceptors = tuple(registry.interceptors)
 
-    async def handle(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        proc = table.get(cmd.code)
-        if proc is None:
-            rlog.info("unsupported", "request code %d from %s:%s not supported", cmd.code, *conn.remote_addr[:2])
-            return cmd.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported"
-            )
-        try:
-            return await proc(conn, cmd)
-        except anyio.get_cancelled_exc_class():
-            raise
-        except (HeaderError, InvalidNameError) as e:
+    def unsupported(conn: Connection, cmd: RemotingCommand) -> None:
+        rlog.info("unsupported", "request code %d from %s:%s not supported", cmd.code, *conn.remote_addr[:2])
+
+    def failed(conn: Connection, cmd: RemotingCommand, e: Exception) -> None:
+        if isinstance(e, (HeaderError, InvalidNameError)):
             rlog.info(f"header:{cmd.code}", "request code %d from %s:%s refused: %s", cmd.code,
                       *conn.remote_addr[:2], printable(str(e)))
-            return cmd.response(e.code, remark=str(e))
-        except Exception as e:
+        else:
             rlog.warning(f"failed:{cmd.code}", "request code %d from %s:%s failed: %s", cmd.code,
                          *conn.remote_addr[:2], printable(f"{type(e).__name__}: {e}"))
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
 
+    handle = Router(registry.table, on_unsupported=unsupported, on_error=failed).dispatch
     if not interceptors:
         return handle
 
@@ -219,12 +209,10 @@ def make_handler(registry: ProcessorRegistry) -> Any:
                 response = await handle(conn, cmd)
             for i in interceptors:
                 i.after(conn, cmd, response)
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as e:
+        except Exception as e:  # cancellation is a BaseException: it passes
             rlog.warning(f"interceptor:{cmd.code}", "an interceptor failed on request code %d from %s:%s: %s",
                          cmd.code, *conn.remote_addr[:2], printable(f"{type(e).__name__}: {e}"))
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+            return error_response(cmd, e)
         return response
 
     return intercepted

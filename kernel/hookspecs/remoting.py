@@ -8,9 +8,10 @@ of ``rmq.client`` and of the broker's calls to name servers.
 Every port faces strangers (DESIGN rule 9). A remoting plugin is the decode boundary
 and the supervisor of its connections:
 
-* frames are decoded by ``rmq.protocol.command`` (strict JSON headers, range-checked
-  ints); a frame whose header fails after its opaque was read is answered with
-  SYSTEM_ERROR and the connection kept, anything else closes that connection only;
+* frames are decoded, and opaques, pending requests and deadlines tracked, by the
+  sans-IO ``rmq.protocol.session.Session`` (strict JSON headers, range-checked ints); a
+  frame whose header fails after its opaque was read is answered with SYSTEM_ERROR and
+  the connection kept, anything else closes that connection only;
 * nothing raised by a peer's input, a reset socket, a failed accept or a handler leaves
   the connection's own task: not to the event loop, not to another connection;
 * resources are bounded: buffers follow the frame being read (nothing held per idle
@@ -96,10 +97,12 @@ RequestHandler = Callable[["Connection", "RemotingCommand"], Awaitable["Remoting
 """Handles one request; returns the response, or None for none (oneway, or answered later).
 
 Each request runs in its own task, so a handler may wait (a held long-poll
-pull) without delaying other requests on the same connection. A handler may raise:
-``rmq.protocol.command.HeaderError`` (from the ``ext_int``/``ext_i32``/``ext_str``
-accessors) is answered with its ``code`` and message as remark, any other exception
-with SYSTEM_ERROR; the connection carries on.
+pull) without delaying other requests on the same connection. A handler may raise;
+the transport answers through ``rmq.protocol.dispatch.error_response`` (the one place
+exceptions become responses): ``rmq.protocol.command.HeaderError`` (from the
+``ext_int``/``ext_i32``/``ext_str`` accessors) and ``InvalidNameError`` keep their
+``code`` and message as remark, any other exception is SYSTEM_ERROR; the connection
+carries on. Request-code tables are ``rmq.protocol.dispatch.Router`` objects.
 """
 
 

@@ -28,7 +28,8 @@ import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
 from rmq.kernel.testing import make_kernel
-from rmq.protocol.command import FrameDecoder, HeaderError, RemotingCommand, encode
+from rmq.protocol.command import HeaderError, RemotingCommand
+from rmq.protocol.frame import FrameDecoder, encode
 
 ECHO, SLOW, ASK_BACK, NOTE, FAIL, BAD_FIELD = 9101, 9102, 9103, 9104, 9105, 9106
 

@@ -1,7 +1,7 @@
 """The bundled ``tcp`` remoting plugin: a thin anyio layer around the sans-IO codec in ``rmq.protocol``.
 
 Entry point: ``rmq.remoting: tcp = rmq.plugins.remoting_tcp:TcpRemotingPlugin``.
-Its TOML table (``[remoting.tcp]``) accepts ``max_frame_size`` and
+Its TOML table (``[plugin.remoting.tcp]``) accepts ``max_frame_size`` and
 ``idle_timeout``; they override the role's ``RemotingConfig`` defaults.
 """
 
@@ -49,23 +49,20 @@ class TcpOptions:
     @max_frame_size.validator
     def _check_frame(self, _a: Any, v: int | None) -> None:
         if v is not None and (not isinstance(v, int) or v < 64):
-            raise ValueError(f"remoting.tcp.max_frame_size must be an integer >= 64, got {v!r}")
+            raise ValueError(f"max_frame_size must be an integer >= 64, got {v!r}")
 
     @idle_timeout.validator
     def _check_idle(self, _a: Any, v: float | None) -> None:
         if v is not None and (not isinstance(v, (int, float)) or v < 0):
-            raise ValueError(f"remoting.tcp.idle_timeout must be a number of seconds >= 0, got {v!r}")
+            raise ValueError(f"idle_timeout must be a number of seconds >= 0, got {v!r}")
 
-    @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> TcpOptions:
-        return structure_options(cls, options, "[plugin.remoting.tcp]")
 
 
 class TcpRemotingPlugin:
     """Builds TCP servers and clients; ``trylast`` so any third-party transport wins."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.options = TcpOptions.from_dict(dict(options or {}))
+        self.options: TcpOptions = structure_options(TcpOptions, options)
 
     def _apply(self, config: RemotingConfig) -> RemotingConfig:
         changes: dict[str, Any] = {}

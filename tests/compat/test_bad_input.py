@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import FrameDecoder, RemotingCommand, encode
+from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
+from rmq.protocol.frame import FrameDecoder, encode
 
 
 def connect(addr: str) -> socket.socket:

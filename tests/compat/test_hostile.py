@@ -21,7 +21,8 @@ import pytest
 from rmq.client import Message, Producer, SendStatus
 from rmq.client.testing import create_topic, drain
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import FrameDecoder, RemotingCommand, encode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.frame import FrameDecoder, encode
 
 # one log record per line: time, level, logger, message
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO |WARNING|ERROR|CRITICAL) [\w.]+: \S")

@@ -11,18 +11,15 @@ from hypothesis import strategies as st
 
 from rmq.protocol.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from rmq.protocol.command import (
-    FrameDecoder,
     FrameError,
     HeaderError,
     RemotingCommand,
-    decode,
-    encode,
-    encode_parts,
     ext_bool,
     ext_int,
     ext_str,
     normalize_ext,
 )
+from rmq.protocol.frame import FrameDecoder, decode, encode, encode_parts
 
 REF_JSON_HEADER = (
     b'{"code":0,"extFields":{"offset":"5"},"flag":1,"language":"JAVA","opaque":7,'

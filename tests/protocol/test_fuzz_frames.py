@@ -17,21 +17,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.kernel.testing.fuzz import fuzz_settings
-from rmq.protocol import command
+from rmq.protocol import headercodec
 from rmq.protocol.codes import LanguageCode
 from rmq.protocol.command import (
     JAVA_TYPES,
     CommandDecodeError,
-    FrameDecoder,
     FrameError,
     HeaderError,
     RemotingCommand,
     UndecodableCommand,
-    decode,
-    encode,
     ext_i32,
     ext_int,
 )
+from rmq.protocol.frame import FrameDecoder, decode, encode
 
 LANGS = {m.name for m in LanguageCode}
 I32 = (-(2**31), 2**31 - 1)
@@ -74,12 +72,12 @@ def outcome(data: bytes) -> tuple[str, Any]:
 
 @contextmanager
 def strict_only() -> Any:
-    saved = command._FAST_MAX_CHARS
-    command._FAST_MAX_CHARS = -1
+    saved = headercodec._FAST_MAX_CHARS
+    headercodec._FAST_MAX_CHARS = -1
     try:
         yield
     finally:
-        command._FAST_MAX_CHARS = saved
+        headercodec._FAST_MAX_CHARS = saved
 
 
 # --------------------------------------------------------------------------- strategies

@@ -6,7 +6,7 @@ import json
 import struct
 
 from rmq.protocol.codes import RequestCode
-from rmq.protocol.command import decode
+from rmq.protocol.frame import decode
 from rmq.protocol.headers import SEND_V2_KEYS, send_header_from_ext
 
 

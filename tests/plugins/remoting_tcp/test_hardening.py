@@ -23,15 +23,14 @@ from rmq.kernel.kernel import make_handler
 from rmq.plugins.remoting_tcp import TcpConnection, TcpRemotingClient, TcpRemotingServer
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import (
-    FrameDecoder,
     HeaderError,
     RemotingClosedError,
     RemotingCommand,
     RemotingDecodeError,
-    encode,
     ext_i32,
     ext_int,
 )
+from rmq.protocol.frame import FrameDecoder, encode
 
 LOG = "rmq.remoting"
 
@@ -407,10 +406,10 @@ async def test_idle_connection_holds_no_large_buffer() -> None:
             big = b"z" * (4 * 1024 * 1024)
             assert (await c.invoke(addr, req(body=big, id="big"), 10)).body == big
             (server_conn,) = srv.connections()
-            decoder = server_conn._decoder  # type: ignore[attr-defined]  # noqa: SLF001
+            decoder = server_conn._session._decoder  # type: ignore[attr-defined]  # noqa: SLF001
             assert decoder.buffered == 0 and sys.getsizeof(decoder._buf) < 64 * 1024  # noqa: SLF001
             client_conn = await c.connection(addr)
-            cdec = client_conn._decoder  # noqa: SLF001
+            cdec = client_conn._session._decoder  # noqa: SLF001
             assert cdec.buffered == 0 and sys.getsizeof(cdec._buf) < 64 * 1024  # noqa: SLF001
             # a peer announcing 16 MiB and trickling: memory follows the bytes that arrived
             stream = await anyio.connect_tcp("127.0.0.1", srv.port)
@@ -418,8 +417,8 @@ async def test_idle_connection_holds_no_large_buffer() -> None:
                 await stream.send(struct.pack(">iI", 16 * 1024 * 1024 - 8, 0x64) + b"{")
                 await anyio.sleep(0.1)
                 trickler = [x for x in srv.connections() if x is not server_conn][0]
-                assert 0 < trickler._decoder.buffered < 1024  # type: ignore[attr-defined]  # noqa: SLF001
-                assert sys.getsizeof(trickler._decoder._buf) < 64 * 1024  # type: ignore[attr-defined]  # noqa: SLF001
+                assert 0 < trickler._session._decoder.buffered < 1024  # type: ignore[attr-defined]  # noqa: SLF001
+                assert sys.getsizeof(trickler._session._decoder._buf) < 64 * 1024  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 @pytest.mark.anyio

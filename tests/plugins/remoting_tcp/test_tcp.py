@@ -22,7 +22,8 @@ from rmq.plugins.remoting_tcp import (
     TcpRemotingServer,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode, SerializeType
-from rmq.protocol.command import FrameDecoder, HeaderError, RemotingCommand, encode, ext_int
+from rmq.protocol.command import HeaderError, RemotingCommand, ext_int
+from rmq.protocol.frame import FrameDecoder, encode
 
 try:
     import uvloop  # noqa: F401
@@ -246,7 +247,7 @@ async def test_shorter_timeout_behind_a_longer_one_fires_on_time() -> None:
                 tg.start_soon(timed, "short", 0.2)
             assert 0.15 < results["short"] < 1.0  # not held back until the earlier, longer deadline
             assert 1.45 < results["long"] < 3.5
-            assert conn._pending == {}  # noqa: SLF001 - nothing leaks
+            assert conn._session.pending == 0  # noqa: SLF001 - nothing leaks
 
 
 @pytest.mark.anyio
@@ -455,9 +456,17 @@ def test_plugin_options() -> None:
     assert server.config.max_frame_size == 1024 and server.config.idle_timeout == 5.0
     assert TcpRemotingPlugin().rmq_remoting_make_server(kernel=None, config=cfg(), handler=echo_handler) \
         .config.max_frame_size == 16 * 1024 * 1024
-    with pytest.raises(ValueError, match=r"\[plugin.remoting.tcp\]: unknown option 'idle'; known options"):
+    with pytest.raises(ValueError, match=r"^unknown option 'idle'; known options: max_frame_size, idle_timeout$"):
         TcpRemotingPlugin({"idle": 1})
     with pytest.raises(ValueError, match="idle_timeout must be"):
         TcpRemotingPlugin({"idle_timeout": -1})
     with pytest.raises(ValueError, match="option max_frame_size: expected int, got str 'big'"):
         TcpRemotingPlugin({"max_frame_size": "big"})
+
+
+def test_plugin_option_errors_name_the_plugin_as_for_every_plugin() -> None:
+    """The kernel's loader names the plugin (``rmq.remoting:tcp``); the plugin's own message does not repeat it."""
+    from rmq.kernel.plugin_manager import PluginError, load_plugin
+
+    with pytest.raises(PluginError, match=r"^plugin rmq\.remoting:tcp \(.*\) rejected its options: unknown option 'idle'; "):
+        load_plugin("remoting", "tcp", {"idle": 1})

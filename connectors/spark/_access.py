@@ -459,7 +459,7 @@ def _encode(msgs: Sequence[Any]) -> bytes:
 
 
 def _mq(q: QueueRef) -> Any:
-    from rmq.kernel.model import MessageQueue
+    from rmq.kernel import MessageQueue
 
     return MessageQueue(q.topic, q.broker, q.queue_id)
 

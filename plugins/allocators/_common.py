@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.model import MessageQueue
-from rmq.kernel.options import NoOptions, structure_options
+from rmq.kernel import (
+    AllocateStrategy,
+    MessageQueue,
+    NoOptions,
+    StrategyRegistry,
+    hookimpl,
+    structure_options,
+)
 
 NAMESPACE = "rmq.allocation"
 T = TypeVar("T")

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
-from rmq.kernel.model import MessageQueue
+from rmq.kernel import AllocateStrategy, MessageQueue
 from rmq.plugins.allocators._common import IndexedStrategy, StrategyPlugin
 
 

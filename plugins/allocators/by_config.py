@@ -10,8 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
-from rmq.kernel.model import MessageQueue
+from rmq.kernel import AllocateStrategy, MessageQueue
 from rmq.plugins.allocators._common import StrategyPlugin
 
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import attrs
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
-from rmq.kernel.model import MessageQueue
+from rmq.kernel import AllocateStrategy, MessageQueue
 from rmq.plugins.allocators._common import StrategyPlugin, check_inputs
 
 DEFAULT_VIRTUAL_NODES = 10

@@ -30,8 +30,7 @@ from typing import Any
 
 import attrs
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
-from rmq.kernel.model import MessageQueue
+from rmq.kernel import AllocateStrategy, MessageQueue
 from rmq.plugins.allocators._common import IndexedStrategy, StrategyPlugin, check_inputs
 
 ROOM_SEPARATOR = "@"

@@ -15,15 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import structure_options
+from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.broker.controller import BrokerController
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
-    from rmq.kernel.hookspecs.processors import ProcessorRegistry
-    from rmq.kernel.hookspecs.storage import MessageStore
-    from rmq.kernel.kernel import Kernel
+    from rmq.kernel import CommitLogDispatcher, Kernel, MessageStore, ProcessorRegistry
 
 __all__ = ["BrokerController", "BrokerOptions", "BrokerPlugin"]
 

@@ -20,7 +20,7 @@ from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")

@@ -15,8 +15,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel.model import GetStatus, PutStatus, record_of
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import GetStatus, PutStatus, RateLimitedLog, record_of
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
@@ -26,7 +25,7 @@ from rmq.protocol.message import MessageDecodeError, decode_message, offset_msg_
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_group, require_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")

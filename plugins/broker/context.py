@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rmq.kernel.hookspecs.broker import BrokerContext
+from rmq.kernel import BrokerContext
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.filtering import MessageFilter
-    from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.kernel.hookspecs.replication import ReplicationService
-    from rmq.kernel.model import PutResult
+    from rmq.kernel import Connection, MessageFilter, PutResult, ReplicationService
     from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
     from rmq.plugins.broker.groups import SubscriptionGroupManager
     from rmq.plugins.broker.locks import RebalanceLockManager

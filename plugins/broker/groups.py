@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.names import require_group
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
+    from rmq.kernel import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.filtering import MessageFilter
-    from rmq.kernel.model import DispatchRequest
+    from rmq.kernel import DispatchRequest, MessageFilter
 
 
 class _Waiter:

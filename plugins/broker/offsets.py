@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rmq.kernel.metafile import ConfigFile, PersistedTable, dumps
+from rmq.kernel import ConfigFile, PersistedTable, dumps
 from rmq.protocol.names import printable, require_group, require_topic, validate_group, validate_topic
 
 log = logging.getLogger("rmq.broker")

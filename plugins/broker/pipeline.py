@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from rmq.kernel.model import PutResult, PutStatus
-from rmq.kernel.plugin_manager import PluginError
+from rmq.kernel import PluginError, PutResult, PutStatus
 from rmq.protocol.common import Prop, SysFlag, prop_value
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.broker import PutStage
-    from rmq.kernel.model import MessageRecord
+    from rmq.kernel import MessageRecord, PutStage
 
 TIMER_PROPS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 

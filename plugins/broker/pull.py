@@ -10,16 +10,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from rmq.kernel.hookspecs.filtering import FilterExpressionError
-from rmq.kernel.model import GetStatus
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import FilterExpressionError, GetStatus, RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, PullFlag
 from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.kernel import RemotingConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
-    from rmq.kernel.hookspecs.remoting import RemotingClient
-    from rmq.kernel.kernel import Kernel
+    from rmq.kernel import BrokerConfig, Kernel, RemotingClient
 
 log = logging.getLogger("rmq.broker")
 

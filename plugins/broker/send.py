@@ -13,8 +13,7 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from rmq.kernel.model import MessageRecord, PutResult, PutStatus
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
@@ -24,7 +23,7 @@ from rmq.protocol.message import BatchError, decode_batch
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import Connection
+    from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.common import Perm
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
@@ -29,7 +29,7 @@ from rmq.protocol.names import (
 )
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
+    from rmq.kernel import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rmq.kernel.options import NoOptions, structure_options
+from rmq.kernel import NoOptions, structure_options
 
 
 def check_no_options(options: Mapping[str, Any] | None, where: str) -> NoOptions:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.markers import hookimpl
+from rmq.kernel import MessageFilter, hookimpl
 from rmq.plugins.filters._options import check_no_options
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq.kernel.hookspecs.filtering import MessageFilter
+from rmq.kernel import MessageFilter
 from rmq.plugins.filters._plugin import SingleTypeFilterPlugin
 
 EXPRESSION_TYPE = "CLASS"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq.kernel.hookspecs.filtering import MessageFilter
+from rmq.kernel import MessageFilter
 from rmq.plugins.filters._plugin import SingleTypeFilterPlugin
 from rmq.protocol.common import Prop, tags_code
 

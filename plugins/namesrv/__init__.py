@@ -16,14 +16,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import structure_options
+from rmq.kernel import RemotingConfig, hookimpl, structure_options
 from rmq.plugins.namesrv.service import NamesrvService
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.processors import ProcessorRegistry
-    from rmq.kernel.kernel import Kernel
+    from rmq.kernel import Kernel, ProcessorRegistry
 
 __all__ = ["NamesrvOptions", "NamesrvPlugin", "NamesrvService"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rmq.plugins.namesrv.routes import (
     PERM_WRITE,
@@ -25,9 +25,7 @@ from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import NamesrvConfig
-    from rmq.kernel.hookspecs.processors import ProcessorRegistry
-    from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
+    from rmq.kernel import Connection, NamesrvConfig, ProcessorRegistry, RemotingServer
 
 log = logging.getLogger("rmq.namesrv")
 

@@ -22,16 +22,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import structure_options
+from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.schedule.service import DelayLevelStage, ScheduleService
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.broker import BrokerContext
-    from rmq.kernel.hookspecs.processors import ProcessorRegistry
-    from rmq.kernel.hookspecs.remoting import Connection
-    from rmq.kernel.kernel import Kernel
+    from rmq.kernel import BrokerContext, Connection, Kernel, ProcessorRegistry
     from rmq.protocol.command import RemotingCommand
 
 __all__ = ["DelayLevelStage", "ScheduleOptions", "SchedulePlugin", "ScheduleService"]

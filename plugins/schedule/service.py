@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from rmq.kernel.metafile import ConfigFile, dumps
-from rmq.kernel.model import GetStatus, MessageRecord, PutResult, PutStatus, record_of
+from rmq.kernel import ConfigFile, GetStatus, MessageRecord, PutResult, PutStatus, dumps, record_of
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rmq.protocol.record import queue_offset_at, store_timestamp_at
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.broker import BrokerContext
+    from rmq.kernel import BrokerContext
 
 log = logging.getLogger("rmq.broker.schedule")
 

@@ -47,7 +47,7 @@ a compile error or accepting a harmless form:
 
 from __future__ import annotations
 
-from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
+from rmq.kernel import FilterExpressionError, MessageFilter
 from rmq.plugins.filters._plugin import SingleTypeFilterPlugin
 from rmq.plugins.filters.sql92.lexer import Sql92Error
 from rmq.plugins.filters.sql92.parser import MAX_DEPTH, Parser

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, NamedTuple
 
-from rmq.kernel.hookspecs.filtering import FilterExpressionError
+from rmq.kernel import FilterExpressionError
 from rmq.plugins.filters.sql92.semantics import INT_MAX, LONG_MAX
 
 

@@ -29,7 +29,7 @@ test: install-test
 	$(BIN)/python -m pytest -q -ra
 
 # Same properties as in `make test` (profile rmq-quick), here with FUZZ_EXAMPLES examples each (profile
-# rmq-fuzz, see rmq.kernel.testing.fuzz). The total counts every passing generated input.
+# rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fuzz_messages.py \
              tests/client/test_fuzz_peer_data.py tests/plugins/filters/test_sql92_fuzz.py

@@ -29,12 +29,12 @@ from typing import Any
 import anyio
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.testing.daemon import RmqdProcess
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import Prop, encode_properties
 from rmq.protocol.message import UniqIdGenerator
+from rmq.testing.daemon import RmqdProcess
 
 TOPIC = "BenchTopic"
 QUEUES = 8

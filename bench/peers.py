@@ -210,7 +210,7 @@ def _redis_csv(text: str) -> dict[str, str]:
 
 
 def start_rmqd(tmp: Path) -> Any:
-    from rmq.kernel.testing.daemon import RmqdProcess
+    from rmq.testing.daemon import RmqdProcess
 
     rmqd = RmqdProcess(tmp / "rmqd", broker_conf={"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20})
     rmqd.start()

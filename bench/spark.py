@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
 
     proc = None
     if args.nameserver is None:
-        from rmq.kernel.testing.daemon import RmqdProcess
+        from rmq.testing.daemon import RmqdProcess
 
         conf: dict[str, Any] = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024}
         if args.max_transfer:

@@ -33,9 +33,9 @@ from typing import Any
 import anyio
 
 from rmq.kernel.model import MessageRecord
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
+from rmq.testing import make_kernel
 
 TOPIC = "BenchTopic"
 QUEUES = 8

@@ -19,7 +19,7 @@ and the supervisor of its connections:
   back off and retry, and repeated warnings are rate-limited
   (``rmq.kernel.ratelimit.RateLimitedLog``, peer text through ``rmq.protocol.names.printable``).
 
-``rmq.kernel.testing.remoting.RemotingContract`` checks these for any plugin.
+``rmq.testing.remoting.RemotingContract`` checks these for any plugin.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rmq.kernel.testing.daemon import RmqdProcess
+from rmq.testing.daemon import RmqdProcess
 
 # 1 s for every delay level: consumer retries (level 3 + n) come back after 1 s, not 10 s
 FAST_DELAYS = " ".join(["1s"] * 18)

@@ -20,9 +20,9 @@ from rmq.client.instance import mq_from_json, parse_offset_table
 from rmq.client.producer import parse_send_response
 from rmq.client.route import MAX_QUEUE_NUMS, TopicRoute
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import encode_message
+from rmq.testing.fuzz import fuzz_settings
 
 ROUTE = {
     "brokerDatas": [{"brokerAddrs": {"0": "10.0.0.5:10911", "1": "10.0.0.6:10911"}, "brokerName": "b", "cluster": "C"}],

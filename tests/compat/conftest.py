@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.testing.daemon import RmqdProcess
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
+from rmq.testing.daemon import RmqdProcess
 
 WORKER = Path(__file__).with_name("cppworker.py")
 

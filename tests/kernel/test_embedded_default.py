@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rmq.kernel.testing.daemon import free_port
+from rmq.testing.daemon import free_port
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -28,7 +28,7 @@ def code_lines(path: Path) -> int:
 
 
 def test_kernel_is_under_budget() -> None:
-    # rmq.kernel.testing's contract suites and daemon harness are test helpers, not kernel behaviour.
+    # rmq.testing's contract suites and daemon harness are test helpers, not kernel behaviour.
     files = [p for p in KERNEL.rglob("*.py") if not (p.parent.name == "testing" and p.name != "__init__.py")]
     total = sum(code_lines(p) for p in files)
     assert total < BUDGET, f"kernel has {total} code lines; move behaviour into plugins"

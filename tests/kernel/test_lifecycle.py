@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from rmq.kernel import hookimpl
-from rmq.kernel.testing import make_kernel
+from rmq.testing import make_kernel
 
 
 class Recorder:

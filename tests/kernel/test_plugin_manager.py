@@ -12,7 +12,7 @@ from rmq.kernel import hookimpl
 from rmq.kernel.config import load_config
 from rmq.kernel.kernel import Kernel
 from rmq.kernel.plugin_manager import PluginError, load_plugin
-from rmq.kernel.testing import make_kernel
+from rmq.testing import make_kernel
 
 
 def test_unknown_name_lists_the_available_ones() -> None:

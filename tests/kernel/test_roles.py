@@ -11,10 +11,10 @@ from rmq.kernel import hookimpl
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.markers import hookspec
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.remoting_tcp import TcpRemotingPlugin
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import RemotingCommand
+from rmq.testing import make_kernel
 
 
 class EchoProcessors:

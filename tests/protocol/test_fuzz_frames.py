@@ -16,7 +16,6 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.protocol import headercodec
 from rmq.protocol.codes import LanguageCode
 from rmq.protocol.command import (
@@ -30,6 +29,7 @@ from rmq.protocol.command import (
     ext_int,
 )
 from rmq.protocol.frame import FrameDecoder, decode, encode
+from rmq.testing.fuzz import fuzz_settings
 
 LANGS = {m.name for m in LanguageCode}
 I32 = (-(2**31), 2**31 - 1)

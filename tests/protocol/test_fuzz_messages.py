@@ -16,7 +16,6 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.protocol import jsonbody
 from rmq.protocol.common import SysFlag, decode_properties, encode_properties
 from rmq.protocol.message import (
@@ -33,6 +32,7 @@ from rmq.protocol.message import (
     host_bytes,
     offset_msg_id,
 )
+from rmq.testing.fuzz import fuzz_settings
 
 
 def mutate(data: bytes, draw: st.DrawFn) -> bytes:

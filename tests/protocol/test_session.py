@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import RemotingClosedError, RemotingCommand
 from rmq.protocol.frame import FrameDecoder, encode
@@ -24,6 +23,7 @@ from rmq.protocol.session import (
     Response,
     Session,
 )
+from rmq.testing.fuzz import fuzz_settings
 
 
 def frame(header: bytes, serialize_type: int = 0) -> bytes:

@@ -15,7 +15,7 @@ from rmq.kernel.config import load_config
 from rmq.kernel.hookspecs.allocation import StrategyRegistry
 from rmq.kernel.kernel import Kernel
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing.daemon import RmqdProcess
+from rmq.testing.daemon import RmqdProcess
 
 
 def produce_with_cpp_client(namesrv: str, topic: str, n: int) -> None:

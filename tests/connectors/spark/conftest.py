@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rmq.kernel.testing.daemon import RmqdProcess
+from rmq.testing.daemon import RmqdProcess
 
 _names = itertools.count()
 

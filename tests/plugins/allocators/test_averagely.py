@@ -6,8 +6,8 @@ import pytest
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing.allocation import AllocateStrategyContract
 from rmq.plugins.allocators.averagely import AllocateAveragely, AllocateAveragelyByCircle
+from rmq.testing.allocation import AllocateStrategyContract
 
 
 class TestAveragelyContract(AllocateStrategyContract):

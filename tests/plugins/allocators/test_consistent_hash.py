@@ -8,8 +8,8 @@ import pytest
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing.allocation import AllocateStrategyContract
 from rmq.plugins.allocators.consistent_hash import AllocateConsistentHash, ConsistentHashPlugin
+from rmq.testing.allocation import AllocateStrategyContract
 
 
 class TestConsistentHashContract(AllocateStrategyContract):

@@ -8,7 +8,6 @@ import pytest
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing.allocation import AllocateStrategyContract
 from rmq.plugins.allocators.averagely import (
     AllocateAveragelyByCircle,
     AveragelyByCirclePlugin,
@@ -22,6 +21,7 @@ from rmq.plugins.allocators.machine_room import (
     java_split,
     room_rule,
 )
+from rmq.testing.allocation import AllocateStrategyContract
 
 MQ = MessageQueue
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.broker import BrokerPlugin
 from rmq.plugins.filters import Sql92FilterPlugin, TagFilterPlugin
 from rmq.plugins.flush import AsyncFlushPlugin
@@ -27,6 +26,7 @@ from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
+from rmq.testing import make_kernel
 
 
 class Env:

@@ -10,9 +10,9 @@ import pytest
 
 import rmq.plugins.broker as broker_pkg
 from rmq.kernel.config import BrokerConfig
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.broker.context import ProcessorContext
 from rmq.plugins.broker.controller import BrokerController
+from rmq.testing import make_kernel
 
 PROCESSORS = ("send", "pull", "consumer", "admin")
 PKG = Path(inspect.getfile(broker_pkg)).parent

@@ -293,11 +293,11 @@ async def test_sync_master_waits_for_the_slave(tmp_path: Any) -> None:
         rmq_replication_make_service = hookimpl(SlaveDouble.rmq_replication_make_service)
 
     from rmq.kernel.hookspecs.remoting import RemotingConfig
-    from rmq.kernel.testing import make_kernel
     from rmq.plugins.broker import BrokerPlugin
     from rmq.plugins.memory import MemoryStoragePlugin
     from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
     from rmq.protocol.command import RemotingCommand
+    from rmq.testing import make_kernel
 
     slave = Plugin()
     conf = {"broker": {"listenHost": "127.0.0.1", "listenPort": 0, "brokerIP1": "127.0.0.1",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.testing.filtering import MessageFilterContract
 from rmq.plugins.filters.classfilter import ClassFilter, ClassFilterPlugin
+from rmq.testing.filtering import MessageFilterContract
 
 
 class TestClassFilterContract(MessageFilterContract):

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 import pytest
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
-from rmq.kernel.testing.filtering import MessageFilterContract
 from rmq.plugins.filters.sql92 import (
     MAX_DEPTH,
     Sql92Error,
@@ -21,6 +20,7 @@ from rmq.plugins.filters.sql92 import (
     Sql92FilterPlugin,
     compile_sql92,
 )
+from rmq.testing.filtering import MessageFilterContract
 
 T, F, N, ERR = True, False, None, "ERR"
 

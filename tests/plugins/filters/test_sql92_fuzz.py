@@ -2,7 +2,7 @@
 well-formed expressions always compile and never raise while matching.
 
 Part of the fuzz suite: ``make fuzz`` runs these properties with the ``rmq-fuzz`` profile
-(see ``rmq.kernel.testing.fuzz``)."""
+(see ``rmq.testing.fuzz``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError
-from rmq.kernel.testing.fuzz import fuzz_settings
 from rmq.plugins.filters.sql92 import Sql92EvaluationError, Sql92Filter, compile_sql92
+from rmq.testing.fuzz import fuzz_settings
 
 NAMES = ["a", "b", "c", "TAGS"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.testing.filtering import MessageFilterContract
 from rmq.plugins.filters.tag import TagFilter, TagFilterPlugin, parse_tags
 from rmq.protocol.common import java_hash, tags_code
+from rmq.testing.filtering import MessageFilterContract
 
 
 class TestTagFilterContract(MessageFilterContract):

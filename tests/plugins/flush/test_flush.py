@@ -14,9 +14,9 @@ from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageRecord, PutStatus
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.flush import AsyncFlushPlugin, AsyncFlushPolicy, SyncFlushPlugin, SyncFlushPolicy
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.testing import make_kernel
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import FlushPolicy
-from rmq.kernel.testing.flush import CountingFlushable, FlushPolicyContract
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
+from rmq.testing.flush import CountingFlushable, FlushPolicyContract
 
 
 class TestSyncFlushContract(FlushPolicyContract):

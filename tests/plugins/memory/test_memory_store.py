@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from rmq.kernel.model import MessageRecord
-from rmq.kernel.testing import make_kernel
-from rmq.kernel.testing.storage import MessageStoreContract
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.memory import MemoryMessageStore, MemoryStoragePlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.testing import make_kernel
+from rmq.testing.storage import MessageStoreContract
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.namesrv import NamesrvPlugin
 from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
+from rmq.testing import make_kernel
 
 
 @pytest.fixture

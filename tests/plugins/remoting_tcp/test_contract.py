@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rmq.kernel.testing.remoting import RemotingContract
 from rmq.plugins.remoting_tcp import TcpRemotingPlugin
+from rmq.testing.remoting import RemotingContract
 
 
 class TestTcpRemotingContract(RemotingContract):

@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.remoting_tcp import (
     RemotingClosedError,
     RemotingConnectError,
@@ -24,6 +23,7 @@ from rmq.plugins.remoting_tcp import (
 from rmq.protocol.codes import RequestCode, ResponseCode, SerializeType
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_int
 from rmq.protocol.frame import FrameDecoder, encode
+from rmq.testing import make_kernel
 
 try:
     import uvloop  # noqa: F401

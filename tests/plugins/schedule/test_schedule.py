@@ -10,7 +10,6 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.broker import BrokerPlugin
 from rmq.plugins.filters import TagFilterPlugin
 from rmq.plugins.flush import AsyncFlushPlugin
@@ -22,6 +21,7 @@ from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
 from rmq.protocol.jsonbody import loads as loads_lenient
 from rmq.protocol.message import decode_messages
+from rmq.testing import make_kernel
 
 pytestmark = pytest.mark.anyio
 

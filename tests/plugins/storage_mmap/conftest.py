@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
+from rmq.testing import make_kernel
 
 SMALL = {
     "mappedFileSizeCommitLog": 64 * 1024,

@@ -16,9 +16,9 @@ import anyio
 import anyio.lowlevel
 
 from rmq.kernel.model import MessageRecord, PutStatus
-from rmq.kernel.testing import make_kernel
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.testing import make_kernel
 
 
 def record(key: str, queue: int, rnd: random.Random, sys_flag: int = 0) -> MessageRecord:

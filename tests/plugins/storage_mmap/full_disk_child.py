@@ -25,10 +25,10 @@ from typing import Any
 import anyio
 
 from rmq.kernel.model import MessageRecord, PutStatus
-from rmq.kernel.testing import make_kernel
-from rmq.kernel.testing.storage import decode_record
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.testing import make_kernel
+from rmq.testing.storage import decode_record
 
 CAPACITY = 8 * 1024 * 1024
 QUEUES = 2

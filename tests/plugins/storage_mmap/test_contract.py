@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rmq.kernel.testing.storage import MessageStoreContract
+from rmq.testing.storage import MessageStoreContract
 
 
 class TestMmapStoreContract(MessageStoreContract):

@@ -31,7 +31,7 @@ import anyio
 import pytest
 
 from rmq.kernel.model import MessageRecord
-from rmq.kernel.testing.storage import decode_record
+from rmq.testing.storage import decode_record
 
 SEG = 64 * 1024
 QUEUES = 3

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq.kernel.testing.storage import decode_record
+from rmq.testing.storage import decode_record
 
 SCRIPT = Path(__file__).with_name("crash_writer.py")
 

@@ -21,10 +21,10 @@ import pytest
 
 from rmq.kernel.config import embedded_default
 from rmq.kernel.model import MessageRecord
-from rmq.kernel.testing import make_kernel
-from rmq.kernel.testing.daemon import free_port
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.testing import make_kernel
+from rmq.testing.daemon import free_port
 
 LIMIT = 300 * 1000 * 1000
 

@@ -19,9 +19,9 @@ import anyio.lowlevel
 import pytest
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
-from rmq.kernel.testing.storage import decode_record
 from rmq.plugins.storage_mmap import mapped_file
 from rmq.plugins.storage_mmap.mapped_file import DiskFullError, MappedFile
+from rmq.testing.storage import decode_record
 
 SEG = 64 * 1024
 

@@ -1,7 +1,7 @@
 """mmap store specifics: on-disk layout, rolling, consume-queue/index files, recovery, retention.
 
 Records and units are decoded here from the reference tables (``decode_record`` in
-``rmq.kernel.testing.storage`` and the struct formats below), never by the store's codec.
+``rmq.testing.storage`` and the struct formats below), never by the store's codec.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
-from rmq.kernel.testing.storage import RecordingDispatcher, decode_record
 from rmq.plugins.storage_mmap import MmapStoragePlugin, StoreError
 from rmq.protocol.common import java_hash
 from rmq.protocol.message import decode_message
+from rmq.testing.storage import RecordingDispatcher, decode_record
 
 SEG = 64 * 1024
 CQ_UNITS = 100

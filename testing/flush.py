@@ -1,6 +1,6 @@
 """Contract tests every ``FlushPolicy`` must pass; subclass to run them against yours.
 
-    from rmq.kernel.testing.flush import FlushPolicyContract
+    from rmq.testing.flush import FlushPolicyContract
 
     class TestMyPolicy(FlushPolicyContract):
         synchronous = True

@@ -1,6 +1,6 @@
 """Contract tests every ``MessageFilter`` plugin must pass; subclass to run them against yours.
 
-    from rmq.kernel.testing.filtering import MessageFilterContract
+    from rmq.testing.filtering import MessageFilterContract
 
     class TestMyFilter(MessageFilterContract):
         expression_type = "MYTYPE"
@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 import pytest
 
 from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
-from rmq.kernel.testing._factory import fixture_or_method
 from rmq.protocol.common import Prop, tags_code
+from rmq.testing._factory import fixture_or_method
 
 MakeFilter = Callable[[str, str], "MessageFilter | None"]
 

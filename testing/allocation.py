@@ -1,6 +1,6 @@
 """Contract tests for partitioning ``AllocateStrategy`` implementations; subclass to run them.
 
-    from rmq.kernel.testing.allocation import AllocateStrategyContract
+    from rmq.testing.allocation import AllocateStrategyContract
 
     class TestMyStrategy(AllocateStrategyContract):
         def make_strategy(self):
@@ -28,7 +28,7 @@ import pytest
 
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
-from rmq.kernel.testing._factory import fixture_or_method
+from rmq.testing._factory import fixture_or_method
 
 MakeStrategy = Callable[[], AllocateStrategy]
 

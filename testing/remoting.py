@@ -1,6 +1,6 @@
 """Contract tests every remoting plugin must pass; subclass to run them against yours.
 
-    from rmq.kernel.testing.remoting import RemotingContract
+    from rmq.testing.remoting import RemotingContract
 
     class TestMyTransport(RemotingContract):
         def make_plugin(self):
@@ -27,9 +27,9 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
-from rmq.kernel.testing import make_kernel
 from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.frame import FrameDecoder, encode
+from rmq.testing import make_kernel
 
 ECHO, SLOW, ASK_BACK, NOTE, FAIL, BAD_FIELD = 9101, 9102, 9103, 9104, 9105, 9106
 

@@ -1,8 +1,13 @@
-"""Helpers for testing rmq and its plugins without installing anything.
+"""rmq.testing: what a plugin's tests need, as pytest's ``pytester`` is for pytest plugins.
 
-``make_kernel`` builds a kernel from inline plugin objects; contract-test base
-classes per Protocol live beside it (``storage``, ``filtering``, ``allocation``)
-for third-party plugin authors to subclass.
+- ``make_kernel`` builds a kernel from inline plugin objects (no entry points);
+- contract-test base classes per Protocol (``storage``, ``flush``, ``filtering``,
+  ``allocation``, ``remoting``) for a plugin's test suite to subclass;
+- ``daemon.RmqdProcess`` and the ``rmqd`` / ``rmqd_factory`` fixtures (``plugin``, loaded
+  by pytest through the ``pytest11`` entry point): real ``rmqd`` processes on loopback;
+- ``fuzz``: the hypothesis profiles the decoders' fuzz properties run under.
+
+It lives outside ``rmq.kernel`` so that the kernel is only the kernel.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Entry point ``rmq.storage: memory = rmq.plugins.memory:MemoryStoragePlugin`` (no
 options). Records are appended to one ``bytearray`` with the ``mmap`` store's
-codec, so a pull body is byte-for-byte what the mmap store would send (physical
+record writer (``rmq.protocol.recordwriter``), so a pull body is byte-for-byte what the mmap store would send (physical
 offsets aside: there are no segments, hence no end-of-file blanks). Queues are
 per-queue offset lists; dispatch (queues, key index, hook dispatchers) runs inline
 in the put, so a message is readable as soon as its put returns. Nothing survives
@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
 from rmq.kernel.options import NoOptions, structure_options
-from rmq.plugins.storage_mmap.codec import (
+from rmq.protocol.common import Prop, decode_properties
+from rmq.protocol.names import validate_topic
+from rmq.protocol.recordwriter import (
     RecordError,
     RecordWriter,
+    default_store_host,
     message_tags_code,
     record_properties,
 )
-from rmq.plugins.storage_mmap.store import default_store_host
-from rmq.protocol.common import Prop, decode_properties
-from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher

@@ -78,8 +78,8 @@ from rmq.plugins.storage_mmap.mapped_file import DiskFullError
 from rmq.plugins.storage_mmap.recovery import recover_store
 from rmq.plugins.storage_mmap.scan import resync
 from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, Prop, decode_properties, tags_code
-from rmq.protocol.message import host_bytes
 from rmq.protocol.names import validate_topic
+from rmq.protocol.recordwriter import default_store_host
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
@@ -126,10 +126,6 @@ class MmapOptions:
             raise ValueError(f"verify must be 'auto', 'all' or 'recent', got {self.verify!r}")
         if self.disk_retry_ms < 1:
             raise ValueError("disk_retry_ms must be >= 1")
-
-
-def default_store_host(config: BrokerConfig) -> bytes:
-    return host_bytes(config.brokerIP1 or "127.0.0.1", config.listenPort)
 
 
 def _now_ms() -> int:

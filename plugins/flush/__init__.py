@@ -36,7 +36,13 @@ def _check_options(options: Mapping[str, Any] | None) -> None:
 
 
 class _PolicyBase:
-    """Shared machinery: a background loop in a task group and rounds that waiters can await."""
+    """Shared machinery: a background loop in a task group; waiters await ``store.durable``.
+
+    Each flush advances the store's ``durable`` watermark with the offset it reached, which
+    wakes exactly the puts it covered (no round events to re-check, no watchdog task): a
+    waiter that outlives syncFlushTimeout (a stalled disk) gives up on its own and the put
+    reports FLUSH_DISK_TIMEOUT.
+    """
 
     synchronous = False
 
@@ -45,21 +51,15 @@ class _PolicyBase:
         self.config = config
         self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
         self._tg: Any = None
-        self._round: Any = None  # anyio.Event set after each flush round
         self._kick: Any = None  # anyio.Event: somebody waits or data arrived
         self.rounds = 0
         self.flush_seconds = 0.0
-        self._earliest_deadline: float | None = None
-        self._watch: Any = None
 
     async def __aenter__(self) -> Any:
-        self._round = anyio.Event()
         self._kick = anyio.Event()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._watch = anyio.Event()
         self._tg.start_soon(self._loop)
-        self._tg.start_soon(self._watchdog)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -71,13 +71,13 @@ class _PolicyBase:
         with anyio.CancelScope(shield=True):
             for _ in range(10):  # RocketMQ retries the final flush; so do we
                 try:
-                    await anyio.to_thread.run_sync(self.store.flush, 0)
+                    flushed = await anyio.to_thread.run_sync(self.store.flush, 0)
                 except OSError as e:
                     log.error("final commitlog flush failed: %s", e)
                     continue
-                if self.store.flushed_offset >= self.store.max_phy_offset:
+                self.store.durable.advance(flushed)
+                if flushed >= self.store.max_phy_offset:
                     break
-            self._finish_round()
 
     def wake(self) -> None:
         kick = self._kick
@@ -87,51 +87,23 @@ class _PolicyBase:
     async def _flush(self, least_pages: int) -> int:
         t0 = time.perf_counter()
         try:
-            return await anyio.to_thread.run_sync(self.store.flush, least_pages)
+            flushed = await anyio.to_thread.run_sync(self.store.flush, least_pages)
         except OSError as e:  # keep running: waiters time out and report FLUSH_DISK_TIMEOUT
             log.error("commitlog flush failed: %s", e)
             return self.store.flushed_offset
         finally:
             self.rounds += 1
             self.flush_seconds += time.perf_counter() - t0
-
-    def _finish_round(self) -> None:
-        done, self._round = self._round, anyio.Event()
-        if done is not None:
-            done.set()
+        self.store.durable.advance(flushed)
+        return flushed
 
     async def wait_flushed(self, end_offset: int) -> bool:
-        """Wait for the round that covers ``end_offset``. No cancel scope per waiter (they cost more
-        than the rest of a put): the watchdog ends the wait of everyone past the deadline."""
-        store = self.store
-        if store.flushed_offset >= end_offset:
+        """True once ``end_offset`` is durable; False after syncFlushTimeout (no flush covered it)."""
+        durable = self.store.durable
+        if durable.value >= end_offset:
             return True
-        deadline = time.monotonic() + self.timeout
-        while store.flushed_offset < end_offset:
-            if time.monotonic() >= deadline:
-                return False
-            if self._earliest_deadline is None:  # (re-)arm the watchdog
-                self._earliest_deadline = deadline
-                self._watch.set()
-            self._demand()
-            await self._round.wait()
-        return True
-
-    async def _watchdog(self) -> None:
-        """RocketMQ's flush-timeout watcher: when a flush round outlives syncFlushTimeout (a stalled
-        disk), wake the waiters so they report FLUSH_DISK_TIMEOUT instead of hanging."""
-        while True:
-            await self._watch.wait()
-            self._watch = anyio.Event()
-            while self._earliest_deadline is not None:
-                delay = self._earliest_deadline - time.monotonic()
-                if delay > 0:
-                    await anyio.sleep(min(delay, 0.05) + 0.001)
-                    if self.store.flushed_offset >= self.store.max_phy_offset:
-                        self._earliest_deadline = None
-                    continue
-                self._earliest_deadline = None
-                self._finish_round()  # waiters re-check their deadlines
+        self._demand()
+        return await durable.wait_for(end_offset, self.timeout)
 
     def _demand(self) -> None:
         self.wake()
@@ -154,7 +126,6 @@ class SyncFlushPolicy(_PolicyBase):
             await self._kick.wait()
             self._kick = anyio.Event()
             await self._flush(0)
-            self._finish_round()
 
 
 class AsyncFlushPolicy(_PolicyBase):
@@ -192,7 +163,6 @@ class AsyncFlushPolicy(_PolicyBase):
                 last_thorough = now
                 self._demanded = False
             await self._flush(least)
-            self._finish_round()
 
 
 class AsyncFlushPlugin:

@@ -8,7 +8,6 @@ RocketMQ's names.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,20 +20,11 @@ __all__ = ["MmapMessageStore", "MmapOptions", "MmapStoragePlugin", "StoreError"]
 
 
 class MmapStoragePlugin:
-    """Builds the mmap store and contributes its consume-queue and index dispatchers."""
+    """Builds the mmap store (its consume-queue and index dispatchers are its own: they always run)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: MmapOptions = structure_options(MmapOptions, options)
-        self._stores: weakref.WeakSet[MmapMessageStore] = weakref.WeakSet()
 
     @hookimpl(trylast=True)
     def rmq_storage_make_store(self, kernel: Any, config: Any) -> MmapMessageStore:
-        store = MmapMessageStore(config, kernel=kernel, options=self.options)
-        self._stores.add(store)
-        return store
-
-    @hookimpl(tryfirst=True)
-    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-        if store in self._stores:
-            return list(store.builtin_dispatchers)
-        return []
+        return MmapMessageStore(config, kernel=kernel, options=self.options)

@@ -76,7 +76,7 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> i
     clean_now = force or forcibly
     cl = store.commitlog
     if len(cl.files) > 1 and cl.flushed_where < cl.files[-1].start:
-        await anyio.to_thread.run_sync(cl.flush, 0)
+        store.durable.advance(await anyio.to_thread.run_sync(cl.flush, 0))
     before = {(cq.topic, cq.queue_id): cq.min_offset for cq in store.cqs} if clean_now else {}
     first = cl.min_offset
     reserved = cfg.fileReservedTime * 3600

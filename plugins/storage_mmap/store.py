@@ -53,6 +53,7 @@ import attrs
 
 from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
 from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel.watermark import Watermark
 from rmq.plugins.storage_mmap import retention
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
 from rmq.plugins.storage_mmap.codec import (
@@ -73,6 +74,7 @@ from rmq.plugins.storage_mmap.consume_queue import (
     ConsumeQueueDispatcher,
     ConsumeQueueTable,
 )
+from rmq.plugins.storage_mmap.flushing import DefaultFlushPolicy
 from rmq.plugins.storage_mmap.index import IndexDispatcher, IndexFile, IndexService
 from rmq.plugins.storage_mmap.mapped_file import DiskFullError
 from rmq.plugins.storage_mmap.recovery import recover_store
@@ -138,7 +140,8 @@ def _full_remark(e: OSError, what: str) -> str:
 
 
 class MmapMessageStore:
-    """See the module docstring. Public extras beyond ``MessageStore``: ``store_host`` (settable),
+    """See the module docstring. Public extras beyond ``MessageStore``: ``store_host`` (read-only;
+    ``attach(store_host=...)`` sets it),
     ``disk_usage_probe`` (settable), ``on_forced_clean`` (settable, optional: called with
     ``{(topic, queue): (old min offset, new min offset)}`` after a clean that deleted data
     before its expiry, disk over diskSpaceCleanForciblyRatio; it must not block),
@@ -181,6 +184,9 @@ class MmapMessageStore:
         if self.index is not None:
             self.builtin_dispatchers.append(IndexDispatcher(self.index))
         self.policy: FlushPolicy | None = None
+        self._attached: list[CommitLogDispatcher] = []
+        self._attached_policy: FlushPolicy | None = None
+        self.durable = Watermark()
         self._delay_levels = config.delay_levels_ms()
         self._tq: dict[str, dict[int, int]] = {}  # topic -> queue id -> next queue offset
         self._buf = bytearray(256 * 1024)
@@ -219,14 +225,27 @@ class MmapMessageStore:
 
     # ------------------------------------------------------------------ public attributes
 
+    def attach(
+        self,
+        *,
+        dispatchers: Sequence[CommitLogDispatcher] | None = None,
+        flush_policy: FlushPolicy | None = None,
+        store_host: bytes | None = None,
+    ) -> None:
+        """``MessageStore.attach``: what the owner built from the hooks; before ``async with``."""
+        if (dispatchers is not None or flush_policy is not None) and (self._stack is not None or self._running):
+            raise RuntimeError("attach dispatchers and flush_policy before the store starts")
+        if store_host is not None:
+            self.writer.store_host = store_host
+        if dispatchers is not None:
+            self._attached = [d for d in dispatchers if d not in self.builtin_dispatchers]
+        if flush_policy is not None:
+            self._attached_policy = flush_policy
+
     @property
     def store_host(self) -> bytes:
         """STOREHOSTADDRESS written into records: 8-byte IPv4 or 20-byte IPv6 form (settable)."""
         return self.writer.store_host
-
-    @store_host.setter
-    def store_host(self, value: bytes) -> None:
-        self.writer.store_host = value
 
     @property
     def max_phy_offset(self) -> int:
@@ -267,8 +286,9 @@ class MmapMessageStore:
             stack.callback(self._close_files)
             t0 = time.monotonic()
             abnormal = await anyio.to_thread.run_sync(self._load_and_recover)
-            self.dispatchers = self._make_dispatchers()
-            self.policy = self._make_policy()
+            self.durable.advance(self.commitlog.flushed_where)
+            self.dispatchers = [*self.builtin_dispatchers, *self._attached]
+            self.policy = self._attached_policy or DefaultFlushPolicy(self, self.config)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
             self._tg.start_soon(self._reput_loop)
@@ -416,27 +436,6 @@ class MmapMessageStore:
     async def _wait_dispatch_or_stall(self) -> None:
         while self._reput_offset < self.commitlog.max_offset and not self._dispatch_error:
             await self._progress.wait()
-
-    def _make_dispatchers(self) -> list[CommitLogDispatcher]:
-        found: list[CommitLogDispatcher] = []
-        if self.kernel is not None:
-            for part in self.kernel.hook.rmq_dispatch_make_dispatchers(kernel=self.kernel, store=self):
-                found.extend(part or ())
-        missing = [d for d in self.builtin_dispatchers if d not in found]
-        return missing + found
-
-    def _make_policy(self) -> FlushPolicy:
-        policy = None
-        if self.kernel is not None:
-            policy = self.kernel.hook.rmq_flush_make_policy(
-                kernel=self.kernel, store=self, config=self.config
-            )
-        if policy is None:
-            from rmq.plugins.flush import AsyncFlushPolicy, SyncFlushPolicy
-
-            sync = self.config.flushDiskType.upper() == "SYNC_FLUSH"
-            policy = SyncFlushPolicy(self, self.config) if sync else AsyncFlushPolicy(self, self.config)
-        return policy
 
     def _rebuild_topic_queue_table(self) -> None:
         tq: dict[str, dict[int, int]] = {}

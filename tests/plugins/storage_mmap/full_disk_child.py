@@ -26,7 +26,7 @@ import anyio
 
 from rmq.kernel.model import MessageRecord, PutStatus
 from rmq.kernel.testing import make_kernel
-from rmq.kernel.testing.storage import decode_record
+from rmq.kernel.testing.storage import attach_from_hooks, decode_record
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 
@@ -99,7 +99,7 @@ def make_store(root: Path, probe: Any) -> Any:
         [MmapStoragePlugin({"disk_retry_ms": 50}), AsyncFlushPlugin()],
         {"broker": {"storePathRootDir": str(root / "store"), **BROKER}},
     )
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     store.disk_usage_probe = probe
     return store
 

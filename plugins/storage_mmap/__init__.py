@@ -14,7 +14,8 @@ from typing import Any
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.options import structure_options
 from rmq.plugins.storage_mmap.mapped_file import StoreError
-from rmq.plugins.storage_mmap.store import MmapMessageStore, MmapOptions
+from rmq.plugins.storage_mmap.options import MmapOptions
+from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 __all__ = ["MmapMessageStore", "MmapOptions", "MmapStoragePlugin", "StoreError"]
 

@@ -1,4 +1,10 @@
-"""The flush policy a store runs when its owner attached none (tests, benches, embedding).
+"""Flushing inside the mmap store: the default commitlog policy and the "logics" (queues, index, checkpoint).
+
+:class:`DefaultFlushPolicy` is the commitlog policy a store runs when its owner attached
+none (tests, benches, embedding). :class:`LogicsFlusher` forces consume queues every
+flushIntervalConsumeQueue ms, each index file when it fills, and the checkpoint with the
+times captured before the flush, so recovery never trusts a time newer than the data.
+
 
 A broker attaches the policy its ``rmq.flush`` plugin built; this one exists so a store
 used on its own still flushes, and it stays deliberately small rather than importing the
@@ -11,15 +17,21 @@ flushes every ``flushIntervalCommitLog`` ms.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
+from rmq.kernel.ratelimit import RateLimitedLog
+
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.flush import Flushable
+    from rmq.plugins.storage_mmap.index import IndexFile
+    from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=30.0)
 
 
 class DefaultFlushPolicy:
@@ -78,3 +90,72 @@ class DefaultFlushPolicy:
             self._kick = anyio.Event()
             if self.store.flushed_offset < self.store.max_phy_offset:
                 await self._flush()
+
+
+class LogicsFlusher:
+    """Flushes what the commitlog's policy does not: consume queues, index files, the checkpoint."""
+
+    def __init__(self, store: MmapMessageStore) -> None:
+        self.store = store
+        self._index_threads: list[threading.Thread] = []
+
+    async def run(self) -> None:
+        """Flush consume queues, then persist the checkpoint with the times captured before the flush."""
+        interval = max(self.store.config.flushIntervalConsumeQueue, 1) / 1000
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self._flush()
+            except OSError as e:  # the next round tries again; what is not flushed is replayed
+                _limited.error("logics-flush", "consume queue / checkpoint flush failed: %s", e)
+
+    async def _flush(self) -> None:
+        logics_ts = self.store.cqs.logics_ts
+        physic_ts = self.store.commitlog.last_flushed_ts
+        await anyio.to_thread.run_sync(self._flush_sync, logics_ts, physic_ts)
+
+    def _flush_sync(self, logics_ts: int, physic_ts: int) -> None:
+        for cq in self.store.cqs:
+            cq.flush(0)
+        cp = self.store.checkpoint
+        if cp is not None:
+            cp.logics_ts = max(cp.logics_ts, logics_ts)
+            cp.physic_ts = max(cp.physic_ts, physic_ts)
+            cp.flush()
+
+    def index_full(self, f: IndexFile) -> None:
+        """An index file filled: force it and record its end time in the checkpoint, off the loop."""
+
+        def work() -> None:
+            try:
+                f.write_header()
+                f.mf.sync()
+                cp = self.store.checkpoint
+                if cp is not None:
+                    cp.index_ts = max(cp.index_ts, f.end_ts)
+                    cp.flush()
+            except (OSError, ValueError) as e:  # closed meanwhile, or the disk refused
+                _limited.error("index-flush", "index file %s: flush failed: %s", f.name, e)
+
+        self._index_threads = [t for t in self._index_threads if t.is_alive()]
+        th = threading.Thread(target=work, name="rmq-index-flush", daemon=True)
+        self._index_threads.append(th)
+        th.start()
+
+    def final_flush(self) -> None:
+        """Everything, then the checkpoint (blocking: the store's last act on shutdown)."""
+        store = self.store
+        cp = store.checkpoint
+        assert cp is not None
+        store.commitlog.flush(0)
+        for cq in store.cqs:
+            cq.flush(0)
+        for th in self._index_threads:
+            th.join()
+        if store.index is not None:
+            for f in store.index.files:
+                f.write_header()
+                f.mf.sync()
+        cp.physic_ts = max(cp.physic_ts, store.commitlog.last_flushed_ts)
+        cp.logics_ts = max(cp.logics_ts, store.cqs.logics_ts)
+        cp.flush()

@@ -116,7 +116,7 @@ class LogicsFlusher:
 
     def _flush_sync(self, logics_ts: int, physic_ts: int) -> None:
         for cq in self.store.cqs:
-            cq.flush(0)
+            cq.flush_files(0)
         cp = self.store.checkpoint
         if cp is not None:
             cp.logics_ts = max(cp.logics_ts, logics_ts)
@@ -149,7 +149,7 @@ class LogicsFlusher:
         assert cp is not None
         store.commitlog.flush(0)
         for cq in store.cqs:
-            cq.flush(0)
+            cq.flush_files(0)
         for th in self._index_threads:
             th.join()
         if store.index is not None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rmq.plugins.storage_mmap.cq_verify import verify_queue
 from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
@@ -83,7 +84,7 @@ def recover_store(
     else:
         t1 = time.monotonic()
         for cq in cqs:
-            c, r = cq.verify(commitlog, scan.scan_start, delay_levels, commitlog.holes)
+            c, r = verify_queue(cq, commitlog, scan.scan_start, delay_levels, commitlog.holes)
             checked += c
             repaired += r
         if checked > 100_000:

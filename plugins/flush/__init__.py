@@ -11,7 +11,9 @@ put waiting when a flush starts is covered by it (group commit).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -68,6 +70,9 @@ class _PolicyBase:
             return
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
+        await self._final_flush()
+
+    async def _final_flush(self) -> None:
         with anyio.CancelScope(shield=True):
             for _ in range(10):  # RocketMQ retries the final flush; so do we
                 try:
@@ -115,11 +120,86 @@ class _PolicyBase:
 class SyncFlushPolicy(_PolicyBase):
     """Group commit (GroupCommitService): a put awaits the flush round that covers its bytes.
 
-    While a round's ``fdatasync`` runs on a worker thread, newly appended puts queue up;
-    the next round covers them all with one call.
+    While a round's ``fdatasync`` runs, newly appended puts queue up; the next round covers
+    them all with one call. On asyncio the rounds run on a dedicated thread that a put
+    signals directly, and each round's result comes back with one ``call_soon_threadsafe``
+    that advances ``store.durable``, which wakes the covered puts: no flusher task to
+    schedule, no worker-pool hand-off per round. Other backends run the same rounds from a
+    task through ``anyio.to_thread``.
     """
 
     synchronous = True
+
+    def __init__(self, store: Flushable, config: Any) -> None:
+        super().__init__(store, config)
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._wanted = 0  # highest offset a put waits for (guarded by _cond)
+        self._stop = False
+
+    async def __aenter__(self) -> Any:
+        try:
+            self._aloop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend: rounds from a task
+            return await super().__aenter__()
+        self._stop = False
+        self._thread = threading.Thread(target=self._rounds, name="rmq-group-commit", daemon=True)
+        self._thread.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        th, self._thread = self._thread, None
+        if th is None:
+            return await super().__aexit__(*exc)
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(th.join)
+        await self._final_flush()
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        durable = self.store.durable
+        if durable.value >= end_offset:
+            return True
+        if self._thread is None:
+            return await super().wait_flushed(end_offset)
+        with self._cond:  # uncontended but for the instant a round takes its target
+            if end_offset > self._wanted:
+                self._wanted = end_offset
+                self._cond.notify()
+        return await durable.wait_for(end_offset, self.timeout)
+
+    def _rounds(self) -> None:
+        """The flush thread: one ``store.flush(0)`` per round while puts wait beyond what is durable."""
+        served = 0
+        store = self.store
+        loop = self._aloop
+        assert loop is not None
+        while True:
+            with self._cond:
+                while self._wanted <= served and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                served = self._wanted  # every put waiting now is appended: this round covers it
+            t0 = time.perf_counter()
+            try:
+                flushed = store.flush(0)
+            except OSError as e:  # waiters time out (FLUSH_DISK_TIMEOUT); the next put asks again
+                log.error("commitlog flush failed: %s", e)
+                continue
+            finally:
+                self.flush_seconds += time.perf_counter() - t0
+            try:
+                loop.call_soon_threadsafe(self._round_done, flushed)
+            except RuntimeError:  # the loop closed under us: nobody is waiting any more
+                return
+
+    def _round_done(self, flushed: int) -> None:
+        self.rounds += 1
+        self.store.durable.advance(flushed)
 
     async def _loop(self) -> None:
         while True:

@@ -47,3 +47,23 @@ async def test_timeout_and_listeners() -> None:
     unsubscribe()
     w.advance(4)
     assert seen == [3] and w.value == 4 and w.waiters == 0
+
+
+@pytest.mark.anyio
+async def test_one_timer_serves_many_deadlines_and_cancelled_waiters_are_dropped() -> None:
+    w = Watermark()
+    results: dict[int, bool] = {}
+
+    async def wait(n: int, timeout: float) -> None:
+        results[n] = await w.wait_for(n, timeout)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait, 10, 0.05)
+        tg.start_soon(wait, 20, 5)
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await w.wait_for(30)  # cancelled before it could wait
+        await anyio.sleep(0.15)  # the 0.05 s waiter times out; the other keeps waiting
+        assert results == {10: False} and w.waiters == 1
+        w.advance(25)
+    assert results == {10: False, 20: True} and w.waiters == 0

@@ -7,9 +7,9 @@ structs (``pack_into``, slice assignments, no per-message dicts), copy it into t
 mapping with one slice assignment, then hand the values just packed to the reput loop
 (:class:`~rmq.plugins.storage_mmap.reput.Handoff`) so it need not parse them back.
 
-A single put is a batch of one: ``put_one`` measures its common case inline (IPv4
-producer, known topic), ``put_batch`` checks RocketMQ's batch rules first, and both
-end in :meth:`Appender.append`. A field outside its Java type is refused before any
+A single put is a batch of one: :meth:`Appender.append` measures it itself (the common
+case inline), ``put_batch`` checks RocketMQ's batch rules and measures first, and both
+end in the same packing loop. A field outside its Java type is refused before any
 byte is written or any queue offset is lost.
 """
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 _PROPS_LEN = struct.Struct(">h").pack
+_OK = PutStatus.PUT_OK  # an enum member lookup costs ~70 ns: once per module, not per put
 _new_handoff = tuple.__new__  # Handoff without NamedTuple.__new__'s Python frame (hot path)
 Measured = tuple[bytes, bytes, int, int, Any]  # RecordWriter.measure: prefix, props, sysflag, size, header
 
@@ -59,23 +60,6 @@ class Appender:
         self.tq = tq
 
     # ------------------------------------------------------------------ measure
-
-    def put_one(self, msg: MessageRecord) -> PutResult:
-        writer = self.writer
-        body = msg.body
-        props = msg.properties
-        pb = props.encode() if props else b""
-        tp = self._topics.get(msg.topic)
-        if tp is not None and len(msg.born_host) == 8 and len(body) <= self._max_body and len(pb) <= 32767:
-            head = writer.head8  # the common case, validated inline
-            meas: Measured = (tp, pb, (msg.sys_flag & ~0x30) | writer._store_v6, head.size + len(body) + len(tp) + 2 + len(pb), head)
-        else:
-            try:
-                meas = writer.measure(msg)
-            except RecordError as e:
-                self.n_failed += 1
-                return PutResult(e.status, remark=e.remark)
-        return self.append((msg,), (meas,), meas[3])
 
     def put_batch(self, batch: Sequence[MessageRecord]) -> PutResult:
         """RocketMQ's batch rules (one topic and queue, no transaction or delay), then one append."""
@@ -120,11 +104,33 @@ class Appender:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, batch: Sequence[MessageRecord], measured: Sequence[Measured], total: int) -> PutResult:
-        """Append measured records of one (topic, queue): ``total`` bytes, one copy into the mapping.
+    def append(
+        self, batch: Sequence[MessageRecord], measured: Sequence[Measured] | None = None, total: int = 0
+    ) -> PutResult:
+        """Append records of one (topic, queue): ``total`` bytes, one copy into the mapping.
 
+        ``measured`` None: a single put (``batch`` holds one message), measured here, its
+        common case (IPv4 producer, known topic) inline: no extra call on the hottest path.
         A prepared/rollback transaction record (only ever alone) takes no queue offset.
         """
+        if measured is None:
+            msg = batch[0]
+            body = msg.body
+            props = msg.properties
+            pb = props.encode() if props else b""
+            tp = self._topics.get(msg.topic)
+            if tp is not None and len(msg.born_host) == 8 and len(body) <= self._max_body and len(pb) <= 32767:
+                head = self.writer.head8
+                total = head.size + len(body) + len(tp) + 2 + len(pb)
+                measured = ((tp, pb, (msg.sys_flag & ~0x30) | self.writer._store_v6, total, head),)
+            else:
+                try:
+                    meas = self.writer.measure(msg)
+                except RecordError as e:
+                    self.n_failed += 1
+                    return PutResult(e.status, remark=e.remark)
+                measured = (meas,)
+                total = meas[3]
         cl = self.commitlog
         files = cl.files
         f = files[-1] if files else None
@@ -160,15 +166,16 @@ class Appender:
         store_host = self.writer._store_host
         plen = _PROPS_LEN
         new = _new_handoff
-        offsets: list[int] = []
+        q = qoff
         p = 0
+        i = 0
         try:
-            for i in range(n):
+            while i < n:  # a while loop: for a batch of one, zip() or range() would cost more than packing
                 m = batch[i]
                 tp, pb, sf, size, head = measured[i]
+                i += 1
                 body = m.body
                 at = phys + p
-                q = qoff + i * step
                 head.pack_into(
                     buf,
                     p,
@@ -188,7 +195,6 @@ class Appender:
                     m.prepared_tx_offset,
                     len(body),
                 )
-                offsets.append(at)
                 handoff.append(new(Handoff, (at, size, topic, qid, q, sf, ts, m.prepared_tx_offset, m.properties)))
                 s = p + head.size
                 e = s + len(body)
@@ -197,6 +203,7 @@ class Appender:
                 buf[e:s] = tp
                 p += size
                 buf[s:p] = plen(len(pb)) + pb
+                q += step
         except struct.error as exc:  # a field outside its Java type: nothing was written yet
             if tq is not None:
                 tq[qid] = qoff  # give the queue offsets back: no hole
@@ -209,10 +216,11 @@ class Appender:
         f.wrote = end
         cl.tail = (phys + total, ts)
         self.n_put += n
-        reput = self.reput
-        if reput.idle:
-            reput.wake()
-        return PutResult(PutStatus.PUT_OK, phys, total, qoff, n, ts, offsets if n > 1 else ())
+        if self.reput.idle:
+            self.reput.wake()
+        if n == 1:
+            return PutResult(_OK, phys, total, qoff, 1, ts)
+        return PutResult(_OK, phys, total, qoff, n, ts, [h[0] for h in handoff[handed:]])
 
     def _grow(self, size: int) -> None:
         self._view.release()

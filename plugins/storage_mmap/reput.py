@@ -188,11 +188,11 @@ class ReputService:
         """Requests for the handed-off records starting at ``offset`` (none if they do not start there)."""
         items = self.handoff
         fsize = self.store.commitlog.file_size
-        if items[0].phys < offset:  # already dispatched by the parser
+        if items[0][0] < offset:  # already dispatched by the parser
             del items[: bisect.bisect_left(items, offset, key=_first)]
             if not items:
                 return [], offset
-        if items[0].phys != offset and not self._rolled(offset, items[0].phys, fsize):
+        if items[0][0] != offset and not self._rolled(offset, items[0][0], fsize):
             return [], offset
         take = items[: self._batch]
         del items[: self._batch]

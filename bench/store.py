@@ -36,6 +36,7 @@ from rmq.kernel.model import MessageRecord
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
 from rmq.testing import make_kernel
+from rmq.testing.storage import attach_from_hooks
 
 TOPIC = "BenchTopic"
 QUEUES = 8
@@ -67,7 +68,7 @@ def make_store(root: Path, sync: bool = False, **broker: Any) -> MmapMessageStor
         cfg["flushDiskType"] = "SYNC_FLUSH"
     flush = SyncFlushPlugin() if sync else AsyncFlushPlugin()
     kernel = make_kernel([MmapStoragePlugin(), flush], {"broker": cfg})
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     store.disk_usage_probe = lambda: 0.1
     return store
 

@@ -20,13 +20,15 @@ import anyio
 import pytest
 
 from rmq.kernel.config import BrokerConfig
-from rmq.kernel.hookspecs.flush import FlushPolicy
+from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
+from rmq.kernel.watermark import Watermark
 
 
 class CountingFlushable:
     """A ``Flushable`` whose 'disk' is an integer; ``flush`` may run in any thread."""
 
     def __init__(self) -> None:
+        self.durable = Watermark()
         self._lock = threading.Lock()
         self.written = 0
         self._flushed = 0
@@ -67,7 +69,9 @@ class FlushPolicyContract:
 
     @pytest.mark.anyio
     async def test_satisfies_the_protocol(self) -> None:
-        policy = self.make_policy(CountingFlushable(), self.config())
+        disk = CountingFlushable()
+        assert isinstance(disk, Flushable)
+        policy = self.make_policy(disk, self.config())
         assert isinstance(policy, FlushPolicy)
         assert policy.synchronous is self.synchronous
 
@@ -88,6 +92,7 @@ class FlushPolicyContract:
             with anyio.fail_after(5):
                 assert await policy.wait_flushed(end) is True
             assert store.flushed_offset >= end
+            assert store.durable.value >= end, "a policy advances store.durable after each flush"
 
     @pytest.mark.anyio
     async def test_concurrent_waiters_share_flushes(self) -> None:

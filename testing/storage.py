@@ -1,19 +1,19 @@
 """``MessageStoreContract``: the behaviour every ``rmq.storage`` plugin must show, as pytest tests.
 
-Subclass it in a ``Test...`` class and provide :meth:`MessageStoreContract.make_store`,
-an async context manager yielding a *started* store rooted at ``path`` (called again
-with the same path for the restart test). Broker settings arrive as keyword
-arguments (RocketMQ names); ``plugins`` are extra plugin objects the store's kernel
-must register (used to check that third-party dispatchers receive records)::
+Subclass it in a ``Test...`` class and provide :meth:`MessageStoreContract.build_store`,
+returning a store *not yet started* rooted at ``path``, as your plugin's
+``rmq_storage_make_store`` builds it (called again with the same path for the restart
+test). Broker settings arrive as keyword arguments (RocketMQ names). The contract then
+plays the owner: it attaches dispatchers with ``store.attach`` and enters the store, so
+the wiring every broker uses is part of what is checked::
 
     class TestMyStore(MessageStoreContract):
         supports_restart = True
 
-        @contextlib.asynccontextmanager
-        async def make_store(self, path, *, plugins=(), **broker):
-            kernel = make_kernel([MyStorePlugin(), *plugins], {"broker": {"storePathRootDir": str(path), **broker}})
-            async with kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker) as s:
-                yield s
+        def build_store(self, path, **broker):
+            kernel = make_kernel([MyStorePlugin()], {"broker": {"storePathRootDir": str(path), **broker}})
+            store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+            return attach_from_hooks(kernel, store)  # what a broker would attach (flush policy...)
 
 Records are checked with :func:`decode_record`, a decoder written from the format
 table alone (reference §1.1), independent of any store's own code.
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,11 +32,11 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.storage import MessageStore
-from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import DispatchRequest, GetStatus, MessageRecord, PutStatus
+from rmq.kernel.watermark import Watermark
 from rmq.protocol.common import java_hash
 
-__all__ = ["MessageStoreContract", "RecordingDispatcher", "decode_record"]
+__all__ = ["MessageStoreContract", "RecordingDispatcher", "attach_from_hooks", "decode_record"]
 
 _BORN = b"\x0a\x00\x00\x07\x00\x00\x30\x39"  # 10.0.0.7:12345
 
@@ -103,6 +103,18 @@ def props(**kv: str) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in kv.items())
 
 
+def attach_from_hooks(kernel: Any, store: Any) -> Any:
+    """Do what a broker does between building a store and entering it: call the dispatch and
+    flush hooks with the store and ``attach`` the results. Returns the store (for tests and
+    benches; the broker does the same inline)."""
+    dispatchers = [
+        d for part in kernel.hook.rmq_dispatch_make_dispatchers(kernel=kernel, store=store) for d in part or ()
+    ]
+    policy = kernel.hook.rmq_flush_make_policy(kernel=kernel, store=store, config=kernel.config.broker)
+    store.attach(dispatchers=dispatchers, flush_policy=policy)
+    return store
+
+
 class RecordingDispatcher:
     """A third-party dispatcher: remembers every request and how many batches it got."""
 
@@ -113,15 +125,6 @@ class RecordingDispatcher:
     def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
         self.batches += 1
         self.requests.extend(requests)
-
-
-class _DispatcherPlugin:
-    def __init__(self, dispatcher: RecordingDispatcher) -> None:
-        self.dispatcher = dispatcher
-
-    @hookimpl
-    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-        return [self.dispatcher]
 
 
 class _CodeFilter:
@@ -151,10 +154,19 @@ class MessageStoreContract:
     supports_restart: ClassVar[bool] = True
     topic: ClassVar[str] = "ContractTopic"
 
-    def make_store(
-        self, path: Path, *, plugins: Sequence[object] = (), **broker: Any
-    ) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError("subclasses provide make_store(path, *, plugins=(), **broker)")
+    def build_store(self, path: Path, **broker: Any) -> Any:
+        raise NotImplementedError("subclasses provide build_store(path, **broker): a store not yet started")
+
+    @asynccontextmanager
+    async def make_store(
+        self, path: Path, *, dispatchers: Sequence[Any] = (), **broker: Any
+    ) -> AsyncIterator[Any]:
+        """The owner's sequence: build, attach, enter."""
+        store = self.build_store(path, **broker)
+        if dispatchers:
+            store.attach(dispatchers=dispatchers)
+        async with store:
+            yield store
 
     async def settle(self, store: Any) -> None:
         """Wait until everything put is readable (dispatch is asynchronous in most stores)."""
@@ -207,8 +219,7 @@ class MessageStoreContract:
                 assert rec["store_ts"] == res.store_timestamp > 0
                 assert rec["body"] == m.body and rec["flag"] == m.flag
                 assert rec["born_ts"] == m.born_timestamp and rec["born_host"] == _BORN
-                if hasattr(store, "store_host"):  # optional attribute (8- or 20-byte form)
-                    assert rec["store_host"] == store.store_host
+                assert len(rec["store_host"]) == 8  # the config's host, as nothing else was attached
                 assert rec["properties"]["UNIQ_KEY"] == f"U{i:030d}"
                 assert rec["sys_flag"] == 0 and rec["reconsume_times"] == 0
                 assert store.look_message_by_offset(res.wrote_offset) == raw
@@ -285,16 +296,15 @@ class MessageStoreContract:
     @pytest.mark.anyio
     async def test_ipv6_hosts(self, tmp_path: Path) -> None:
         async with self.make_store(tmp_path) as store:
-            if not hasattr(store, "store_host"):
-                pytest.skip("store has no settable store_host")
             born6 = bytes(range(16)) + (4321).to_bytes(4, "big")
-            store.store_host = bytes(range(100, 116)) + (10911).to_bytes(4, "big")
+            host6 = bytes(range(100, 116)) + (10911).to_bytes(4, "big")
+            store.attach(store_host=host6)  # allowed while running: a broker learns its port late
             r = await store.put_message(self.msg(1, born_host=born6))
             assert r.ok
             await self.settle(store)
             rec = decode_record(store.get_messages("g", self.topic, 0, 0, 1).messages[0])
             assert rec["sys_flag"] & 0x30 == 0x30
-            assert rec["born_host"] == born6 and rec["store_host"] == store.store_host
+            assert rec["born_host"] == born6 and rec["store_host"] == host6
             assert store.get_store_time(self.topic, 0, 0) == r.store_timestamp
 
     # ------------------------------------------------------------------ transactions, filters, time, keys
@@ -385,7 +395,7 @@ class MessageStoreContract:
     @pytest.mark.anyio
     async def test_third_party_dispatcher_receives_batches(self, tmp_path: Path) -> None:
         rec = RecordingDispatcher()
-        async with self.make_store(tmp_path, plugins=[_DispatcherPlugin(rec)]) as store:
+        async with self.make_store(tmp_path, dispatchers=[rec]) as store:
             results = await self._fill(store, 50, queue_id=1)
             assert (await store.put_messages([self.msg(i, 1) for i in range(5)])).ok
             await self.settle(store)
@@ -395,6 +405,30 @@ class MessageStoreContract:
             assert first.topic == self.topic and first.queue_id == 1 and first.tags_code == java_hash("tag0")
             assert first.keys == "k0 shared" and first.uniq_key == f"U{0:030d}"
             assert first.properties["TAGS"] == "tag0" and first.store_timestamp == results[0].store_timestamp
+
+    @pytest.mark.anyio
+    async def test_attach_rules_and_durable_watermark(self, tmp_path: Path) -> None:
+        # an asynchronous flush policy flushes a few bytes at its "thorough" interval: keep it short
+        store = self.build_store(tmp_path, flushIntervalCommitLog=50, flushCommitLogThoroughInterval=200)
+        with pytest.raises(ValueError):
+            store.attach(store_host=b"\x01\x02\x03")
+        host = bytes((10, 1, 2, 3)) + (10911).to_bytes(4, "big")
+        store.attach(store_host=host)
+        rec = RecordingDispatcher()
+        store.attach(dispatchers=[rec])
+        async with store:
+            assert isinstance(store.durable, Watermark)
+            with pytest.raises(RuntimeError):
+                store.attach(dispatchers=[RecordingDispatcher()])
+            r = await store.put_message(self.msg(0))
+            assert r.ok
+            end = r.wrote_offset + r.wrote_bytes
+            with anyio.fail_after(10):
+                assert await store.durable.wait_for(end, 10)
+            assert store.durable.value >= end
+            await self.settle(store)
+            assert [q.commit_log_offset for q in rec.requests] == [r.wrote_offset]
+            assert decode_record(store.look_message_by_offset(r.wrote_offset))["store_host"] == host
 
     @pytest.mark.anyio
     async def test_delete_topics_and_stats(self, tmp_path: Path) -> None:

@@ -37,9 +37,12 @@ class CommitLogDispatcher(Protocol):
 def rmq_dispatch_make_dispatchers(kernel: Kernel, store: MessageStore) -> list[CommitLogDispatcher]:
     """Contribute dispatchers for ``store``.
 
-    Called once when the store starts, before recovery replays records. Return a
-    list (possibly empty); results of all plugins are concatenated in plugin order
-    (the store's own builders first, as ``tryfirst`` impls).
+    Called once by the store's owner (the broker) after building the store and before
+    entering it; the concatenated results are handed over with
+    ``store.attach(dispatchers=...)``, so they see every record recovery replays. Return
+    a list (possibly empty); results of all plugins are concatenated in plugin order. A
+    store's own builders (consume queues, key index) are not contributed here: the store
+    always runs them, first, whatever is attached.
 
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, services).

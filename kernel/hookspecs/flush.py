@@ -7,24 +7,32 @@ the fdatasync that covers it; many puts share one).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     from rmq.kernel.kernel import Kernel
+    from rmq.kernel.watermark import Watermark
 
 
 @runtime_checkable
 class Flushable(Protocol):
-    """What a store offers a flush policy."""
+    """What a store offers a flush policy.
+
+    ``durable`` is the store's ``Watermark`` of bytes known on disk: the policy advances it
+    (on the event loop) with the offset each ``flush`` returned, and synchronous puts await
+    it, so a put returns as soon as the flush that covers it is done.
+    """
 
     @property
     def max_phy_offset(self) -> int: ...
 
     @property
     def flushed_offset(self) -> int: ...
+
+    @property
+    def durable(self) -> Watermark: ...
 
     def flush(self, least_pages: int) -> int:
         """Force dirty pages to disk (blocking; call from a worker thread); returns flushed offset."""
@@ -40,6 +48,11 @@ class FlushPolicy(Protocol):
     must be durable: it returns True once ``end_offset`` is on disk, False on
     timeout (the put then reports FLUSH_DISK_TIMEOUT; the data stays stored).
     Concurrent waiters share flushes. ``wake`` hints that data was appended.
+
+    Commit notification: after every flush the policy calls
+    ``store.durable.advance(flushed offset)`` on the event loop, so anyone who needs
+    "bytes up to N are durable locally" (a put, a replication service shipping only
+    durable bytes) awaits or subscribes to that ``Watermark`` rather than polling.
     """
 
     async def __aenter__(self) -> FlushPolicy: ...
@@ -60,7 +73,8 @@ class FlushPolicy(Protocol):
 def rmq_flush_make_policy(kernel: Kernel, store: Flushable, config: Any) -> FlushPolicy | None:
     """Build the flush policy of ``store``.
 
-    Called once by the store as it starts. ``config`` is the broker config
+    Called once by the store's owner (the broker) after building the store and before
+    entering it; the result is handed to the store with ``store.attach(flush_policy=...)``. ``config`` is the broker config
     (flushIntervalCommitLog, flushCommitLogLeastPages, syncFlushTimeout...).
     Return None to defer to the next plugin.
 
@@ -69,6 +83,3 @@ def rmq_flush_make_policy(kernel: Kernel, store: Flushable, config: Any) -> Flus
     - ``store``: the ``Flushable`` store to flush.
     - ``config``: the broker's ``BrokerConfig`` (flush intervals, pages, timeouts).
     """
-
-
-FlushFactory = Callable[..., FlushPolicy]

@@ -13,6 +13,7 @@ from rmq.kernel.markers import hookspec
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.storage import MessageStore
     from rmq.kernel.kernel import Kernel
+    from rmq.kernel.watermark import Watermark
 
 
 @runtime_checkable
@@ -23,6 +24,12 @@ class ReplicationService(Protocol):
     by SYNC_MASTER puts: True once a slave acknowledged ``end_offset``, False on
     timeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
     slave is connected (SLAVE_NOT_AVAILABLE is decided by ``slave_available``).
+
+    Commit notification: a service exposes ``replicated: Watermark`` (bytes up to N
+    acknowledged by a slave), the counterpart of the store's ``durable`` watermark. It
+    ships what ``store.durable`` (or ``max_phy_offset``) reaches, subscribing to it
+    instead of polling, and advances ``replicated`` as acknowledgements arrive;
+    ``wait_replicated(n)`` is then ``replicated.wait_for(n, timeout)``.
     """
 
     async def __aenter__(self) -> ReplicationService: ...
@@ -31,6 +38,11 @@ class ReplicationService(Protocol):
 
     @property
     def slave_available(self) -> bool: ...
+
+    @property
+    def replicated(self) -> Watermark:
+        """Commitlog bytes up to ``replicated.value`` are acknowledged by a slave."""
+        ...
 
     async def wait_replicated(self, end_offset: int) -> bool: ...
 

@@ -14,13 +14,28 @@ from rmq.kernel.markers import hookspec
 from rmq.kernel.model import GetResult, MessageRecord, PutResult
 
 if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
     from rmq.kernel.hookspecs.filtering import MessageFilter
+    from rmq.kernel.hookspecs.flush import FlushPolicy
     from rmq.kernel.kernel import Kernel
+    from rmq.kernel.watermark import Watermark
 
 
 @runtime_checkable
 class MessageStore(Protocol):
     """A broker's message store.
+
+    Wiring: the owner builds the store (``rmq_storage_make_store``), builds what the store
+    works with by calling ``rmq_dispatch_make_dispatchers(kernel, store)`` and
+    ``rmq_flush_make_policy(kernel, store, config)`` with it, hands the results over with
+    :meth:`attach`, and only then enters it. A store never calls those hooks itself, so it
+    works the same embedded, in a test, or under a broker. With nothing attached a store
+    still works: its own dispatchers (queues, key index) always run, and it flushes by a
+    small built-in policy (``flushDiskType`` decides whether puts wait).
+
+    Commit notification: ``durable`` is a ``Watermark`` of commitlog bytes known to be on
+    this disk, advanced after every flush (see ``FlushPolicy``); a durable put returns
+    only once it passes the put's end. A replication service subscribes to it.
 
     Lifecycle: ``async with store:`` loads and recovers (blocking until dispatch has
     caught up, so queues are complete when the broker starts serving) and runs the
@@ -50,6 +65,31 @@ class MessageStore(Protocol):
     minimum moved, so the owner can say which consumer groups lost how many unconsumed
     messages. Called on the event loop; it must not block or raise.
     """
+
+    def attach(
+        self,
+        *,
+        dispatchers: Sequence[CommitLogDispatcher] | None = None,
+        flush_policy: FlushPolicy | None = None,
+        store_host: bytes | None = None,
+    ) -> None:
+        """Hand the store what its owner built for it; call before ``async with store``.
+
+        ``dispatchers`` run after the store's own, in the given order, for every record
+        (replayed ones included). ``flush_policy`` replaces the built-in one; the store
+        enters and leaves it. ``store_host`` is the STOREHOST written into records (8-byte
+        IPv4 or 20-byte IPv6 form; default: ``brokerIP1``/``listenPort`` of the config).
+        Each call replaces what it names and keeps the rest. Only ``store_host`` may be
+        attached again while the store runs (a broker on an ephemeral port learns its
+        port after the store opened); later records carry it. Anything else after the
+        store started raises ``RuntimeError``; a wrong-length host ``ValueError``.
+        """
+        ...
+
+    @property
+    def durable(self) -> Watermark:
+        """Commitlog bytes below ``durable.value`` are on disk; await ``wait_for`` or ``subscribe``."""
+        ...
 
     async def __aenter__(self) -> MessageStore: ...
 
@@ -89,6 +129,10 @@ class MessageStore(Protocol):
         """Read up to ``max_count`` records from ``offset``; statuses as RocketMQ's GetMessageStatus.
 
         Idempotent and side-effect free; returns at least one record if any matches.
+        ``group`` is the consumer group asking. The bundled stores do not use it; it is
+        part of the contract because RocketMQ's ``getMessage`` takes it (per-group
+        statistics, and a tiered store may pick a read path by group), and the broker's
+        pull processor passes it.
         """
         ...
 

@@ -269,6 +269,11 @@ class BrokerController:
         if store is None:
             raise PluginError("no rmq.storage plugin built a store; select one under [plugins] storage")
         self.store = store
+        # the store calls no hooks itself: build what it works with, hand it over, then open it
+        dispatchers = [d for part in kernel.hook.rmq_dispatch_make_dispatchers(kernel=kernel, store=store)
+                       for d in part or ()]
+        policy = kernel.hook.rmq_flush_make_policy(kernel=kernel, store=store, config=cfg)
+        store.attach(dispatchers=dispatchers, flush_policy=policy)
         self._set_store_host()
         if hasattr(store, "on_forced_clean"):  # optional MessageStore member (issue 11 turns it into a seam)
             store.on_forced_clean = self._forced_clean
@@ -331,11 +336,10 @@ class BrokerController:
     def _set_store_host(self) -> None:
         self.store_host = host_bytes(self.ip, self.port)
         self.msg_id_prefix = self.store_host.hex().upper()
-        if hasattr(type(self.store), "store_host") or hasattr(self.store, "store_host"):
-            try:
-                self.store.store_host = self.store_host  # type: ignore[attr-defined]
-            except (AttributeError, ValueError) as e:
-                log.warning("store does not take store_host %s: %s; message ids may not resolve", self.broker_addr, e)
+        try:
+            self.store.attach(store_host=self.store_host)
+        except ValueError as e:
+            log.warning("store does not take store_host %s: %s; message ids may not resolve", self.broker_addr, e)
 
     def _forced_clean(self, moved: dict[tuple[str, int], tuple[int, int]]) -> None:
         """The store deleted data early (disk nearly full): say which groups lost unconsumed messages."""

@@ -11,7 +11,9 @@ put waiting when a flush starts is covered by it (group commit).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,7 +38,13 @@ def _check_options(options: Mapping[str, Any] | None) -> None:
 
 
 class _PolicyBase:
-    """Shared machinery: a background loop in a task group and rounds that waiters can await."""
+    """Shared machinery: a background loop in a task group; waiters await ``store.durable``.
+
+    Each flush advances the store's ``durable`` watermark with the offset it reached, which
+    wakes exactly the puts it covered (no round events to re-check, no watchdog task): a
+    waiter that outlives syncFlushTimeout (a stalled disk) gives up on its own and the put
+    reports FLUSH_DISK_TIMEOUT.
+    """
 
     synchronous = False
 
@@ -45,21 +53,15 @@ class _PolicyBase:
         self.config = config
         self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
         self._tg: Any = None
-        self._round: Any = None  # anyio.Event set after each flush round
         self._kick: Any = None  # anyio.Event: somebody waits or data arrived
         self.rounds = 0
         self.flush_seconds = 0.0
-        self._earliest_deadline: float | None = None
-        self._watch: Any = None
 
     async def __aenter__(self) -> Any:
-        self._round = anyio.Event()
         self._kick = anyio.Event()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._watch = anyio.Event()
         self._tg.start_soon(self._loop)
-        self._tg.start_soon(self._watchdog)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -68,16 +70,19 @@ class _PolicyBase:
             return
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
+        await self._final_flush()
+
+    async def _final_flush(self) -> None:
         with anyio.CancelScope(shield=True):
             for _ in range(10):  # RocketMQ retries the final flush; so do we
                 try:
-                    await anyio.to_thread.run_sync(self.store.flush, 0)
+                    flushed = await anyio.to_thread.run_sync(self.store.flush, 0)
                 except OSError as e:
                     log.error("final commitlog flush failed: %s", e)
                     continue
-                if self.store.flushed_offset >= self.store.max_phy_offset:
+                self.store.durable.advance(flushed)
+                if flushed >= self.store.max_phy_offset:
                     break
-            self._finish_round()
 
     def wake(self) -> None:
         kick = self._kick
@@ -87,51 +92,23 @@ class _PolicyBase:
     async def _flush(self, least_pages: int) -> int:
         t0 = time.perf_counter()
         try:
-            return await anyio.to_thread.run_sync(self.store.flush, least_pages)
+            flushed = await anyio.to_thread.run_sync(self.store.flush, least_pages)
         except OSError as e:  # keep running: waiters time out and report FLUSH_DISK_TIMEOUT
             log.error("commitlog flush failed: %s", e)
             return self.store.flushed_offset
         finally:
             self.rounds += 1
             self.flush_seconds += time.perf_counter() - t0
-
-    def _finish_round(self) -> None:
-        done, self._round = self._round, anyio.Event()
-        if done is not None:
-            done.set()
+        self.store.durable.advance(flushed)
+        return flushed
 
     async def wait_flushed(self, end_offset: int) -> bool:
-        """Wait for the round that covers ``end_offset``. No cancel scope per waiter (they cost more
-        than the rest of a put): the watchdog ends the wait of everyone past the deadline."""
-        store = self.store
-        if store.flushed_offset >= end_offset:
+        """True once ``end_offset`` is durable; False after syncFlushTimeout (no flush covered it)."""
+        durable = self.store.durable
+        if durable.value >= end_offset:
             return True
-        deadline = time.monotonic() + self.timeout
-        while store.flushed_offset < end_offset:
-            if time.monotonic() >= deadline:
-                return False
-            if self._earliest_deadline is None:  # (re-)arm the watchdog
-                self._earliest_deadline = deadline
-                self._watch.set()
-            self._demand()
-            await self._round.wait()
-        return True
-
-    async def _watchdog(self) -> None:
-        """RocketMQ's flush-timeout watcher: when a flush round outlives syncFlushTimeout (a stalled
-        disk), wake the waiters so they report FLUSH_DISK_TIMEOUT instead of hanging."""
-        while True:
-            await self._watch.wait()
-            self._watch = anyio.Event()
-            while self._earliest_deadline is not None:
-                delay = self._earliest_deadline - time.monotonic()
-                if delay > 0:
-                    await anyio.sleep(min(delay, 0.05) + 0.001)
-                    if self.store.flushed_offset >= self.store.max_phy_offset:
-                        self._earliest_deadline = None
-                    continue
-                self._earliest_deadline = None
-                self._finish_round()  # waiters re-check their deadlines
+        self._demand()
+        return await durable.wait_for(end_offset, self.timeout)
 
     def _demand(self) -> None:
         self.wake()
@@ -143,18 +120,92 @@ class _PolicyBase:
 class SyncFlushPolicy(_PolicyBase):
     """Group commit (GroupCommitService): a put awaits the flush round that covers its bytes.
 
-    While a round's ``fdatasync`` runs on a worker thread, newly appended puts queue up;
-    the next round covers them all with one call.
+    While a round's ``fdatasync`` runs, newly appended puts queue up; the next round covers
+    them all with one call. On asyncio the rounds run on a dedicated thread that a put
+    signals directly, and each round's result comes back with one ``call_soon_threadsafe``
+    that advances ``store.durable``, which wakes the covered puts: no flusher task to
+    schedule, no worker-pool hand-off per round. Other backends run the same rounds from a
+    task through ``anyio.to_thread``.
     """
 
     synchronous = True
+
+    def __init__(self, store: Flushable, config: Any) -> None:
+        super().__init__(store, config)
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._wanted = 0  # highest offset a put waits for (guarded by _cond)
+        self._stop = False
+
+    async def __aenter__(self) -> Any:
+        try:
+            self._aloop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend: rounds from a task
+            return await super().__aenter__()
+        self._stop = False
+        self._thread = threading.Thread(target=self._rounds, name="rmq-group-commit", daemon=True)
+        self._thread.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        th, self._thread = self._thread, None
+        if th is None:
+            return await super().__aexit__(*exc)
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(th.join)
+        await self._final_flush()
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        durable = self.store.durable
+        if durable.value >= end_offset:
+            return True
+        if self._thread is None:
+            return await super().wait_flushed(end_offset)
+        with self._cond:  # uncontended but for the instant a round takes its target
+            if end_offset > self._wanted:
+                self._wanted = end_offset
+                self._cond.notify()
+        return await durable.wait_for(end_offset, self.timeout)
+
+    def _rounds(self) -> None:
+        """The flush thread: one ``store.flush(0)`` per round while puts wait beyond what is durable."""
+        served = 0
+        store = self.store
+        loop = self._aloop
+        assert loop is not None
+        while True:
+            with self._cond:
+                while self._wanted <= served and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                served = self._wanted  # every put waiting now is appended: this round covers it
+            t0 = time.perf_counter()
+            try:
+                flushed = store.flush(0)
+            except OSError as e:  # waiters time out (FLUSH_DISK_TIMEOUT); the next put asks again
+                log.error("commitlog flush failed: %s", e)
+                continue
+            finally:
+                self.flush_seconds += time.perf_counter() - t0
+            try:
+                loop.call_soon_threadsafe(self._round_done, flushed)
+            except RuntimeError:  # the loop closed under us: nobody is waiting any more
+                return
+
+    def _round_done(self, flushed: int) -> None:
+        self.rounds += 1
+        self.store.durable.advance(flushed)
 
     async def _loop(self) -> None:
         while True:
             await self._kick.wait()
             self._kick = anyio.Event()
             await self._flush(0)
-            self._finish_round()
 
 
 class AsyncFlushPolicy(_PolicyBase):
@@ -192,7 +243,6 @@ class AsyncFlushPolicy(_PolicyBase):
                 last_thorough = now
                 self._demanded = False
             await self._flush(least)
-            self._finish_round()
 
 
 class AsyncFlushPlugin:

@@ -2,11 +2,13 @@
 
 Entry point ``rmq.storage: memory = rmq.plugins.memory:MemoryStoragePlugin`` (no
 options). Records are appended to one ``bytearray`` with the ``mmap`` store's
-codec, so a pull body is byte-for-byte what the mmap store would send (physical
+record writer (``rmq.protocol.recordwriter``), so a pull body is byte-for-byte what the mmap store would send (physical
 offsets aside: there are no segments, hence no end-of-file blanks). Queues are
 per-queue offset lists; dispatch (queues, key index, hook dispatchers) runs inline
 in the put, so a message is readable as soon as its put returns. Nothing survives
-the process; retention is a no-op. Topic names are checked by the shared
+the process; retention is a no-op, and ``durable`` follows every put (RAM is this
+store's disk), so nothing waits on it. ``attach`` takes dispatchers and a store host;
+an attached flush policy is accepted and ignored (there is nothing to flush). Topic names are checked by the shared
 ``RecordWriter`` (RocketMQ's rule), so both stores refuse the same names.
 """
 
@@ -20,19 +22,21 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
 from rmq.kernel.options import NoOptions, structure_options
-from rmq.plugins.storage_mmap.codec import (
+from rmq.kernel.watermark import Watermark
+from rmq.protocol.common import Prop, decode_properties
+from rmq.protocol.names import validate_topic
+from rmq.protocol.recordwriter import (
     RecordError,
     RecordWriter,
+    default_store_host,
     message_tags_code,
     record_properties,
 )
-from rmq.plugins.storage_mmap.store import default_store_host
-from rmq.protocol.common import Prop, decode_properties
-from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
     from rmq.kernel.hookspecs.filtering import MessageFilter
+    from rmq.kernel.hookspecs.flush import FlushPolicy
 
 __all__ = ["MemoryMessageStore", "MemoryStoragePlugin"]
 
@@ -58,6 +62,7 @@ class MemoryMessageStore:
         self.queues: dict[str, dict[int, _Queue]] = {}
         self.keys: dict[str, list[int]] = {}
         self.dispatchers: list[CommitLogDispatcher] = []
+        self.durable = Watermark()
         self._delay_levels = config.delay_levels_ms()
         self._tq: dict[str, dict[int, int]] = {}
         self._buf = bytearray(64 * 1024)
@@ -65,13 +70,24 @@ class MemoryMessageStore:
         self._index = bool(config.messageIndexEnable)
         self._n_put = self._n_put_failed = self._n_get = 0
 
+    def attach(
+        self,
+        *,
+        dispatchers: Sequence[CommitLogDispatcher] | None = None,
+        flush_policy: FlushPolicy | None = None,
+        store_host: bytes | None = None,
+    ) -> None:
+        """``MessageStore.attach``; ``flush_policy`` is ignored (nothing here reaches a disk)."""
+        if (dispatchers is not None or flush_policy is not None) and self._running:
+            raise RuntimeError("attach dispatchers and flush_policy before the store starts")
+        if store_host is not None:
+            self.writer.store_host = store_host
+        if dispatchers is not None:
+            self.dispatchers = list(dispatchers)
+
     @property
     def store_host(self) -> bytes:
         return self.writer.store_host
-
-    @store_host.setter
-    def store_host(self, value: bytes) -> None:
-        self.writer.store_host = value
 
     @property
     def max_phy_offset(self) -> int:
@@ -82,11 +98,6 @@ class MemoryMessageStore:
         return 0
 
     async def __aenter__(self) -> MemoryMessageStore:
-        found: list[CommitLogDispatcher] = []
-        if self.kernel is not None:
-            for part in self.kernel.hook.rmq_dispatch_make_dispatchers(kernel=self.kernel, store=self):
-                found.extend(part or ())
-        self.dispatchers = found
         self._running = True
         return self
 
@@ -141,6 +152,7 @@ class MemoryMessageStore:
             )
         self._dispatch(reqs)
         self._n_put += n
+        self.durable.advance(len(self.log))
         return PutResult(PutStatus.PUT_OK, phys, total, qoff, n, ts, offsets if n > 1 else ())
 
     def _dispatch(self, reqs: list[DispatchRequest]) -> None:

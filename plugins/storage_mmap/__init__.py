@@ -8,33 +8,24 @@ RocketMQ's names.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.options import structure_options
 from rmq.plugins.storage_mmap.mapped_file import StoreError
-from rmq.plugins.storage_mmap.store import MmapMessageStore, MmapOptions
+from rmq.plugins.storage_mmap.options import MmapOptions
+from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 __all__ = ["MmapMessageStore", "MmapOptions", "MmapStoragePlugin", "StoreError"]
 
 
 class MmapStoragePlugin:
-    """Builds the mmap store and contributes its consume-queue and index dispatchers."""
+    """Builds the mmap store (its consume-queue and index dispatchers are its own: they always run)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: MmapOptions = structure_options(MmapOptions, options)
-        self._stores: weakref.WeakSet[MmapMessageStore] = weakref.WeakSet()
 
     @hookimpl(trylast=True)
     def rmq_storage_make_store(self, kernel: Any, config: Any) -> MmapMessageStore:
-        store = MmapMessageStore(config, kernel=kernel, options=self.options)
-        self._stores.add(store)
-        return store
-
-    @hookimpl(tryfirst=True)
-    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-        if store in self._stores:
-            return list(store.builtin_dispatchers)
-        return []
+        return MmapMessageStore(config, kernel=kernel, options=self.options)

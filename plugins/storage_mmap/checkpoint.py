@@ -1,4 +1,5 @@
-"""The ``checkpoint`` file (4096 bytes, three big-endian longs) and the ``abort``/``lock`` markers (§4.1-4.2).
+"""The small metadata files: ``checkpoint`` (4096 bytes, three big-endian longs), the ``abort``/``lock``
+markers (§4.1-4.2) and the deleted-topic tombstones.
 
 The checkpoint is written with ``pwrite`` rather than through a mapping: a write that
 finds no space then fails with ENOSPC instead of killing the process with SIGBUS,
@@ -17,9 +18,12 @@ import time
 from pathlib import Path
 from typing import Final
 
+from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.plugins.storage_mmap.mapped_file import StoreError
+from rmq.protocol.names import validate_topic
 
 log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=30.0)
 
 CHECKPOINT_SIZE: Final = 4096
 _THREE: Final = struct.Struct(">qqq")
@@ -103,3 +107,51 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             os.close(self._fd)
+
+
+class Tombstones:
+    """Deleted topics and the commitlog offset at their deletion, persisted one ``topic offset`` a line.
+
+    Records below a topic's offset never recreate its queues (replay, start-up rebuild); an
+    entry goes once retention has deleted everything below it. ``path`` None: memory only.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.deleted: dict[str, int] = {}
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            text = self.path.read_text("utf-8", "replace")
+        except OSError:
+            return
+        for line in text.splitlines():
+            topic, _, off = line.partition(" ")
+            if validate_topic(topic) is None and off.isdigit():
+                self.deleted[topic] = int(off)
+
+    def add(self, topic: str, at_offset: int) -> None:
+        self.deleted[topic] = at_offset
+        self._save()
+
+    def prune(self, phys_min: int) -> None:
+        stale = [t for t, off in self.deleted.items() if off <= phys_min]
+        if stale:
+            for t in stale:
+                del self.deleted[t]
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            if self.deleted:
+                tmp.write_text("".join(f"{t} {off}\n" for t, off in sorted(self.deleted.items())), "utf-8")
+                os.replace(tmp, self.path)
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError as e:
+            _limited.warning("tombstones", "%s: not written (%s)", self.path, e)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,13 +25,13 @@ from typing import Any
 import attrs
 
 from rmq.plugins.storage_mmap.codec import BLANK, BLANK_LEN
+from rmq.plugins.storage_mmap.file_queue import MappedFileQueue
 from rmq.plugins.storage_mmap.mapped_file import (
     OS_PAGE,
     DiskFullError,
     MappedFile,
     Preallocator,
     StoreError,
-    list_segments,
     offset_name,
 )
 from rmq.plugins.storage_mmap.scan import check_record, resync, scan_segment
@@ -106,13 +105,13 @@ class ScanResult:
     seen: dict[tuple[bytes, int], list[int]]
 
 
-class CommitLog:
+class CommitLog(MappedFileQueue):
+    """The segment stream (a :class:`MappedFileQueue`) plus rolling, flushing and recovery."""
+
     def __init__(
         self, directory: Path, file_size: int, preallocate: bool = True, fallocate: bool = True
     ) -> None:
-        self.dir = directory
-        self.file_size = file_size
-        self.files: list[MappedFile] = []
+        super().__init__(directory, file_size)
         self._prealloc = Preallocator(fallocate)
         self._ahead = preallocate
         self._fallocate = fallocate
@@ -131,57 +130,21 @@ class CommitLog:
 
         A segment of the wrong length (truncated, or grown by a tool) is resized to the
         configured size and logged: its lost bytes read as zeros, which recovery treats
-        like any other damage.
+        like any other damage. A name out of sequence is a ``StoreError``: refuse to start.
         """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # a full disk: no segments yet, the first put reports it
             log.warning("%s: cannot create the commitlog directory (%s)", self.dir, e)
-        prev_end = None
-        for path in list_segments(self.dir):
-            start = int(path.name)
-            if start % self.file_size:
-                raise StoreError(
-                    f"{path}: name is not a multiple of mappedFileSizeCommitLog {self.file_size}"
-                    " (was the segment size changed?)"
-                )
-            if prev_end is not None and start != prev_end:
-                raise StoreError(f"{self.dir}: segment {offset_name(prev_end)} is missing before {path.name}")
-            actual = path.stat().st_size
-            if actual != self.file_size:
-                log.warning(
-                    "%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
-                    path,
-                    actual,
-                    self.file_size,
-                )
-                os.truncate(path, self.file_size)
-            mf = MappedFile.open(path, self.file_size, reserve=0 if self._fallocate else None)
-            mf.wrote = mf.flushed = self.file_size
-            self.files.append(mf)
-            prev_end = start + self.file_size
+        problem, _rest = self.load_segments(
+            reserve=0 if self._fallocate else None, fix_size=True, size_name="mappedFileSizeCommitLog"
+        )
+        if problem:
+            raise StoreError(problem)
 
-    @property
-    def min_offset(self) -> int:
-        files = self.files
-        return files[0].start if files else 0
-
-    @property
-    def max_offset(self) -> int:
-        files = self.files
-        if not files:
-            return 0
-        last = files[-1]
-        return last.start + last.wrote
-
-    def file_for(self, offset: int) -> MappedFile | None:
-        files = self.files
-        if not files:
-            return None
-        i = offset // self.file_size - files[0].start // self.file_size
-        if 0 <= i < len(files):
-            return files[i]
-        return None
+    # the put path reads these per record: the base class's properties themselves, no extra call
+    min_offset = MappedFileQueue.start_offset
+    max_offset = MappedFileQueue.end_offset
 
     def _path(self, start: int) -> Path:
         return self.dir / offset_name(start)
@@ -432,13 +395,11 @@ class CommitLog:
 
     def close(self) -> None:
         self._prealloc.close()
-        for f in self.files:
-            f.close()
+        super().close()
         self.files = []
 
     def delete_first(self) -> MappedFile:
-        f = self.files.pop(0)
-        f.destroy()
+        f = super().delete_first()
         self.holes.drop_below(self.min_offset)
         return f
 

@@ -18,7 +18,6 @@ filler, and no offset is ever given to two messages.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,12 +26,14 @@ from typing import TYPE_CHECKING, Any, Final
 from rmq.kernel.model import DispatchRequest
 from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.ratelimit import RateLimitedLog
-from rmq.plugins.storage_mmap.mapped_file import OS_PAGE, MappedFile, list_segments, offset_name
-from rmq.plugins.storage_mmap.scan import MIN_RECORD, record_unit, unit_agrees
+from rmq.plugins.storage_mmap.checkpoint import Tombstones
+from rmq.plugins.storage_mmap.file_queue import MappedFileQueue, has_data
+from rmq.plugins.storage_mmap.mapped_file import MappedFile
+from rmq.plugins.storage_mmap.scan import MIN_RECORD
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
-    from rmq.plugins.storage_mmap.commitlog import CommitLog, Holes
+    from rmq.plugins.storage_mmap.commitlog import Holes
 
 log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
@@ -53,24 +54,15 @@ def _is_blank(phys: int, size: int) -> bool:
     return phys == 0 and size == INT_MAX
 
 
-class ConsumeQueue:
-    """One queue's unit files. Offsets in the API are queue offsets (unit numbers).
+class ConsumeQueue(MappedFileQueue):
+    """One queue's unit files. Offsets in the API are queue offsets (unit numbers); the byte
+    stream underneath is a :class:`MappedFileQueue`.
 
     ``damage`` is set by loading/recovery when the queue had to be cut short (why); the
     store then replays dispatch from the end of its last good unit to rebuild the rest.
     """
 
-    __slots__ = (
-        "topic",
-        "queue_id",
-        "dir",
-        "file_size",
-        "files",
-        "min_logic",
-        "max_phys",
-        "table",
-        "damage",
-    )
+    __slots__ = ("topic", "queue_id", "min_logic", "max_phys", "table", "damage")
 
     def __init__(
         self,
@@ -80,11 +72,9 @@ class ConsumeQueue:
         file_size: int,
         table: ConsumeQueueTable | None = None,
     ) -> None:
+        super().__init__(directory, file_size)
         self.topic = topic
         self.queue_id = queue_id
-        self.dir = directory
-        self.file_size = file_size
-        self.files: list[MappedFile] = []
         self.min_logic = 0  # byte position of the first unit still pointing at the commitlog
         self.max_phys = 0  # end (offset + size) of the last unit's record: the duplicate guard
         self.table = table
@@ -100,56 +90,18 @@ class ConsumeQueue:
         """Map the queue's files. One that does not fit the sequence (wrong size, a gap, a name
         that is no multiple of the file size) and every file after it are deleted and the queue
         is marked for rebuilding: consume queues are derived data, the commitlog has it all."""
-        prev_end = None
-        paths = list_segments(self.dir)
-        for n, path in enumerate(paths):
-            start = int(path.name)
-            problem = ""
-            if start % self.file_size:
-                problem = f"name is not a multiple of mappedFileSizeConsumeQueue {self.file_size}"
-            elif prev_end is not None and start != prev_end:
-                problem = f"file {offset_name(prev_end)} is missing before it"
-            else:
-                size = path.stat().st_size
-                if size != self.file_size:
-                    problem = f"file is {size} bytes, expected {self.file_size}"
-            if problem:
-                self.damage = f"{path}: {problem}"
-                for later in paths[n:]:
-                    later.unlink(missing_ok=True)
-                return
-            mf = MappedFile.open(path, self.file_size, reserve=0)
-            mf.wrote = mf.flushed = self.file_size
-            self.files.append(mf)
-            prev_end = start + self.file_size
+        problem, rest = self.load_segments(reserve=0, fix_size=False, size_name="mappedFileSizeConsumeQueue")
+        if problem:
+            self.damage = problem
+            for later in rest:
+                later.unlink(missing_ok=True)
 
     def _new_file(self, start: int) -> MappedFile:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile.open(
-            self.dir / offset_name(start),
-            self.file_size,
-            create=True,
-            reserve=min(RESERVE_CHUNK, self.file_size),
-        )
-        self.files.append(mf)
-        return mf
-
-    def file_for(self, byte_offset: int) -> MappedFile | None:
-        files = self.files
-        if not files:
-            return None
-        i = byte_offset // self.file_size - files[0].start // self.file_size
-        if 0 <= i < len(files):
-            return files[i]
-        return None
+        return self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size))
 
     @property
     def max_offset(self) -> int:
-        files = self.files
-        if not files:
-            return 0
-        last = files[-1]
-        return (last.start + last.wrote) // UNIT_SIZE
+        return self.end_offset // UNIT_SIZE
 
     @property
     def min_offset(self) -> int:
@@ -288,11 +240,11 @@ class ConsumeQueue:
                 pos += UNIT_SIZE
             f.wrote = f.flushed = pos
             if pos < f.size:
-                if _has_data(f, pos) or any(_has_data(g, 0) for g in files[i + 1 :]):
+                if has_data(f, pos) or any(has_data(g, 0) for g in files[i + 1 :]):
                     self._mark(f"unit {(f.start + pos) // UNIT_SIZE} is invalid and data follows it")
-                self._cut(f.start + pos)
+                self.cut(f.start + pos)
                 break
-        self._update_max_phys()
+        self.update_max_phys()
 
     def first_unit(self) -> tuple[int, int]:
         """(queue offset, phys) of the first real unit; (-1, -1) when there is none."""
@@ -305,27 +257,15 @@ class ConsumeQueue:
     def drop_all(self, why: str) -> None:
         """Delete every file (the queue is rebuilt from the commitlog)."""
         self._mark(why)
-        self._cut(self.files[0].start if self.files else 0)
+        self.cut(self.files[0].start if self.files else 0)
         self.min_logic = 0
-        self._update_max_phys()
+        self.update_max_phys()
 
     def _mark(self, why: str) -> None:
         if not self.damage:
             self.damage = why
 
-    def _cut(self, byte_offset: int) -> None:
-        """Remove every unit from ``byte_offset`` on (later files deleted, the rest of that file zeroed)."""
-        files = self.files
-        while files and files[-1].start >= byte_offset:
-            files.pop().destroy()
-        if files:
-            f = files[-1]
-            pos = byte_offset - f.start
-            _zero_data(f, pos)
-            f.wrote = pos
-            f.flushed = min(f.flushed, pos)
-
-    def _update_max_phys(self) -> None:
+    def update_max_phys(self) -> None:
         self.max_phys = 0
         for phys, size, _tags in self._units_backwards():
             if not _is_blank(phys, size):
@@ -337,118 +277,11 @@ class ConsumeQueue:
             for pos in range(f.wrote - UNIT_SIZE, -1, -UNIT_SIZE):
                 yield UNIT.unpack_from(f.mm, pos)
 
-    def verify(
-        self, cl: CommitLog, scan_start: int, delay_levels: Sequence[int], holes: Holes
-    ) -> tuple[int, int]:
-        """Check every unit against the commitlog; repair what can be repaired in place.
-
-        Every unit must point inside the commitlog's valid data, after its predecessor's
-        record. One pointing at or after ``scan_start`` (the range recovery just validated)
-        must point at the start of a record, and that record must be this unit's:
-
-        * a record in a corrupt range: the unit becomes a filler unit (a hole);
-        * the record's topic, queue id and queue offset name this unit: size and tags
-          code are rewritten from the record if they differ;
-        * they name another unit, and that unit points here too: this unit is wrong
-          (its offset field was damaged): the queue is cut here and rebuilt by replay;
-        * they name another unit that does not point here: the record's header is what
-          was damaged (the CRC covers only the body); the unit is right and kept.
-
-        Returns ``(units checked against records, units repaired in place)``.
-        """
-        end = cl.max_offset
-        cl_min = cl.min_offset
-        topic_b = self.topic.encode()
-        qid = self.queue_id
-        checked = repaired = 0
-        prev_end = -1  # end of the previous real unit's record
-        has_holes = bool(holes)
-        segs = cl.files
-        fsize = cl.file_size
-        first_idx = segs[0].start // fsize if segs else 0
-        cache: dict[bytes, int] = {}
-        for f in list(self.files):
-            for k, (phys, size, tags) in enumerate(UNIT.iter_unpack(f.mm[0 : f.wrote])):
-                if phys == 0 and size == INT_MAX:
-                    continue
-                here = f.start + k * UNIT_SIZE
-                if phys < 0 or size < MIN_RECORD or phys + size > end or phys < prev_end:
-                    self._broken(here, f"unit ({phys}, {size}) out of range or order")
-                    return checked, repaired
-                if phys < scan_start or phys < cl_min:
-                    prev_end = phys + size
-                    continue
-                checked += 1
-                if has_holes and holes.find(phys) >= 0:
-                    UNIT.pack_into(f.mm, k * UNIT_SIZE, 0, INT_MAX, 0)
-                    repaired += 1
-                    log.warning(
-                        "consume queue %s: offset %d pointed at a corrupt record; now a hole",
-                        self.name,
-                        here // UNIT_SIZE,
-                    )
-                    continue
-                seg = segs[phys // fsize - first_idx]
-                if unit_agrees(
-                    seg.mm,
-                    phys - seg.start,
-                    seg.wrote,
-                    (phys, size, tags),
-                    qid,
-                    here // UNIT_SIZE,
-                    topic_b,
-                    cache,
-                ):
-                    prev_end = phys + size
-                    continue
-                ru = record_unit(seg.mm, phys - seg.start, seg.wrote, delay_levels, cache)
-                if ru is None or ru[3] != phys:
-                    self._broken(here, f"unit ({phys}, {size}) points at no record")
-                    return checked, repaired
-                total, rqid, rqoff, _p, rtopic, want_tags = ru
-                if rqid != qid or rtopic != topic_b or rqoff != here // UNIT_SIZE:
-                    if total != size or self._claimed_elsewhere(rtopic, rqid, rqoff, phys, here):
-                        self._broken(here, f"unit points at the record of {rtopic!r}/{rqid} offset {rqoff}")
-                        return checked, repaired
-                    _limited.warning(
-                        "cq-header",
-                        "commitlog record at %d (consume queue %s offset %d) has a damaged header: it says %r/%d offset %d",
-                        phys,
-                        self.name,
-                        here // UNIT_SIZE,
-                        rtopic,
-                        rqid,
-                        rqoff,
-                    )
-                if total != size or want_tags != tags:
-                    UNIT.pack_into(f.mm, k * UNIT_SIZE, phys, total, want_tags)
-                    repaired += 1
-                    log.warning(
-                        "consume queue %s: offset %d had a damaged size/tags code; rewritten from its record",
-                        self.name,
-                        here // UNIT_SIZE,
-                    )
-                prev_end = phys + total
-        if repaired:
-            self._update_max_phys()
-        return checked, repaired
-
-    def _claimed_elsewhere(self, topic_b: bytes, qid: int, qoff: int, phys: int, here: int) -> bool:
-        """True when the queue unit a record's header names (other than ``here``) points at ``phys``."""
-        try:
-            topic = topic_b.decode()
-        except UnicodeDecodeError:
-            return False
-        owner = self.table.get(topic, qid) if self.table is not None else None
-        if owner is None or (owner is self and qoff * UNIT_SIZE == here) or qoff < 0:
-            return False
-        unit = owner.unit(qoff)
-        return unit is not None and unit[0] == phys
-
-    def _broken(self, byte_offset: int, why: str) -> None:
+    def broken(self, byte_offset: int, why: str) -> None:
+        """Cut the queue at a unit found wrong and mark it for rebuilding by replay."""
         self._mark(f"offset {byte_offset // UNIT_SIZE}: {why}")
-        self._cut(byte_offset)
-        self._update_max_phys()
+        self.cut(byte_offset)
+        self.update_max_phys()
 
     def correct_min_offset(self, phys_min: int) -> None:
         """Minimum = first unit of the first file whose record is still in the commitlog."""
@@ -475,58 +308,11 @@ class ConsumeQueue:
                     break
             if f.wrote < UNIT_SIZE or last_phys >= phys_min:
                 break
-            self.files.pop(0).destroy()
+            self.delete_first()
             deleted += 1
         if deleted:
             self.correct_min_offset(phys_min)
         return deleted
-
-    def flush(self, least_pages: int) -> None:
-        """Force written units to disk (worker thread)."""
-        for f in list(self.files):
-            if f.wrote > f.flushed and (
-                least_pages <= 0 or f.wrote >= f.size or f.wrote // 4096 - f.flushed // 4096 >= least_pages
-            ):
-                w = f.wrote
-                try:
-                    f.sync()
-                except OSError:  # deleted by retention or delete_topics meanwhile
-                    continue
-                f.flushed = w
-
-    def close(self) -> None:
-        for f in self.files:
-            f.close()
-
-    def destroy(self) -> None:
-        for f in self.files:
-            f.destroy()
-        self.files = []
-
-
-def _has_data(f: MappedFile, pos: int) -> bool:
-    """True when ``f`` holds a non-zero byte at or after ``pos``."""
-    step = 1 << 16
-    zeros = bytes(step)
-    for a in range(pos, f.size, step):
-        chunk = f.mm[a : min(f.size, a + step)]
-        if chunk != zeros[: len(chunk)]:
-            return True
-    return False
-
-
-def _zero_data(f: MappedFile, pos: int) -> None:
-    """Zero the non-zero pages of ``f`` from ``pos`` (never writing into a page that is all zeros,
-    which may be a hole of a sparse file)."""
-    if pos < f.size:
-        first = min(f.size, -(-pos // OS_PAGE) * OS_PAGE)
-        if f.mm[pos:first].count(0) != first - pos:
-            f.mm[pos:first] = bytes(first - pos)
-        zeros = bytes(OS_PAGE)
-        for a in range(first, f.size, OS_PAGE):
-            page = f.mm[a : min(f.size, a + OS_PAGE)]
-            if page != zeros[: len(page)]:
-                f.mm[a : a + len(page)] = zeros[: len(page)]
 
 
 class ConsumeQueueTable:
@@ -543,13 +329,13 @@ class ConsumeQueueTable:
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.logics_ts = 0  # store time of the last unit written (checkpoint logicsMsgTimestamp)
         self.holes: Holes | None = None
-        self.tombstones = tombstones
-        self.deleted: dict[str, int] = {}
+        self.tombstones = Tombstones(tombstones)
+        self.deleted = self.tombstones.deleted  # the same dict, kept up to date by ``tombstones``
 
     def load(self) -> None:
         """Map every queue; skip (with a warning) directories that are not valid topics or that
         resolve outside the store, and symlinked queue directories."""
-        self._load_tombstones()
+        self.tombstones.load()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -618,41 +404,11 @@ class ConsumeQueueTable:
         except (ConfinementError, OSError) as e:
             log.warning("delete topic %s: directory not removed (%s)", topic, e)
         if at_offset >= 0:
-            self.deleted[topic] = at_offset
-            self._save_tombstones()
+            self.tombstones.add(topic, at_offset)
         return True
 
     def prune_tombstones(self, phys_min: int) -> None:
-        stale = [t for t, off in self.deleted.items() if off <= phys_min]
-        if stale:
-            for t in stale:
-                del self.deleted[t]
-            self._save_tombstones()
-
-    def _load_tombstones(self) -> None:
-        if self.tombstones is None:
-            return
-        try:
-            text = self.tombstones.read_text("utf-8", "replace")
-        except OSError:
-            return
-        for line in text.splitlines():
-            topic, _, off = line.partition(" ")
-            if validate_topic(topic) is None and off.isdigit():
-                self.deleted[topic] = int(off)
-
-    def _save_tombstones(self) -> None:
-        if self.tombstones is None:
-            return
-        tmp = self.tombstones.with_name(self.tombstones.name + ".tmp")
-        try:
-            if self.deleted:
-                tmp.write_text("".join(f"{t} {off}\n" for t, off in sorted(self.deleted.items())), "utf-8")
-                os.replace(tmp, self.tombstones)
-            else:
-                self.tombstones.unlink(missing_ok=True)
-        except OSError as e:
-            _limited.warning("tombstones", "%s: not written (%s)", self.tombstones, e)
+        self.tombstones.prune(phys_min)
 
     def close(self) -> None:
         for cq in self:

@@ -54,6 +54,11 @@ class DiskFullError(OSError):
         return self.remark
 
 
+def full_remark(e: OSError, what: str) -> str:
+    """The "disk full: ..." remark of a failed reservation or file creation."""
+    return e.remark if isinstance(e, DiskFullError) else str(DiskFullError(what, e))
+
+
 def offset_name(offset: int) -> str:
     return f"{offset:020d}"
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rmq.plugins.storage_mmap.cq_verify import verify_queue
 from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from rmq.plugins.storage_mmap.commitlog import CommitLog
     from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
     from rmq.plugins.storage_mmap.index import IndexService
+    from rmq.plugins.storage_mmap.options import MmapOptions
 
 log = logging.getLogger("rmq.store")
 
@@ -82,7 +84,7 @@ def recover_store(
     else:
         t1 = time.monotonic()
         for cq in cqs:
-            c, r = cq.verify(commitlog, scan.scan_start, delay_levels, commitlog.holes)
+            c, r = verify_queue(cq, commitlog, scan.scan_start, delay_levels, commitlog.holes)
             checked += c
             repaired += r
         if checked > 100_000:
@@ -211,4 +213,22 @@ def _keyed_between(cl: CommitLog, start: int, skip: int, stop: int) -> bool:
         if keyed and pos != skip:
             return True
         pos += size
+    return False
+
+
+def verify_all(options: MmapOptions, commitlog: CommitLog) -> bool:
+    """Whether start-up checks the whole store (``verify``): "auto" decides by the commitlog's size."""
+    mode = options.verify
+    if mode != "auto":
+        return mode == "all"
+    d = commitlog.dir
+    size = sum(p.stat().st_size for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else 0
+    if size <= options.verify_all_max_gib * (1 << 30):
+        return True
+    log.info(
+        "start-up checks cover the recent segments only: the commitlog is %.1f GiB > verify_all_max_gib %g"
+        ' (set verify = "all" to check everything)',
+        size / (1 << 30),
+        options.verify_all_max_gib,
+    )
     return False

@@ -7,6 +7,8 @@
   store's optional ``on_forced_clean`` callback (the broker turns it into consumer
   groups and unconsumed message counts).
 * ``diskSpaceWarningLevelRatio`` (90 %): the store refuses puts until usage drops.
+
+Also the retry task of a store whose next commitlog segment could not be created.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 from typing import TYPE_CHECKING
 
 import anyio
+
+from rmq.plugins.storage_mmap.mapped_file import full_remark
 
 if TYPE_CHECKING:
     from rmq.plugins.storage_mmap.store import MmapMessageStore
@@ -40,6 +44,36 @@ def default_disk_probe(store: MmapMessageStore) -> float:
         if used + usable > 0:
             ratios.append(used / (used + usable))
     return max(ratios, default=0.0)
+
+
+async def retention_loop(store: MmapMessageStore) -> None:
+    """A retention pass every cleanResourceInterval ms, for as long as the store runs."""
+    interval = max(store.config.cleanResourceInterval, 100) / 1000
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await clean_expired_files(store)
+        except Exception:
+            log.exception("retention pass failed")
+
+
+async def disk_retry_loop(store: MmapMessageStore) -> None:
+    """While a segment cannot be reserved, try again every ``disk_retry_ms``; clear the error once
+    it exists (the next put takes it), which resumes writes."""
+    interval = store.options.disk_retry_ms / 1000
+    while True:
+        if not store._alloc_error:
+            store._retry = anyio.Event()
+            await store._retry.wait()
+            continue
+        await anyio.sleep(interval)
+        try:
+            await anyio.to_thread.run_sync(store.commitlog.prepare_writable)
+        except OSError as e:
+            store._alloc_error = full_remark(e, "create the next commitlog segment")
+            continue
+        store._alloc_error = ""
+        store._update_writable()
 
 
 def check_disk(store: MmapMessageStore) -> float:
@@ -76,7 +110,7 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> i
     clean_now = force or forcibly
     cl = store.commitlog
     if len(cl.files) > 1 and cl.flushed_where < cl.files[-1].start:
-        await anyio.to_thread.run_sync(cl.flush, 0)
+        store.durable.advance(await anyio.to_thread.run_sync(cl.flush, 0))
     before = {(cq.topic, cq.queue_id): cq.min_offset for cq in store.cqs} if clean_now else {}
     first = cl.min_offset
     reserved = cfg.fileReservedTime * 3600
@@ -85,7 +119,7 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> i
     limit = len(cl.files) if force else 10
     while len(cl.files) > 1 and deleted < limit:
         f = cl.files[0]
-        if f.end > cl.flushed_where or f.end > store._reput_offset:
+        if f.end > cl.flushed_where or f.end > store.reput.offset:
             break
         if not clean_now:
             try:

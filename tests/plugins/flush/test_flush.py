@@ -14,9 +14,11 @@ from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageRecord, PutStatus
+from rmq.kernel.watermark import Watermark
 from rmq.plugins.flush import AsyncFlushPlugin, AsyncFlushPolicy, SyncFlushPlugin, SyncFlushPolicy
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
+from rmq.testing.storage import attach_from_hooks
 
 
 @pytest.fixture
@@ -29,6 +31,7 @@ class Disk:
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
+        self.durable = Watermark()
         self.written = 0
         self.flushed = 0
         self.calls: list[int] = []
@@ -136,7 +139,7 @@ async def test_sync_store_puts_are_durable_before_ack(tmp_path: Path) -> None:
             }
         },
     )
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     async with store:
         assert store.policy.synchronous
 
@@ -181,7 +184,7 @@ async def test_flush_timeout_status(tmp_path: Path) -> None:
     kernel = make_kernel(
         [MmapStoragePlugin(), NeverDurable()], {"broker": {"storePathRootDir": str(tmp_path)}}
     )
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     async with store:
         r = await store.put_message(MessageRecord("T", 0, b"x"))
         assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and r.wrote_offset == 0

@@ -14,7 +14,7 @@ from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.memory import MemoryMessageStore, MemoryStoragePlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
-from rmq.testing.storage import MessageStoreContract
+from rmq.testing.storage import MessageStoreContract, attach_from_hooks
 
 
 @pytest.fixture
@@ -22,23 +22,27 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@contextlib.asynccontextmanager
-async def _store(plugin: object, path: Path, *plugins: object, **broker: Any) -> AsyncIterator[Any]:
+def _build(plugin: object, path: Path, *plugins: object, **broker: Any) -> Any:
     kernel = make_kernel(
         [plugin, AsyncFlushPlugin(), *plugins], {"broker": {"storePathRootDir": str(path), **broker}}
     )
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     if hasattr(store, "disk_usage_probe"):
         store.disk_usage_probe = lambda: 0.1
-    async with store:
+    return store
+
+
+@contextlib.asynccontextmanager
+async def _store(plugin: object, path: Path, *plugins: object, **broker: Any) -> AsyncIterator[Any]:
+    async with _build(plugin, path, *plugins, **broker) as store:
         yield store
 
 
 class TestMemoryStoreContract(MessageStoreContract):
     supports_restart = False
 
-    def make_store(self, path: Path, *, plugins: Any = (), **broker: Any) -> Any:
-        return _store(MemoryStoragePlugin(), path, *plugins, **broker)
+    def build_store(self, path: Path, **broker: Any) -> Any:
+        return _build(MemoryStoragePlugin(), path, **broker)
 
 
 def test_options_are_checked() -> None:

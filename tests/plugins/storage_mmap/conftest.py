@@ -12,6 +12,7 @@ import pytest
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
 from rmq.testing import make_kernel
+from rmq.testing.storage import attach_from_hooks
 
 SMALL = {
     "mappedFileSizeCommitLog": 64 * 1024,
@@ -39,7 +40,7 @@ def build_store(
     cfg = {"storePathRootDir": str(path), **SMALL, **broker}
     flush = SyncFlushPlugin() if sync else AsyncFlushPlugin()
     kernel = make_kernel([MmapStoragePlugin(options), flush, *plugins], {"broker": cfg})
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     assert isinstance(store, MmapMessageStore)
     store.disk_usage_probe = lambda: 0.10  # the real disk's fill level must not steer tests
     return store

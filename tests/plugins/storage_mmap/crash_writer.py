@@ -19,6 +19,7 @@ from rmq.kernel.model import MessageRecord, PutStatus
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
+from rmq.testing.storage import attach_from_hooks
 
 
 def record(key: str, queue: int, rnd: random.Random, sys_flag: int = 0) -> MessageRecord:
@@ -30,7 +31,7 @@ def record(key: str, queue: int, rnd: random.Random, sys_flag: int = 0) -> Messa
 async def main(root: str, flush: str, run: str, broker: dict[str, object]) -> None:
     plugins = [MmapStoragePlugin(), SyncFlushPlugin() if flush == "sync" else AsyncFlushPlugin()]
     kernel = make_kernel(plugins, {"broker": {"storePathRootDir": root, **broker}})
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     store.disk_usage_probe = lambda: 0.1
     out = sys.stdout
 

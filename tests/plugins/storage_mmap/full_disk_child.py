@@ -28,7 +28,7 @@ from rmq.kernel.model import MessageRecord, PutStatus
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
-from rmq.testing.storage import decode_record
+from rmq.testing.storage import attach_from_hooks, decode_record
 
 CAPACITY = 8 * 1024 * 1024
 QUEUES = 2
@@ -99,7 +99,7 @@ def make_store(root: Path, probe: Any) -> Any:
         [MmapStoragePlugin({"disk_retry_ms": 50}), AsyncFlushPlugin()],
         {"broker": {"storePathRootDir": str(root / "store"), **BROKER}},
     )
-    store = kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
     store.disk_usage_probe = probe
     return store
 

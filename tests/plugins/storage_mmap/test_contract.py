@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from rmq.testing.storage import MessageStoreContract
+
+from .conftest import build_store
 
 
 class TestMmapStoreContract(MessageStoreContract):
     supports_restart = True
 
-    @pytest.fixture(autouse=True)
-    def _factory(self, store_factory: Callable[..., Any]) -> None:
-        self._open = store_factory
-
-    def make_store(self, path: Path, *, plugins: Any = (), **broker: Any) -> Any:
-        return self._open(path, *plugins, **broker)
+    def build_store(self, path: Path, **broker: Any) -> Any:
+        return build_store(path, **broker)
 
 
 class TestMmapStoreContractSyncFlush(TestMmapStoreContract):
     """Same contract with group-commit flushing (every put waits for fdatasync)."""
 
-    def make_store(self, path: Path, *, plugins: Any = (), **broker: Any) -> Any:
-        return self._open(path, *plugins, sync=True, **broker)
+    def build_store(self, path: Path, **broker: Any) -> Any:
+        return build_store(path, sync=True, **broker)

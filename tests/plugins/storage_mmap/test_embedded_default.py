@@ -25,6 +25,7 @@ from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
 from rmq.testing.daemon import free_port
+from rmq.testing.storage import attach_from_hooks
 
 LIMIT = 300 * 1000 * 1000
 
@@ -85,7 +86,7 @@ def test_embedded_default_reserves_at_most_300_mb(tmp_path: Path) -> None:
         doc = embedded_default()
         doc["broker"]["storePathRootDir"] = str(store)
         kernel = make_kernel([MmapStoragePlugin(), AsyncFlushPlugin()], doc)
-        async with kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker) as s:
+        async with attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker)) as s:
             for i in range(100):
                 props = f"KEYS\x01k{i}\x02UNIQ_KEY\x01U{i:030d}"
                 assert (await s.put_message(MessageRecord("T", i % 8, b"x" * 1024, properties=props))).ok

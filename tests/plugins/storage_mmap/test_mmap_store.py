@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
-from rmq.plugins.storage_mmap import MmapStoragePlugin, StoreError
+from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin, StoreError
 from rmq.protocol.common import java_hash
 from rmq.protocol.message import decode_message
 from rmq.testing.storage import RecordingDispatcher, decode_record
@@ -449,9 +449,20 @@ async def test_reput_hands_batches_not_single_records(
         assert store.dispatchers[0] in store.builtin_dispatchers and store.dispatchers[-1] is rd
 
 
-def test_dispatch_hook_only_for_own_store(tmp_path: Path) -> None:
-    plugin = MmapStoragePlugin()
-    assert plugin.rmq_dispatch_make_dispatchers(kernel=None, store=object()) == []
+@pytest.mark.anyio
+async def test_builtin_dispatchers_run_with_nothing_attached(tmp_path: Path) -> None:
+    """Standalone (no kernel hooks called, nothing attached): queues, index and flushing still work."""
+    from rmq.kernel.config import BrokerConfig
+
+    store = MmapMessageStore(BrokerConfig(storePathRootDir=str(tmp_path), flushDiskType="SYNC_FLUSH"))
+    store.disk_usage_probe = lambda: 0.1
+    async with store:
+        assert store.dispatchers == store.builtin_dispatchers and store.policy.synchronous
+        r = await store.put_message(rec(1, properties="KEYS\x01solo"))
+        assert r.status == PutStatus.PUT_OK and store.flushed_offset >= r.wrote_offset + r.wrote_bytes
+        assert store.durable.value >= r.wrote_offset + r.wrote_bytes
+        await store.wait_dispatched()
+        assert store.get_max_offset("T", 0) == 1 and len(store.query_by_key("T", "solo", 5, 0, 2**62)) == 1
 
 
 @pytest.mark.anyio
@@ -463,7 +474,7 @@ async def test_store_host_from_config(tmp_path: Path, store_factory: Callable[..
             decode_record(store.get_messages("g", "T", 0, 0, 1).messages[0])["store_host"] == store.store_host
         )
         with pytest.raises(ValueError):
-            store.store_host = b"123"
+            store.attach(store_host=b"123")
     async with store_factory(tmp_path / "b") as store:
         assert store.store_host == b"\x7f\x00\x00\x01" + (10911).to_bytes(4, "big")
 

@@ -1,0 +1,176 @@
+"""``MappedFileQueue``: a directory of fixed-size mapped files that together hold one byte stream.
+
+The commitlog and every consume queue are such a stream (RocketMQ's MappedFileQueue):
+segments named by the 20-digit byte offset of their first byte, each exactly
+``file_size`` long, each starting where the previous one ends. This class owns what
+both do alike: loading and checking the sequence, finding the segment of an offset,
+creating the next one, cutting the stream at an offset, deleting the oldest segment,
+flushing, closing. What differs stays with them: the commitlog creates segments
+through its pre-allocator and recovers records; a consume queue reserves disk a chunk
+at a time and recovers units. Index files are not a stream and do not use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from rmq.plugins.storage_mmap.mapped_file import OS_PAGE, MappedFile, list_segments, offset_name
+
+log = logging.getLogger("rmq.store")
+
+
+class MappedFileQueue:
+    """``files`` in offset order; ``file_size`` bytes each; ``dir`` holds them."""
+
+    __slots__ = ("dir", "file_size", "files")
+
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.dir = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+
+    # ------------------------------------------------------------------ load
+
+    def load_segments(self, *, reserve: int | None, fix_size: bool, size_name: str) -> tuple[str, list[Path]]:
+        """Map the directory's segments in order, each marked written and flushed to its end.
+
+        Stops at the first segment that does not fit the sequence (a name that is no
+        multiple of ``file_size``, a gap, a wrong length unless ``fix_size`` resizes it,
+        logged) and returns ``("<path>: <why>", [that segment, every later one])``;
+        ``("", [])`` when all fit. ``size_name`` is the config key named in the reason.
+        """
+        prev_end: int | None = None
+        paths = list_segments(self.dir)
+        for n, path in enumerate(paths):
+            start = int(path.name)
+            problem = ""
+            if start % self.file_size:
+                problem = f"name is not a multiple of {size_name} {self.file_size} (was the file size changed?)"
+            elif prev_end is not None and start != prev_end:
+                problem = f"file {offset_name(prev_end)} is missing before it"
+            else:
+                actual = path.stat().st_size
+                if actual != self.file_size and fix_size:
+                    log.warning(
+                        "%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
+                        path,
+                        actual,
+                        self.file_size,
+                    )
+                    os.truncate(path, self.file_size)
+                elif actual != self.file_size:
+                    problem = f"file is {actual} bytes, expected {self.file_size}"
+            if problem:
+                return f"{path}: {problem}", paths[n:]
+            mf = MappedFile.open(path, self.file_size, reserve=reserve)
+            mf.wrote = mf.flushed = self.file_size
+            self.files.append(mf)
+            prev_end = start + self.file_size
+        return "", []
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def start_offset(self) -> int:
+        """Byte offset of the first mapped byte (0 when empty)."""
+        files = self.files
+        return files[0].start if files else 0
+
+    @property
+    def end_offset(self) -> int:
+        """Byte offset just past the last written byte (0 when empty)."""
+        files = self.files
+        if not files:
+            return 0
+        last = files[-1]
+        return last.start + last.wrote
+
+    def file_for(self, offset: int) -> MappedFile | None:
+        """The segment holding byte ``offset``, or None (arithmetic: segments are contiguous)."""
+        files = self.files
+        if not files:
+            return None
+        i = offset // self.file_size - files[0].start // self.file_size
+        if 0 <= i < len(files):
+            return files[i]
+        return None
+
+    # ------------------------------------------------------------------ grow, cut, delete
+
+    def open_new(self, start: int, reserve: int | None) -> MappedFile:
+        """Create segment ``start`` (``reserve`` bytes of disk reserved, see ``MappedFile.open``) and
+        append it; ``DiskFullError`` leaves the queue as it was."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mf = MappedFile.open(self.dir / offset_name(start), self.file_size, create=True, reserve=reserve)
+        self.files.append(mf)
+        return mf
+
+    def cut(self, offset: int) -> None:
+        """Remove every byte from ``offset`` on: later segments deleted, the rest of that one zeroed."""
+        files = self.files
+        while files and files[-1].start >= offset:
+            files.pop().destroy()
+        if files:
+            f = files[-1]
+            pos = offset - f.start
+            zero_from(f, pos)
+            f.wrote = pos
+            f.flushed = min(f.flushed, pos)
+
+    def delete_first(self) -> MappedFile:
+        """Unmap and delete the oldest segment (retention)."""
+        f = self.files.pop(0)
+        f.destroy()
+        return f
+
+    # ------------------------------------------------------------------ flush, close
+
+    def flush_files(self, least_pages: int) -> None:
+        """Force written bytes of every segment to disk (blocking: a worker thread). With
+        ``least_pages`` > 0 a segment waits until that many 4 KiB pages are dirty or it is full."""
+        for f in list(self.files):
+            if f.wrote > f.flushed and (
+                least_pages <= 0 or f.wrote >= f.size or f.wrote // 4096 - f.flushed // 4096 >= least_pages
+            ):
+                w = f.wrote
+                try:
+                    f.sync()
+                except OSError:  # deleted by retention or delete_topics meanwhile
+                    continue
+                f.flushed = w
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def destroy(self) -> None:
+        for f in self.files:
+            f.destroy()
+        self.files = []
+
+
+def has_data(f: MappedFile, pos: int) -> bool:
+    """True when ``f`` holds a non-zero byte at or after ``pos``."""
+    step = 1 << 16
+    zeros = bytes(step)
+    for a in range(pos, f.size, step):
+        chunk = f.mm[a : min(f.size, a + step)]
+        if chunk != zeros[: len(chunk)]:
+            return True
+    return False
+
+
+def zero_from(f: MappedFile, pos: int) -> None:
+    """Zero the non-zero pages of ``f`` from ``pos`` (never writing into a page that is all zeros,
+    which may be a hole of a sparse file: writing there could need a block the disk lacks)."""
+    if pos < f.size:
+        first = min(f.size, -(-pos // OS_PAGE) * OS_PAGE)
+        if f.mm[pos:first].count(0) != first - pos:
+            f.mm[pos:first] = bytes(first - pos)
+        zeros = bytes(OS_PAGE)
+        for a in range(first, f.size, OS_PAGE):
+            page = f.mm[a : min(f.size, a + OS_PAGE)]
+            if page != zeros[: len(page)]:
+                f.mm[a : a + len(page)] = zeros[: len(page)]

@@ -1,0 +1,273 @@
+"""The reput service: turns new commitlog bytes into ``DispatchRequest`` batches for every dispatcher.
+
+One loop task. It sleeps while dispatch has caught up (a put wakes it only then: one
+flag test per put), and otherwise hands at most ``dispatch_batch`` records per loop turn
+to the store's own dispatchers (consume queues, index) and then the attached ones.
+
+Records appended by this process arrive as :class:`Handoff` tuples (the values the put
+just packed), so the loop does not re-parse bytes it has just written; anything else
+(recovery replay, a hand-off out of step) is parsed from the mapping. A test checks
+that both paths produce identical requests.
+
+Failures: the store's own dispatchers are retried until they take a batch (a full disk
+for their files refuses writes meanwhile, see the store's docstring); a third-party
+dispatcher that raises skips that batch only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import operator
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import anyio
+import anyio.lowlevel
+
+from rmq.kernel.model import DispatchRequest
+from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.plugins.storage_mmap.codec import SCHEDULE_TOPIC, message_tags_code, parse_for_dispatch
+from rmq.plugins.storage_mmap.mapped_file import full_remark
+from rmq.plugins.storage_mmap.scan import resync
+from rmq.protocol.common import MAGIC_BLANK, Prop, decode_properties, tags_code
+from rmq.protocol.record import HEAD2
+
+if TYPE_CHECKING:
+    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
+    from rmq.plugins.storage_mmap.store import MmapMessageStore
+
+log = logging.getLogger("rmq.store")
+_limited = RateLimitedLog(log, interval=30.0)
+_first = operator.itemgetter(0)
+_REPLAY_LOG_BYTES = 64 * 1024 * 1024  # replays at least this long log their progress
+
+
+class Handoff(NamedTuple):
+    """What the put path just packed for one record, for the reput loop to build its request from."""
+
+    phys: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    store_timestamp: int
+    prepared_offset: int
+    properties: str
+
+
+class ReputService:
+    """``offset``: commitlog bytes below it have been dispatched. ``handoff``: appended, not yet
+    dispatched (the append path adds to this very list; it is never replaced)."""
+
+    def __init__(self, store: MmapMessageStore) -> None:
+        self.store = store
+        self.offset = 0
+        self.handoff: list[Handoff] = []
+        self.idle = False  # the loop sleeps: the next put must wake it
+        self.dispatchers: list[CommitLogDispatcher] = []
+        self.builtin: list[CommitLogDispatcher] = []
+        self._wake: Any = None  # anyio.Event, created by start (it needs a running loop)
+        self._progress: Any = None
+        self._batch = store.options.dispatch_batch
+        self._levels = store.config.delay_levels_ms()
+        self.n_handoff = self.n_parsed = 0
+
+    def start(self) -> None:
+        self._wake = anyio.Event()
+        self._progress = anyio.Event()
+
+    def wake(self) -> None:
+        self.idle = False
+        self._wake.set()
+
+    def signal_progress(self) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
+
+    async def wait_progress(self) -> None:
+        await self._progress.wait()
+
+    async def wait_dispatched(self, offset: int | None = None) -> None:
+        """Return once dispatch has consumed the commitlog up to ``offset`` (default: its end now)."""
+        cl = self.store.commitlog
+        target = cl.max_offset if offset is None else offset
+        while self.offset < target and self.offset < cl.max_offset:
+            await self._progress.wait()
+
+    async def wait_caught_up_or_stalled(self) -> None:
+        store = self.store
+        while self.offset < store.commitlog.max_offset and not store._dispatch_error:
+            await self._progress.wait()
+
+    async def replay_at_start(self) -> None:
+        """Replay dispatch before serving (queues complete at start), with progress lines for long
+        replays; a replay stalled by a full disk does not hold the start: the store opens read-only."""
+        start = self.offset
+        total = self.store.commitlog.max_offset - start
+        t0 = next_log = time.monotonic()
+        while self.offset < self.store.commitlog.max_offset and not self.store._dispatch_error:
+            with anyio.move_on_after(1):
+                await self._progress.wait()
+            if total >= _REPLAY_LOG_BYTES and time.monotonic() >= next_log + 2:
+                next_log = time.monotonic()
+                done = self.offset - start
+                log.info(
+                    "replaying dispatch: %d%% (%d of %d MiB)", 100 * done // total, done >> 20, total >> 20
+                )
+        if total >= _REPLAY_LOG_BYTES:
+            log.info("replayed %d MiB of dispatch in %.1fs", total >> 20, time.monotonic() - t0)
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        store = self.store
+        while True:
+            if self.offset >= store.commitlog.max_offset:
+                wake = self._wake = anyio.Event()
+                self.idle = True  # a put sets the event only when the loop sleeps
+                await wake.wait()
+                continue
+            try:
+                await self._once()
+            except Exception as e:  # a bug must not end dispatch for good: say so, refuse writes, retry
+                _limited.error("reput", "reput failed at offset %d: %r; retrying", self.offset, e)
+                log.debug("reput failure", exc_info=True)
+                if not store._dispatch_error:
+                    store._dispatch_error = f"dispatch failing at offset {self.offset}: {e!r}"
+                    store._update_writable()
+                self.signal_progress()
+                await anyio.sleep(1)
+                continue
+            if store._dispatch_error.startswith("dispatch failing"):
+                store._dispatch_error = ""
+                store._update_writable()
+            self.signal_progress()
+            await anyio.lowlevel.checkpoint()
+
+    async def _once(self) -> None:
+        cl = self.store.commitlog
+        offset = self.offset
+        if offset < cl.min_offset:
+            offset = cl.min_offset
+        if self.handoff:
+            reqs, end = self._handoff_requests(offset)
+            if reqs:
+                self.n_handoff += len(reqs)
+                await self._dispatch(reqs)
+                self.offset = end
+                return
+        f = cl.file_for(offset)
+        if f is None:  # beyond the end (cannot happen) or nothing left
+            self.offset = cl.max_offset
+            return
+        limit = f.wrote
+        holes = cl.holes
+        if holes:  # corrupt ranges found by recovery: parse up to the next one, then jump over it
+            skip_to = holes.find(offset)
+            if skip_to >= 0:
+                self.offset = skip_to
+                return
+            nxt = holes.next_start(offset) - f.start
+            if 0 <= nxt < limit:
+                limit = nxt
+        reqs: list[Any] = []
+        pos, state = parse_for_dispatch(f.mm, offset - f.start, limit, f.start, reqs, self._batch, self._levels)
+        if reqs:
+            self.n_parsed += len(reqs)
+            await self._dispatch(reqs)
+        if state == 1:
+            self.offset = f.end
+        elif state == -1:
+            self.offset = self._resync(f, pos)
+        else:
+            self.offset = f.start + pos
+
+    def _handoff_requests(self, offset: int) -> tuple[list[Any], int]:
+        """Requests for the handed-off records starting at ``offset`` (none if they do not start there)."""
+        items = self.handoff
+        fsize = self.store.commitlog.file_size
+        if items[0][0] < offset:  # already dispatched by the parser
+            del items[: bisect.bisect_left(items, offset, key=_first)]
+            if not items:
+                return [], offset
+        if items[0][0] != offset and not self._rolled(offset, items[0][0], fsize):
+            return [], offset
+        take = items[: self._batch]
+        del items[: self._batch]
+        reqs: list[Any] = []
+        add = reqs.append
+        decode, tags, req, levels = decode_properties, tags_code, DispatchRequest, self._levels
+        expected = offset
+        for phys, size, topic, qid, qoff, sys_flag, ts, prepared, props in take:
+            if phys != expected and not self._rolled(expected, phys, fsize):
+                log.warning("reput: hand-off out of step at %d (expected %d); parsing instead", phys, expected)
+                items.clear()
+                break
+            if props:
+                d = decode(props)
+                if topic == SCHEDULE_TOPIC and Prop.DELAY in d:
+                    tc = message_tags_code(topic, d, ts, levels)
+                else:
+                    tc = tags(d.get("TAGS"))
+                add(req(topic, qid, phys, size, tc, ts, qoff, sys_flag, prepared, d.get("KEYS"), d.get("UNIQ_KEY"), d))
+            else:
+                add(req(topic, qid, phys, size, 0, ts, qoff, sys_flag, prepared, None, None, {}))
+            expected = phys + size
+        return reqs, expected
+
+    def _rolled(self, offset: int, nxt: int, fsize: int) -> bool:
+        """True when ``offset`` holds the end-of-file blank and ``nxt`` starts the next segment."""
+        if nxt % fsize or nxt != (offset // fsize + 1) * fsize:
+            return False
+        f = self.store.commitlog.file_for(offset)
+        if f is None:
+            return False
+        pos = offset - f.start
+        return pos + 8 <= f.size and HEAD2.unpack_from(f.mm, pos)[1] == MAGIC_BLANK
+
+    def _resync(self, f: Any, pos: int) -> int:
+        """An invalid record the recovery did not report (a bug, or damage since): skip to the next
+        valid record, remember the range as a hole, and say so."""
+        at = f.start + pos
+        cand = resync(f.mm, pos, f.wrote, f.start, True, self.store._stale_span)
+        nxt = f.start + cand if cand >= 0 else (f.start + f.wrote if f.wrote < f.size else f.end)
+        self.store.commitlog.holes.add(at, nxt)
+        log.error("reput: invalid record at offset %d in %s; skipped %d bytes to %d", at, f.path, nxt - at, nxt)
+        return nxt
+
+    async def _dispatch(self, reqs: list[Any]) -> None:
+        """Every dispatcher gets the batch. The store's own (queues, index) are retried until they
+        take it, writes refused meanwhile: a disk that cannot hold their files at once, anything
+        else after 30 tries. Retrying is safe, their duplicate guards skip what already landed."""
+        store = self.store
+        builtin = self.builtin
+        for d in self.dispatchers:
+            attempt = 0
+            while True:
+                try:
+                    d.dispatch(reqs)
+                    break
+                except Exception as e:
+                    if d not in builtin:
+                        log.exception("dispatcher %r failed on %d records; they are skipped for it", d, len(reqs))
+                        break
+                    attempt += 1
+                    if isinstance(e, OSError):
+                        if not store._dispatch_error:
+                            store._dispatch_error = full_remark(e, "extend a consume queue or index file")
+                            store._update_writable()
+                            self.signal_progress()
+                        await anyio.sleep(store.options.disk_retry_ms / 1000)
+                        continue
+                    if attempt == 30:
+                        store._dispatch_error = f"consume queue/index build failing: {e}"
+                        store._update_writable()
+                        self.signal_progress()
+                    elif attempt < 30:
+                        log.warning("dispatch into %r failed (%s); retrying", d, e)
+                    await anyio.sleep(1)
+        if store._dispatch_error:
+            store._dispatch_error = ""
+            store._update_writable()

@@ -49,7 +49,7 @@ from rmq.kernel.hookspecs.remoting import (
     RequestHandler,
 )
 from rmq.kernel.hookspecs.replication import ReplicationService
-from rmq.kernel.hookspecs.storage import MessageStore
+from rmq.kernel.hookspecs.storage import ForcedCleanHook, MessageStore
 from rmq.kernel.kernel import Kernel
 from rmq.kernel.markers import hookimpl, hookspec
 from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
@@ -68,6 +68,7 @@ from rmq.kernel.options import NoOptions, structure_options
 from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.plugin_manager import PluginError
 from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel.watermark import Watermark
 
 __all__ = [
     "AllocateStrategy",
@@ -82,6 +83,7 @@ __all__ = [
     "DispatchRequest",
     "FilterExpressionError",
     "FlushPolicy",
+    "ForcedCleanHook",
     "Flushable",
     "GetResult",
     "GetStatus",
@@ -107,6 +109,7 @@ __all__ = [
     "RequestInterceptor",
     "RootConfig",
     "StrategyRegistry",
+    "Watermark",
     "confined_path",
     "dumps",
     "hookimpl",

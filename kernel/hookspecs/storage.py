@@ -7,7 +7,7 @@ plugin that ran before it by implementing the hook as a ``hookwrapper``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rmq.kernel.markers import hookspec
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from rmq.kernel.hookspecs.flush import FlushPolicy
     from rmq.kernel.kernel import Kernel
     from rmq.kernel.watermark import Watermark
+
+
+ForcedCleanHook = Callable[[dict[tuple[str, int], tuple[int, int]]], None]
 
 
 @runtime_checkable
@@ -57,13 +60,6 @@ class MessageStore(Protocol):
     returns; it must never end the process (a write into an unreserved sparse mapping
     would: SIGBUS).
 
-    Optional attribute (not part of the Protocol; probe with ``getattr``):
-    ``on_forced_clean: Callable[[dict[tuple[str, int], tuple[int, int]]], None] | None``,
-    settable. A store whose retention deletes data before it expires (RocketMQ's forced
-    clean, disk over ``diskSpaceCleanForciblyRatio``) calls it after the pass with
-    ``{(topic, queue id): (min offset before, min offset after)}`` for every queue whose
-    minimum moved, so the owner can say which consumer groups lost how many unconsumed
-    messages. Called on the event loop; it must not block or raise.
     """
 
     def attach(
@@ -72,6 +68,7 @@ class MessageStore(Protocol):
         dispatchers: Sequence[CommitLogDispatcher] | None = None,
         flush_policy: FlushPolicy | None = None,
         store_host: bytes | None = None,
+        on_forced_clean: ForcedCleanHook | None = None,
     ) -> None:
         """Hand the store what its owner built for it; call before ``async with store``.
 
@@ -83,6 +80,13 @@ class MessageStore(Protocol):
         attached again while the store runs (a broker on an ephemeral port learns its
         port after the store opened); later records carry it. Anything else after the
         store started raises ``RuntimeError``; a wrong-length host ``ValueError``.
+
+        ``on_forced_clean``: a store whose retention deletes data before it expires
+        (RocketMQ's forced clean, disk over ``diskSpaceCleanForciblyRatio``) calls it after
+        the pass with ``{(topic, queue id): (min offset before, min offset after)}`` for
+        every queue whose minimum moved, so the owner can say which consumer groups lost
+        how many unconsumed messages. Called on the event loop; it must not block or raise.
+        A store that never deletes early ignores it.
         """
         ...
 

@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from rmq.kernel.hookspecs.filtering import MessageFilter
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.kernel.model import MessageRecord, PutResult, PutStatus
-from rmq.kernel.net import local_ipv4
-from rmq.kernel.plugin_manager import PluginError
+from rmq.kernel import (
+    MessageFilter,
+    MessageRecord,
+    PluginError,
+    PutResult,
+    PutStatus,
+    RemotingConfig,
+    local_ipv4,
+)
 from rmq.plugins.broker.admin import AdminProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
 from rmq.plugins.broker.consumer import ConsumerProcessor
@@ -39,12 +43,15 @@ from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import host_bytes
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
-    from rmq.kernel.hookspecs.processors import ProcessorRegistry
-    from rmq.kernel.hookspecs.remoting import Connection, RemotingServer
-    from rmq.kernel.hookspecs.replication import ReplicationService
-    from rmq.kernel.hookspecs.storage import MessageStore
-    from rmq.kernel.kernel import Kernel
+    from rmq.kernel import (
+        BrokerConfig,
+        Connection,
+        Kernel,
+        MessageStore,
+        ProcessorRegistry,
+        RemotingServer,
+        ReplicationService,
+    )
 
 log = logging.getLogger("rmq.broker")
 
@@ -273,10 +280,8 @@ class BrokerController:
         dispatchers = [d for part in kernel.hook.rmq_dispatch_make_dispatchers(kernel=kernel, store=store)
                        for d in part or ()]
         policy = kernel.hook.rmq_flush_make_policy(kernel=kernel, store=store, config=cfg)
-        store.attach(dispatchers=dispatchers, flush_policy=policy)
+        store.attach(dispatchers=dispatchers, flush_policy=policy, on_forced_clean=self._forced_clean)
         self._set_store_host()
-        if hasattr(store, "on_forced_clean"):  # optional MessageStore member (issue 11 turns it into a seam)
-            store.on_forced_clean = self._forced_clean
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(store)
             stack.callback(self._persist_all)  # runs before the store closes

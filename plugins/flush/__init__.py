@@ -21,9 +21,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from rmq.kernel.hookspecs.flush import Flushable
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import NoOptions, structure_options
+from rmq.kernel import Flushable, NoOptions, hookimpl, structure_options
 
 __all__ = ["AsyncFlushPlugin", "AsyncFlushPolicy", "SyncFlushPlugin", "SyncFlushPolicy"]
 

@@ -19,10 +19,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.model import DispatchRequest, GetResult, GetStatus, MessageRecord, PutResult, PutStatus
-from rmq.kernel.options import NoOptions, structure_options
-from rmq.kernel.watermark import Watermark
+from rmq.kernel import (
+    DispatchRequest,
+    GetResult,
+    GetStatus,
+    MessageRecord,
+    NoOptions,
+    PutResult,
+    PutStatus,
+    Watermark,
+    hookimpl,
+    structure_options,
+)
 from rmq.protocol.common import Prop, decode_properties
 from rmq.protocol.names import validate_topic
 from rmq.protocol.recordwriter import (
@@ -34,9 +42,7 @@ from rmq.protocol.recordwriter import (
 )
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
-    from rmq.kernel.hookspecs.filtering import MessageFilter
-    from rmq.kernel.hookspecs.flush import FlushPolicy
+    from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
 
 __all__ = ["MemoryMessageStore", "MemoryStoragePlugin"]
 
@@ -76,6 +82,7 @@ class MemoryMessageStore:
         dispatchers: Sequence[CommitLogDispatcher] | None = None,
         flush_policy: FlushPolicy | None = None,
         store_host: bytes | None = None,
+        on_forced_clean: ForcedCleanHook | None = None,
     ) -> None:
         """``MessageStore.attach``; ``flush_policy`` is ignored (nothing here reaches a disk)."""
         if (dispatchers is not None or flush_policy is not None) and self._running:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import structure_options
+from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.storage_mmap.mapped_file import StoreError
 from rmq.plugins.storage_mmap.options import MmapOptions
 from rmq.plugins.storage_mmap.store import MmapMessageStore
@@ -28,4 +27,4 @@ class MmapStoragePlugin:
 
     @hookimpl(trylast=True)
     def rmq_storage_make_store(self, kernel: Any, config: Any) -> MmapMessageStore:
-        return MmapMessageStore(config, kernel=kernel, options=self.options)
+        return MmapMessageStore(config, options=self.options)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from zlib import crc32
 
-from rmq.kernel.model import MessageRecord, PutResult, PutStatus
+from rmq.kernel import MessageRecord, PutResult, PutStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError
 from rmq.plugins.storage_mmap.reput import Handoff
 from rmq.protocol.common import MAGIC_MESSAGE

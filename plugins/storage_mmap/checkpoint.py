@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.storage_mmap.mapped_file import StoreError
 from rmq.protocol.names import validate_topic
 

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from rmq.kernel.model import DispatchRequest
+from rmq.kernel import DispatchRequest
 from rmq.protocol.common import (
     MAGIC_BLANK,
     MAGIC_MESSAGE,

@@ -23,9 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq.kernel.model import DispatchRequest
-from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import ConfinementError, DispatchRequest, RateLimitedLog, confined_path, remove_confined
 from rmq.plugins.storage_mmap.checkpoint import Tombstones
 from rmq.plugins.storage_mmap.file_queue import MappedFileQueue, has_data
 from rmq.plugins.storage_mmap.mapped_file import MappedFile

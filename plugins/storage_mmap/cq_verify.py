@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.storage_mmap.consume_queue import INT_MAX, UNIT, UNIT_SIZE
 from rmq.plugins.storage_mmap.scan import MIN_RECORD, record_unit, unit_agrees
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.flush import Flushable
+    from rmq.kernel import Flushable
     from rmq.plugins.storage_mmap.index import IndexFile
     from rmq.plugins.storage_mmap.store import MmapMessageStore
 

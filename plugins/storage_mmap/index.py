@@ -25,7 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Final
 
-from rmq.kernel.model import DispatchRequest
+from rmq.kernel import DispatchRequest
 from rmq.plugins.storage_mmap.codec import _HIGH31, _LOW31, java_hash_fast
 from rmq.plugins.storage_mmap.mapped_file import MappedFile
 from rmq.protocol.common import java_hash

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmq.kernel.model import GetResult, GetStatus
+from rmq.kernel import GetResult, GetStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError, record_properties, store_timestamp_at
 from rmq.plugins.storage_mmap.consume_queue import INT_MAX, UNIT, UNIT_SIZE
 from rmq.protocol.common import MAGIC_MESSAGE, Prop
 from rmq.protocol.record import HEAD2
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
-    from rmq.kernel.hookspecs.filtering import MessageFilter
+    from rmq.kernel import BrokerConfig, MessageFilter
     from rmq.plugins.storage_mmap.commitlog import CommitLog
     from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
     from rmq.plugins.storage_mmap.index import IndexService

@@ -30,7 +30,7 @@ from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
+    from rmq.kernel import BrokerConfig
     from rmq.plugins.storage_mmap.checkpoint import Checkpoint
     from rmq.plugins.storage_mmap.commitlog import CommitLog
     from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable

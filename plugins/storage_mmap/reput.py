@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 import anyio.lowlevel
 
-from rmq.kernel.model import DispatchRequest
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import DispatchRequest, RateLimitedLog
 from rmq.plugins.storage_mmap.codec import SCHEDULE_TOPIC, message_tags_code, parse_for_dispatch
 from rmq.plugins.storage_mmap.mapped_file import full_remark
 from rmq.plugins.storage_mmap.scan import resync
@@ -34,7 +33,7 @@ from rmq.protocol.common import MAGIC_BLANK, Prop, decode_properties, tags_code
 from rmq.protocol.record import HEAD2
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
+    from rmq.kernel import CommitLogDispatcher
     from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 log = logging.getLogger("rmq.store")

@@ -44,9 +44,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from rmq.kernel.model import GetResult, MessageRecord, PutResult, PutStatus
-from rmq.kernel.ratelimit import RateLimitedLog
-from rmq.kernel.watermark import Watermark
+from rmq.kernel import GetResult, MessageRecord, PutResult, PutStatus, RateLimitedLog, Watermark
 from rmq.plugins.storage_mmap import retention
 from rmq.plugins.storage_mmap.append import Appender
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
@@ -63,10 +61,7 @@ from rmq.protocol.names import validate_topic
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
-    from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
-    from rmq.kernel.hookspecs.filtering import MessageFilter
-    from rmq.kernel.hookspecs.flush import FlushPolicy
+    from rmq.kernel import BrokerConfig, CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
 
 log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
@@ -74,7 +69,6 @@ _limited = RateLimitedLog(log, interval=30.0)
 _OK = PutStatus.PUT_OK
 _NO_WAIT = "WAIT\x01false"  # a producer's "do not wait for the disk" property
 DiskProbe = Callable[[], float]
-ForcedCleanHook = Callable[[dict[tuple[str, int], tuple[int, int]]], None]
 
 
 class MmapMessageStore:
@@ -88,12 +82,10 @@ class MmapMessageStore:
     def __init__(
         self,
         config: BrokerConfig,
-        kernel: Any = None,
         options: MmapOptions | None = None,
         disk_usage_probe: DiskProbe | None = None,
     ) -> None:
         self.config = config
-        self.kernel = kernel  # not used by the store: it calls no hooks (see ``attach``)
         self.options = options or MmapOptions()
         self.root = config.store_root()
         self.commitlog = CommitLog(
@@ -154,6 +146,7 @@ class MmapMessageStore:
         dispatchers: Sequence[CommitLogDispatcher] | None = None,
         flush_policy: FlushPolicy | None = None,
         store_host: bytes | None = None,
+        on_forced_clean: ForcedCleanHook | None = None,
     ) -> None:
         """``MessageStore.attach``: what the owner built from the hooks; before ``async with``."""
         if (dispatchers is not None or flush_policy is not None) and (self._stack is not None or self._running):
@@ -164,6 +157,8 @@ class MmapMessageStore:
             self._attached = [d for d in dispatchers if d not in self.builtin_dispatchers]
         if flush_policy is not None:
             self._attached_policy = flush_policy
+        if on_forced_clean is not None:
+            self.on_forced_clean = on_forced_clean
 
     # ------------------------------------------------------------------ public attributes
 

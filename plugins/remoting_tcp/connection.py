@@ -1,4 +1,5 @@
-"""One TCP connection carrying remoting commands both ways (anyio).
+"""One TCP connection carrying remoting commands both ways (anyio): the client side, and the
+server side on non-asyncio backends (on asyncio a server uses ``aioconn.AsyncioConnection``).
 
 Shape: ``run()`` owns a per-connection task group with the read loop, the idle
 watchdog and one task per incoming request (so a held long-poll never delays

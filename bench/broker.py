@@ -1,11 +1,13 @@
 """Broker figures over TCP against a real ``rmqd`` child process (rmq's own codec + remoting client).
 
-    python bench/broker.py [--messages N] [--size BYTES] [--inflight K] [--flush async|sync|both]
+    python bench/broker.py [--messages N] [--size BYTES] [--inflight K] [--flush async|sync|both] [--batch B]
 
 For each flush mode (ASYNC_FLUSH, SYNC_FLUSH) it starts a fresh rmqd (namesrv +
 broker, mmap store in a temp dir) and prints:
 
-* produce throughput: N sends of SIZE bytes with K requests in flight on one connection;
+* produce throughput: N messages of SIZE bytes with K requests in flight on one connection, one
+  message per SEND_MESSAGE_V2, or with ``--batch B`` B messages per SEND_BATCH_MESSAGE (the rmqd
+  CPU figure stays per message);
 * consume throughput: everything pulled back, one puller per queue, 32 messages per pull;
 * single-connection sync send latency p50/p99 (one request at a time);
 * the rmqd process's CPU per produced message and its share of one core (on a shared box a figure
@@ -33,7 +35,7 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import Prop, encode_properties
-from rmq.protocol.message import UniqIdGenerator
+from rmq.protocol.message import UniqIdGenerator, encode_batch
 from rmq.testing.daemon import RmqdProcess
 
 TOPIC = "BenchTopic"
@@ -46,6 +48,16 @@ def send_cmd(body: bytes, queue_id: int, uniq: UniqIdGenerator) -> RemotingComma
     ext = {"a": "bench_producer", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
            "g": str(time.time_ns() // 1_000_000), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
+
+
+def batch_cmd(body: bytes, queue_id: int, uniq: UniqIdGenerator, count: int) -> RemotingCommand:
+    """A SEND_BATCH_MESSAGE request of ``count`` messages, as a Java producer's ``send(Collection)``."""
+    items = [(body, 0, encode_properties({Prop.UNIQ_KEY: uniq(), Prop.WAIT: "true"})) for _ in range(count)]
+    cmd = send_cmd(encode_batch(items), queue_id, uniq)
+    cmd.code = RequestCode.SEND_BATCH_MESSAGE
+    cmd.ext["i"] = ""
+    cmd.ext["m"] = "true"
+    return cmd
 
 
 def process_cpu(pid: int) -> float:
@@ -70,20 +82,24 @@ async def create_topic(client: TcpRemotingClient, addr: str) -> None:
     assert r.code == 0, r
 
 
-async def throughput(addr: str, n: int, size: int, inflight: int) -> tuple[float, float]:
+async def throughput(addr: str, n: int, size: int, inflight: int, batch: int = 0) -> tuple[float, float]:
+    """Messages and MB per second; ``batch`` > 0 sends them ``batch`` per SEND_BATCH_MESSAGE."""
     body = b"x" * size
     uniq = UniqIdGenerator("127.0.0.1")
     async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
         await create_topic(client, addr)
         for q in range(QUEUES):  # warm-up
             await client.invoke(addr, send_cmd(body, q, uniq), 10)
-        counter = iter(range(n))
+        counter = iter(range(n // batch if batch else n))
         errors = 0
+
+        def make(q: int) -> RemotingCommand:
+            return batch_cmd(body, q, uniq, batch) if batch else send_cmd(body, q, uniq)
 
         async def worker(k: int) -> None:
             nonlocal errors
             for i in counter:
-                r = await client.invoke(addr, send_cmd(body, (i + k) % QUEUES, uniq), 30)
+                r = await client.invoke(addr, make((i + k) % QUEUES), 30)
                 if r.code != 0:
                     errors += 1
 
@@ -187,7 +203,7 @@ async def wake_latency(addr: str, n: int, size: int) -> list[float]:
 
 async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, Any]:
     cpu0, t0 = process_cpu(pid), time.perf_counter()
-    tput, mbps = await throughput(addr, args.messages, args.size, args.inflight)
+    tput, mbps = await throughput(addr, args.messages, args.size, args.inflight, args.batch)
     cpu, wall = process_cpu(pid) - cpu0, time.perf_counter() - t0
     ctput, consumed = await consume(addr)
     lat = await sync_latency(addr, args.latency_count, args.size)
@@ -203,12 +219,16 @@ def main() -> None:
     p.add_argument("--inflight", type=int, default=32)
     p.add_argument("--latency-count", type=int, default=5000)
     p.add_argument("--wake-count", type=int, default=300)
+    p.add_argument("--batch", type=int, default=0, help="messages per SEND_BATCH_MESSAGE (0: single sends)")
     p.add_argument("--flush", choices=["async", "sync", "both"], default="both")
     p.add_argument("--no-uvloop", action="store_true", help="client event loop: plain asyncio")
     args = p.parse_args()
     modes = ["ASYNC_FLUSH", "SYNC_FLUSH"] if args.flush == "both" else [f"{args.flush.upper()}_FLUSH"]
     backend_options = {} if args.no_uvloop else {"use_uvloop": True}
-    print(f"rmqd broker bench: {args.messages} x {args.size} B, {args.inflight} in flight, one connection")
+    if args.batch:
+        args.messages -= args.messages % args.batch
+    per = f", {args.batch} per batch" if args.batch else ""
+    print(f"rmqd broker bench: {args.messages} x {args.size} B{per}, {args.inflight} in flight, one connection")
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
             proc = RmqdProcess(Path(tmp), broker_conf={"flushDiskType": mode,

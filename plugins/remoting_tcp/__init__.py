@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel.markers import hookimpl
-from rmq.kernel.options import structure_options
+from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.remoting_tcp.client import TcpRemotingClient
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.plugins.remoting_tcp.server import TcpRemotingServer
@@ -24,7 +23,7 @@ from rmq.protocol.command import (
 )
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
+    from rmq.kernel import RemotingConfig, RequestHandler
 
 __all__ = [
     "RemotingClosedError",

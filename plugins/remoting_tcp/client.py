@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.protocol.command import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
+    from rmq.kernel import RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
 

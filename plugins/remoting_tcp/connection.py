@@ -1,4 +1,5 @@
-"""One TCP connection carrying remoting commands both ways (anyio).
+"""One TCP connection carrying remoting commands both ways (anyio): the client side, and the
+server side on non-asyncio backends (on asyncio a server uses ``aioconn.AsyncioConnection``).
 
 Shape: ``run()`` owns a per-connection task group with the read loop, the idle
 watchdog and one task per incoming request (so a held long-poll never delays
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.protocol.command import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
@@ -56,7 +57,7 @@ from rmq.protocol.session import (
 )
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import RemotingConfig, RequestHandler
+    from rmq.kernel import RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
 

@@ -1,4 +1,8 @@
-"""TCP remoting server: one accept loop per listening socket, one ``TcpConnection`` task per accepted socket.
+"""TCP remoting server: one accept loop per listening socket, one supervising task per accepted socket.
+
+On asyncio (uvloop included) an accepted socket is served by an ``asyncio.Protocol``
+(:class:`~rmq.plugins.remoting_tcp.aioconn.AsyncioConnection`: no reader task, one write
+per loop iteration); on other anyio backends by the stream-based ``TcpConnection``.
 
 The accept loop is the supervisor of the port (DESIGN rule 9): a socket reset while
 still in the accept queue, a failed accept (EMFILE, ENFILE, ECONNABORTED…) or a
@@ -9,20 +13,23 @@ back off briefly and keep accepting.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import Listener, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
-from rmq.kernel.ratelimit import RateLimitedLog
+from rmq.kernel import RateLimitedLog
+from rmq.plugins.remoting_tcp.aioconn import AsyncioConnection
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
-    from rmq.kernel.hookspecs.remoting import Connection, RemotingConfig, RequestHandler
+    from rmq.kernel import Connection, RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
 
@@ -43,7 +50,7 @@ class TcpRemotingServer:
         self.config = config
         self._handler = handler
         self._port = 0
-        self._conns: dict[int, TcpConnection] = {}
+        self._conns: dict[int, TcpConnection | AsyncioConnection] = {}
         self._held = 0  # accepted sockets not finished yet (set up or serving): what the limit counts
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
@@ -83,7 +90,7 @@ class TcpRemotingServer:
         backoff = _BACKOFF_MIN
         while True:
             try:
-                stream = await listener.accept()
+                stream = await self._accept(listener)
             except (anyio.ClosedResourceError, anyio.EndOfStream):
                 return
             except (OSError, anyio.BrokenResourceError) as exc:
@@ -110,10 +117,55 @@ class TcpRemotingServer:
                     "connection-limit", "%s: %d connections held (maxConnections); closing a new one", name,
                     self._held,
                 )
-                await _close_quietly(stream)
+                if isinstance(stream, socket.socket):
+                    stream.close()
+                else:
+                    await _close_quietly(stream)
                 continue
             self._held += 1
-            tg.start_soon(self._on_accept, stream)
+            if isinstance(stream, socket.socket):
+                tg.start_soon(self._on_accept_socket, stream)
+            else:
+                tg.start_soon(self._on_accept, stream)
+
+    async def _accept(self, listener: Listener[Any]) -> socket.socket | SocketStream:
+        """The next accepted socket: a bare one on asyncio (served by a protocol), else a stream."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another backend
+            return await listener.accept()
+        raw = listener.extra(SocketAttribute.raw_socket)
+        if raw.fileno() < 0:
+            raise anyio.ClosedResourceError
+        sock, _addr = await loop.sock_accept(raw)
+        return sock
+
+    async def _on_accept_socket(self, sock: socket.socket) -> None:
+        """Serve one accepted socket with an ``AsyncioConnection``; nothing raised here leaves this task."""
+        cfg = self.config
+        conn: AsyncioConnection | None = None
+        attached = False  # once the transport owns the socket, only the transport closes it
+        try:
+            conn = AsyncioConnection.for_config(self._handler, cfg, next(self._ids), self._rlog)
+            self._conns[conn.id] = conn
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, sock)  # type: ignore[arg-type,return-value]
+            attached = True
+            log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
+            await conn.wait_closed()
+        except Exception as exc:  # noqa: BLE001 - supervisor: this connection only
+            self._rlog.error(
+                "connection-failed", "%s: connection from %s failed: %s", cfg.name,
+                conn.peer if conn is not None else "?", printable(repr(exc)),
+            )
+            log.debug("connection failure", exc_info=True)
+        finally:
+            if conn is not None:
+                conn.abort()
+            if not attached:
+                sock.close()
+            self._held -= 1
+            if conn is not None:
+                self._conns.pop(conn.id, None)
 
     async def _on_accept(self, stream: SocketStream) -> None:
         """Set up and serve one accepted socket; nothing raised here leaves this task."""

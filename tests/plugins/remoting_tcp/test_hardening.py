@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from anyio._backends import _asyncio as anyio_asyncio
 
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
 from rmq.kernel.hookspecs.remoting import Connection, RemotingConfig
@@ -317,17 +316,17 @@ def test_connection_setup_on_a_reset_socket_does_not_raise() -> None:
 @pytest.mark.anyio
 async def test_accept_failures_do_not_end_the_listener(monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    real_accept = anyio_asyncio.TCPSocketListener.accept
+    real_accept = TcpRemotingServer._accept  # noqa: SLF001
     failures = [OSError(errno.EMFILE, "Too many open files"), OSError(errno.ECONNABORTED, "aborted"),
                 OSError(errno.ENFILE, "file table overflow"), RuntimeError("unexpected")]
 
-    async def flaky_accept(self: Any) -> Any:
+    async def flaky_accept(self: Any, listener: Any) -> Any:
         if failures:
             await anyio.lowlevel.checkpoint()
             raise failures.pop(0)
-        return await real_accept(self)
+        return await real_accept(self, listener)
 
-    monkeypatch.setattr(anyio_asyncio.TCPSocketListener, "accept", flaky_accept)
+    monkeypatch.setattr(TcpRemotingServer, "_accept", flaky_accept)
     with anyio.fail_after(10):
         with caplog.at_level(logging.INFO, logger=LOG):
             async with serving() as srv, client() as c:

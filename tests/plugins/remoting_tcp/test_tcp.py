@@ -470,3 +470,39 @@ def test_plugin_option_errors_name_the_plugin_as_for_every_plugin() -> None:
 
     with pytest.raises(PluginError, match=r"^plugin rmq\.remoting:tcp \(.*\) rejected its options: unknown option 'idle'; "):
         load_plugin("remoting", "tcp", {"idle": 1})
+
+
+# --------------------------------------------------------------------------- coalesced writes
+
+
+@pytest.mark.anyio
+async def test_answers_of_one_read_leave_in_order_and_coalesced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests that arrive together are answered in arrival order, in fewer writes than answers;
+    a held request on the same connection delays none of them and is answered afterwards."""
+    from rmq.plugins.remoting_tcp.aioconn import AsyncioConnection
+
+    flushes = {"n": 0}
+    real_flush = AsyncioConnection._flush  # noqa: SLF001
+
+    def counting_flush(self: AsyncioConnection) -> None:
+        if self._wbuf:  # noqa: SLF001
+            flushes["n"] += 1
+        real_flush(self)
+
+    monkeypatch.setattr(AsyncioConnection, "_flush", counting_flush)
+    with anyio.fail_after(10):
+        async with serving() as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                held = encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": "held", "sleep": "300"},
+                                                      opaque=1000))
+                quick = [encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i)}, opaque=i))
+                         for i in range(50)]
+                await stream.send(held + b"".join(quick))
+                dec = FrameDecoder()
+                got: list[RemotingCommand] = []
+                while len(got) < 51:
+                    got.extend(dec.feed(await stream.receive()))
+    assert [r.opaque for r in got] == [*range(50), 1000]
+    assert [r.ext["echo"] for r in got[:50]] == [str(i) for i in range(50)]
+    assert 0 < flushes["n"] < 51  # on asyncio the server writes through AsyncioConnection

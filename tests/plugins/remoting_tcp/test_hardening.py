@@ -33,17 +33,6 @@ from rmq.protocol.frame import FrameDecoder, encode
 
 LOG = "rmq.remoting"
 
-try:
-    import uvloop  # noqa: F401
-
-    _BACKENDS: list[Any] = ["asyncio", pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
-except ImportError:  # pragma: no cover
-    _BACKENDS = ["asyncio"]
-
-
-@pytest.fixture(params=_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 def cfg(**kw: Any) -> RemotingConfig:
@@ -171,12 +160,11 @@ async def test_oneway_with_bad_header_is_not_answered() -> None:
                 assert resp is not None and resp.opaque == 6  # the oneway got no answer
 
 
-@pytest.mark.anyio
-async def test_client_closes_a_connection_whose_response_cannot_be_read() -> None:
-    """A response whose JSON itself is refused has no readable opaque: that connection closes,
-    its requests fail with RemotingClosedError, and the next call reconnects."""
+@asynccontextmanager
+async def raw_echo_server(bad_header: bytes) -> AsyncIterator[str]:
+    """A peer that echoes ``id`` and answers ``id=bad`` with ``bad_header`` (``%d`` = the opaque)."""
 
-    async def raw_server(stream: Any) -> None:
+    async def serve(stream: Any) -> None:
         dec = FrameDecoder()
         async with stream:
             while True:
@@ -186,55 +174,42 @@ async def test_client_closes_a_connection_whose_response_cannot_be_read() -> Non
                     return
                 for cmd in dec.feed(data):
                     if cmd.ext.get("id") == "bad":
-                        await stream.send(frame(b'{"code":0,"flag":1,"opaque":%d,"version":1E999}' % cmd.opaque))
+                        await stream.send(frame(bad_header % cmd.opaque))
                     else:
                         await stream.send(encode(cmd.response(ext={"echo": cmd.ext.get("id", "")})))
 
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield f"127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_client_closes_a_connection_whose_response_cannot_be_read() -> None:
+    """A response whose JSON itself is refused has no readable opaque: that connection closes,
+    its requests fail with RemotingClosedError, and the next call reconnects."""
     with anyio.fail_after(10):
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, raw_server)
-            async with client() as c:
-                addr = f"127.0.0.1:{port}"
-                assert (await c.invoke(addr, req(id="a"), 5)).ext["echo"] == "a"
-                conn = await c.connection(addr)
-                with pytest.raises(RemotingClosedError, match="bad frame: bad JSON header"):
-                    await c.invoke(addr, req(id="bad"), 5)
-                await conn.wait_closed()
-                assert (await c.invoke(addr, req(id="b"), 5)).ext["echo"] == "b"  # reconnected
-            tg.cancel_scope.cancel()
+        async with raw_echo_server(b'{"code":0,"flag":1,"opaque":%d,"version":1E999}') as addr, client() as c:
+            assert (await c.invoke(addr, req(id="a"), 5)).ext["echo"] == "a"
+            conn = await c.connection(addr)
+            with pytest.raises(RemotingClosedError, match="bad frame: bad JSON header"):
+                await c.invoke(addr, req(id="bad"), 5)
+            await conn.wait_closed()
+            assert (await c.invoke(addr, req(id="b"), 5)).ext["echo"] == "b"  # reconnected
 
 
 @pytest.mark.anyio
 async def test_client_response_with_bad_field_fails_that_request_only() -> None:
-    async def raw_server(stream: Any) -> None:
-        dec = FrameDecoder()
-        async with stream:
-            while True:
-                try:
-                    data = await stream.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                for cmd in dec.feed(data):
-                    if cmd.ext.get("id") == "bad":  # opaque readable, code out of range
-                        await stream.send(frame(b'{"code":4294967296,"flag":1,"opaque":%d}' % cmd.opaque))
-                    else:
-                        await stream.send(encode(cmd.response(ext={"echo": cmd.ext.get("id", "")})))
-
     with anyio.fail_after(10):
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, raw_server)
-            async with client() as c:
-                addr = f"127.0.0.1:{port}"
-                conn = await c.connection(addr)
-                with pytest.raises(RemotingDecodeError, match="does not fit a Java int"):
-                    await c.invoke(addr, req(id="bad"), 5)
-                assert (await c.invoke(addr, req(id="b"), 5)).ext["echo"] == "b"
-                assert (await c.connection(addr)) is conn and not conn.closed
-            tg.cancel_scope.cancel()
+        # opaque readable, code out of range
+        async with raw_echo_server(b'{"code":4294967296,"flag":1,"opaque":%d}') as addr, client() as c:
+            conn = await c.connection(addr)
+            with pytest.raises(RemotingDecodeError, match="does not fit a Java int"):
+                await c.invoke(addr, req(id="bad"), 5)
+            assert (await c.invoke(addr, req(id="b"), 5)).ext["echo"] == "b"
+            assert (await c.connection(addr)) is conn and not conn.closed
 
 
 @pytest.mark.anyio

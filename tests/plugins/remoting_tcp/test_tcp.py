@@ -25,19 +25,7 @@ from rmq.protocol.command import HeaderError, RemotingCommand, ext_int
 from rmq.protocol.frame import FrameDecoder, encode
 from rmq.testing import make_kernel
 
-try:
-    import uvloop  # noqa: F401
-
-    _BACKENDS: list[Any] = ["asyncio", pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
-except ImportError:  # pragma: no cover
-    _BACKENDS = ["asyncio"]
-
 LOG = "rmq.remoting"
-
-
-@pytest.fixture(params=_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 def cfg(**kw: Any) -> RemotingConfig:

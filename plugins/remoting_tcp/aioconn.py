@@ -27,21 +27,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from rmq.kernel import RateLimitedLog
-from rmq.plugins.remoting_tcp.connection import _NO_HANDLER, _REFUSALS, WRITE_HIGH_WATER
+from rmq.plugins.remoting_tcp.connection import _NO_HANDLER, _REFUSALS, WRITE_HIGH_WATER, ConnectionCommon
 from rmq.protocol.command import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
     RemotingClosedError,
     RemotingCommand,
-    RemotingDecodeError,
-    RemotingTimeoutError,
 )
 from rmq.protocol.dispatch import error_response
 from rmq.protocol.names import printable
 from rmq.protocol.session import (
-    ANSWERED,
-    EXPIRED,
-    UNDECODABLE,
     Oneway,
     ProtocolError,
     Request,
@@ -71,7 +66,7 @@ def _sockname(transport: asyncio.BaseTransport, key: str) -> tuple[str, int]:
         return ("?", 0)
 
 
-class AsyncioConnection(asyncio.Protocol):
+class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
     """A served peer connection; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
 
     def __init__(
@@ -116,14 +111,6 @@ class AsyncioConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def peer(self) -> str:
-        return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
-
     def on_close(self, callback: Callable[[Any], None]) -> None:
         if self._done.done():
             callback(self)
@@ -142,24 +129,7 @@ class AsyncioConnection(asyncio.Protocol):
         finally:
             timer.cancel()
             self._session.discard(pending)  # cancelled or failed: a late response is dropped
-        state = pending.state
-        if state is ANSWERED:
-            return pending.response  # type: ignore[return-value]
-        opaque = pending.opaque
-        if state is UNDECODABLE:
-            remark = pending.response.remark if pending.response is not None else None
-            raise RemotingDecodeError(
-                f"response to request code {cmd.code} (opaque {opaque}) from {self.peer}"
-                f" could not be decoded: {remark}"
-            )
-        if state is EXPIRED:
-            raise RemotingTimeoutError(
-                f"request code {cmd.code} (opaque {opaque}) to {self.peer} got no response in {timeout:g}s"
-            )
-        raise RemotingClosedError(
-            f"connection to {self.peer} closed before the response to request code {cmd.code}"
-            f" (opaque {opaque}): {self._close_reason or 'closed'}"
-        )
+        return self._outcome(pending, cmd, timeout)
 
     async def send_oneway(self, cmd: RemotingCommand) -> None:
         if self._closed:
@@ -322,27 +292,13 @@ class AsyncioConnection(asyncio.Protocol):
         return True
 
     def _on_protocol_error(self, ev: ProtocolError) -> bool:
-        if not ev.recoverable:
-            self._close_reason = f"bad frame: {ev.reason}"
-            self._rlog.warning(
-                "bad-frame:" + ev.kind, "%s: closing connection #%d from %s: bad frame: %s",
-                self.name, self.id, self.peer, printable(ev.reason),
-            )
-            return False
-        cmd = ev.cmd
-        if ev.pending is not None:
-            _wake(ev.pending.token)
-        elif cmd is not None and not cmd.flag & RESPONSE_FLAG:
-            self._rlog.warning(
-                "bad-header", "%s: request from %s (connection #%d, opaque %d) refused: %s", self.name,
-                self.peer, self.id, cmd.opaque, printable(ev.reason),
-            )
-            if ev.response is not None:
-                head, body = self._session.send_response(ev.response)
-                self._queue(head, body)
-        else:
-            log.debug("%s: from %s: %s", self.name, self.peer, printable(ev.reason))
-        return True
+        action = self._triage(ev)
+        if action == "wake":
+            _wake(ev.pending.token)  # type: ignore[union-attr]
+        elif action == "answer":
+            head, body = self._session.send_response(ev.response)  # type: ignore[arg-type]
+            self._queue(head, body)
+        return action != "close"
 
     async def _serve(self, cmd: RemotingCommand, seq: int) -> None:
         """One request's task: its answer is queued for the next flush; whatever fails stays here."""
@@ -413,6 +369,3 @@ class AsyncioConnection(asyncio.Protocol):
         drained, self._drained = self._drained, None
         _wake(drained)
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<AsyncioConnection #{self.id} {self.name} {self.peer} {state}>"

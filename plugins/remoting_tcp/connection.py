@@ -81,7 +81,76 @@ def _addr(stream: SocketStream, attribute: Any) -> tuple[str, int]:
         return ("?", 0)
 
 
-class TcpConnection:
+class ConnectionCommon:
+    """What both connection classes (anyio streams here, ``aioconn.AsyncioConnection``) share: how a
+    finished request turns into its answer or error, and how the session's protocol errors are triaged.
+    Subclasses set ``id``, ``name``, ``remote_addr``, ``_closed``, ``_close_reason``, ``_rlog``."""
+
+    id: int
+    name: str
+    remote_addr: tuple[str, int]
+    _closed: bool
+    _close_reason: str
+    _rlog: RateLimitedLog
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def peer(self) -> str:
+        return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} #{self.id} {self.name} {self.peer} {state}>"
+
+    def _outcome(self, pending: Any, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """The response of a finished request, or the error saying why there is none."""
+        state = pending.state
+        if state is ANSWERED:
+            return pending.response  # type: ignore[no-any-return]
+        opaque = pending.opaque
+        if state is UNDECODABLE:
+            remark = pending.response.remark if pending.response is not None else None
+            raise RemotingDecodeError(
+                f"response to request code {cmd.code} (opaque {opaque}) from {self.peer}"
+                f" could not be decoded: {remark}"
+            )
+        if state is EXPIRED:
+            raise RemotingTimeoutError(
+                f"request code {cmd.code} (opaque {opaque}) to {self.peer} got no response in {timeout:g}s"
+            )
+        raise RemotingClosedError(  # woken by close
+            f"connection to {self.peer} closed before the response to request code {cmd.code}"
+            f" (opaque {opaque}): {self._close_reason or 'closed'}"
+        )
+
+    def _triage(self, ev: ProtocolError) -> str:
+        """Log (rate-limited) what the session reported: "close", "wake" (our request's answer was
+        undecodable: wake its waiter), "answer" (a whole request with a bad header: send
+        ``ev.response``) or "ignore"."""
+        if not ev.recoverable:
+            self._close_reason = f"bad frame: {ev.reason}"
+            self._rlog.warning(
+                "bad-frame:" + ev.kind, "%s: closing connection #%d from %s: bad frame: %s",
+                self.name, self.id, self.peer, printable(ev.reason),
+            )
+            return "close"
+        cmd = ev.cmd
+        if ev.pending is not None:
+            return "wake"
+        if cmd is not None and not cmd.flag & RESPONSE_FLAG:
+            self._rlog.warning(
+                "bad-header", "%s: request from %s (connection #%d, opaque %d) refused: %s", self.name,
+                self.peer, self.id, cmd.opaque, printable(ev.reason),
+            )
+            return "answer" if ev.response is not None else "ignore"
+        log.debug("%s: from %s: %s", self.name, self.peer, printable(ev.reason))
+        return "ignore"
+
+
+class TcpConnection(ConnectionCommon):
     """A peer connection; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
 
     def __init__(
@@ -139,14 +208,6 @@ class TcpConnection:
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def peer(self) -> str:
-        return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
-
     def on_close(self, callback: Callable[[Any], None]) -> None:
         if self._closed and self._done.is_set():
             callback(self)
@@ -165,24 +226,7 @@ class TcpConnection:
             await woken.wait()
         finally:
             self._session.discard(pending)  # cancelled or failed: a late response is dropped
-        state = pending.state
-        if state is ANSWERED:
-            return pending.response  # type: ignore[return-value]
-        opaque = pending.opaque
-        if state is UNDECODABLE:
-            remark = pending.response.remark if pending.response is not None else None
-            raise RemotingDecodeError(
-                f"response to request code {cmd.code} (opaque {opaque}) from {self.peer}"
-                f" could not be decoded: {remark}"
-            )
-        if state is EXPIRED:
-            raise RemotingTimeoutError(
-                f"request code {cmd.code} (opaque {opaque}) to {self.peer} got no response in {timeout:g}s"
-            )
-        raise RemotingClosedError(  # woken by close
-            f"connection to {self.peer} closed before the response to request code {cmd.code}"
-            f" (opaque {opaque}): {self._close_reason or 'closed'}"
-        )
+        return self._outcome(pending, cmd, timeout)
 
     async def send_oneway(self, cmd: RemotingCommand) -> None:
         if self._closed:
@@ -362,27 +406,13 @@ class TcpConnection:
         return True
 
     def _on_protocol_error(self, ev: ProtocolError, spawn: Callable[[Callable[[Any], Any], Any], Any]) -> bool:
-        """Log (rate-limited) and act on what the session reported; False: close the connection."""
-        if not ev.recoverable:
-            self._close_reason = f"bad frame: {ev.reason}"
-            self._rlog.warning(
-                "bad-frame:" + ev.kind, "%s: closing connection #%d from %s: bad frame: %s",
-                self.name, self.id, self.peer, printable(ev.reason),
-            )
-            return False
-        cmd = ev.cmd
-        if ev.pending is not None:  # our request's answer was undecodable: its waiter raises
-            ev.pending.token.set()
-        elif cmd is not None and not cmd.flag & RESPONSE_FLAG:  # whole frame, bad header: answer, keep going
-            self._rlog.warning(
-                "bad-header", "%s: request from %s (connection #%d, opaque %d) refused: %s", self.name,
-                self.peer, self.id, cmd.opaque, printable(ev.reason),
-            )
-            if ev.response is not None:
-                spawn(self._reply_detached, ev.response)
-        else:
-            log.debug("%s: from %s: %s", self.name, self.peer, printable(ev.reason))
-        return True
+        """Act on what the session reported (logged by ``_triage``); False: close the connection."""
+        action = self._triage(ev)
+        if action == "wake":
+            ev.pending.token.set()  # type: ignore[union-attr]
+        elif action == "answer":
+            spawn(self._reply_detached, ev.response)
+        return action != "close"
 
     async def _serve_request(self, cmd: RemotingCommand) -> None:
         try:
@@ -441,6 +471,3 @@ class TcpConnection:
             self._drained.set()
             self._drained = None
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<TcpConnection #{self.id} {self.name} {self.peer} {state}>"

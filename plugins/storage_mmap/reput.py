@@ -75,30 +75,38 @@ class ReputService:
 
     def start(self) -> None:
         self._wake = anyio.Event()
-        self._progress = anyio.Event()
+        self._progress = None
 
     def wake(self) -> None:
         self.idle = False
         self._wake.set()
 
     def signal_progress(self) -> None:
-        progress, self._progress = self._progress, anyio.Event()
-        progress.set()
+        """Wake whoever waits for dispatch; free when nobody does (the usual case: once per reput turn)."""
+        progress = self._progress
+        if progress is not None:
+            self._progress = None
+            progress.set()
+
+    def _progress_event(self) -> Any:
+        if self._progress is None:
+            self._progress = anyio.Event()
+        return self._progress
 
     async def wait_progress(self) -> None:
-        await self._progress.wait()
+        await self._progress_event().wait()
 
     async def wait_dispatched(self, offset: int | None = None) -> None:
         """Return once dispatch has consumed the commitlog up to ``offset`` (default: its end now)."""
         cl = self.store.commitlog
         target = cl.max_offset if offset is None else offset
         while self.offset < target and self.offset < cl.max_offset:
-            await self._progress.wait()
+            await self._progress_event().wait()
 
     async def wait_caught_up_or_stalled(self) -> None:
         store = self.store
         while self.offset < store.commitlog.max_offset and not store._dispatch_error:
-            await self._progress.wait()
+            await self._progress_event().wait()
 
     async def replay_at_start(self) -> None:
         """Replay dispatch before serving (queues complete at start), with progress lines for long
@@ -108,7 +116,7 @@ class ReputService:
         t0 = next_log = time.monotonic()
         while self.offset < self.store.commitlog.max_offset and not self.store._dispatch_error:
             with anyio.move_on_after(1):
-                await self._progress.wait()
+                await self._progress_event().wait()
             if total >= _REPLAY_LOG_BYTES and time.monotonic() >= next_log + 2:
                 next_log = time.monotonic()
                 done = self.offset - start

@@ -49,7 +49,7 @@ from rmq.kernel.hookspecs.remoting import (
     RequestHandler,
 )
 from rmq.kernel.hookspecs.replication import ReplicationService
-from rmq.kernel.hookspecs.storage import ForcedCleanHook, MessageStore
+from rmq.kernel.hookspecs.storage import ForcedCleanHook, MessageStore, ReplicaError, ReplicaLog
 from rmq.kernel.kernel import Kernel
 from rmq.kernel.markers import hookimpl, hookspec
 from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
@@ -84,6 +84,8 @@ __all__ = [
     "FilterExpressionError",
     "FlushPolicy",
     "ForcedCleanHook",
+    "ReplicaError",
+    "ReplicaLog",
     "Flushable",
     "GetResult",
     "GetStatus",

@@ -54,6 +54,15 @@ class BrokerConfig:
     registerBrokerTimeoutMills: int = 6_000
     registerNameServerPeriod: int = 30_000
     brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    # replication (RocketMQ HA; the bundled "ha" replication plugin reads these)
+    haListenPort: int = 0  # 0 = listenPort + 1
+    haMasterAddress: str = ""  # a slave's master HA address; "" = learned from the name server
+    haSendHeartbeatInterval: int = 5_000
+    haHousekeepingInterval: int = 20_000
+    haTransferBatchSize: int = 32 * 1024
+    haMaxGapNotInSync: int = 256 * 1024 * 1024  # RocketMQ 4's haSlaveFallbehindMax
+    slaveReadEnable: bool = False
+    accessMessageInMemoryMaxRatio: int = 40
     region: str = "DefaultRegion"
     traceOn: bool = True
     # topics, groups, clients
@@ -184,6 +193,7 @@ class RootConfig:
         if self.broker is not None:
             out["storage"] = ["mmap"]
             out["flush"] = ["sync" if self.broker.flushDiskType.upper() == "SYNC_FLUSH" else "async"]
+            out["replication"] = ["ha"]
         out.update({ns: list(names) for ns, names in self.plugins.items()})
         return out
 
@@ -339,7 +349,36 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         for name, table in tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")
+    if cfg.broker is not None:
+        problem = _broker_role_problem(cfg.broker)
+        if problem:
+            raise ConfigError(f"{source}: {problem}")
     return cfg
+
+
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def _broker_role_problem(b: BrokerConfig) -> str:
+    """RocketMQ's start-up rules for brokerRole and brokerId (masters are id 0, slaves above)."""
+    role = b.brokerRole.upper()
+    if role not in BROKER_ROLES:
+        return f"broker.brokerRole: {b.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
+    b.brokerRole = role
+    if role == "SLAVE" and b.brokerId <= 0:
+        return f"broker.brokerId: a SLAVE needs a brokerId above 0 (got {b.brokerId})"
+    if role != "SLAVE":
+        b.brokerId = 0  # as RocketMQ: a master is broker 0 whatever the file says
+    if not 0 <= b.haListenPort <= 65535:
+        return f"broker.haListenPort: {b.haListenPort} is not a port (0 = listenPort + 1)"
+    for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize", "haMaxGapNotInSync"):
+        if getattr(b, key) <= 0:
+            return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
+    if b.haTransferBatchSize > 4 * 1024 * 1024:
+        return f"broker.haTransferBatchSize: at most 4194304, what a slave buffers (got {b.haTransferBatchSize})"
+    if not 0 <= b.accessMessageInMemoryMaxRatio <= 100:
+        return f"broker.accessMessageInMemoryMaxRatio: a percentage (got {b.accessMessageInMemoryMaxRatio})"
+    return ""
 
 
 def toml_value(v: Any) -> str:

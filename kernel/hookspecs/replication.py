@@ -1,7 +1,8 @@
 """Replication: copying a master's commitlog to slaves (RocketMQ HA).
 
-None is bundled yet: a broker with no replication plugin is standalone, which
-is RocketMQ's ASYNC_MASTER without slaves.
+The bundled ``ha`` plugin (selected for every broker by default) speaks RocketMQ's
+classic HA stream. A broker whose hook returns None is standalone: RocketMQ's
+ASYNC_MASTER without slaves.
 """
 
 from __future__ import annotations
@@ -45,6 +46,26 @@ class ReplicationService(Protocol):
         ...
 
     async def wait_replicated(self, end_offset: int) -> bool: ...
+
+    @property
+    def port(self) -> int:
+        """The port slaves connect to (``haServerAddr`` advertises it); 0 if none."""
+        ...
+
+    def update_master_address(self, addr: str | None) -> None:
+        """The master's HA address learned from the name server (a slave follows it). Called after
+        every registration round; an unchanged or empty address is a no-op."""
+        ...
+
+    def set_role(self, role: str, master_address: str = "") -> None:
+        """Switch between SLAVE (follow ``master_address``) and a master role, without restarting
+        the transfer machinery: the seam an automatic failover drives."""
+        ...
+
+    def stats(self) -> dict[str, object]:
+        """Runtime figures for GET_BROKER_RUNTIME_INFO: role, connected slaves, their acknowledged
+        offsets and lag in bytes, a slave's master address (RocketMQ's key names where it has them)."""
+        ...
 
 
 @hookspec(firstresult=True)

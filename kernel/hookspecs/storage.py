@@ -187,6 +187,54 @@ class MessageStore(Protocol):
         ...
 
 
+class ReplicaError(ValueError):
+    """Replicated commitlog bytes a store refuses to apply; the message says where and why."""
+
+
+@runtime_checkable
+class ReplicaLog(Protocol):
+    """What replication needs from a store beyond ``MessageStore``: its commitlog as raw bytes.
+
+    A store that implements it can be a master (``read_commitlog``) and a slave
+    (``append_replicated``) of RocketMQ's HA stream, byte for byte. Event-loop only, like
+    puts; neither call blocks on the disk beyond page faults.
+    """
+
+    @property
+    def max_phy_offset(self) -> int:
+        """End of the whole records in the log (what a slave reports to its master)."""
+        ...
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` written bytes from ``offset``, never crossing a segment end.
+
+        ``b""``: nothing written there yet. None: ``offset`` is below the oldest segment
+        (deleted) or otherwise not servable. The bytes may not be flushed yet.
+        """
+        ...
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
+        """Apply a master's bytes that start at ``offset``; returns where the next chunk must start.
+
+        ``offset`` must continue the log exactly (an empty log starts at a segment
+        boundary). A chunk may cut a record: the store keeps the unfinished tail until the
+        rest arrives, so ``max_phy_offset`` only ever covers whole records. Every record is
+        checked (magic, size, physical offset, body CRC) before any byte is written;
+        ``ReplicaError`` leaves the log as it was. Dispatch (queues, index) follows as for
+        a put.
+        """
+        ...
+
+    @property
+    def replica_next_offset(self) -> int:
+        """Where the next replicated chunk must start: ``max_phy_offset`` plus the unfinished tail."""
+        ...
+
+    def reset_replica(self) -> None:
+        """Forget the unfinished tail (a new HA connection restarts at ``max_phy_offset``)."""
+        ...
+
+
 @hookspec(firstresult=True)
 def rmq_storage_make_store(kernel: Kernel, config: Any) -> MessageStore | None:
     """Build the broker's message store.

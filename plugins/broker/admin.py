@@ -219,6 +219,11 @@ class AdminProcessor:
                     table.setdefault(f"store.{k}", str(v))
         except Exception as e:  # stats are informative only
             log.debug("store stats failed: %s", e)
+        table["brokerRole"] = b.config.brokerRole
+        repl = b.replication
+        if repl is not None:  # RocketMQ's HA keys where it has them; lists as JSON text
+            for k, v in repl.stats().items():
+                table.setdefault(k, v if isinstance(v, str) else _j(v))
         return cmd.response(body=_j({"table": table}).encode())
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

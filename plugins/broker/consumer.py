@@ -35,20 +35,17 @@ FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _Q = struct.Struct(">q")
 
 
-def _physical_memory() -> int:
+def physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 * 1024**3
 
 
-ACCESS_MESSAGE_IN_MEMORY_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRatio
-
-
 class ConsumerProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
-        self._in_memory_bytes = int(_physical_memory() * ACCESS_MESSAGE_IN_MEMORY_RATIO)
+        self._in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
 
     def register(self, registry: Any, owner: str) -> None:
         rc = RequestCode

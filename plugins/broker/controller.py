@@ -37,6 +37,7 @@ from rmq.plugins.broker.pipeline import PutPipeline
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
 from rmq.plugins.broker.send import SendProcessor
+from rmq.plugins.broker.slavesync import SlaveSynchronizer
 from rmq.plugins.broker.topics import TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
@@ -80,8 +81,10 @@ class BrokerController:
         self.sync_master = config.brokerRole.upper() == "SYNC_MASTER"
         self.is_slave = config.brokerRole.upper() == "SLAVE"
         self.accepts_writes = bool(config.brokerPermission & 2) and not self.is_slave
+        self.master_addr = ""  # a slave's master (remoting address), from registration: metadata sync
         self.server: RemotingServer | None = None
         self.registrar: NamesrvRegistrar | None = None
+        self.slave_sync: SlaveSynchronizer | None = None
         self.ip = config.brokerIP1 or local_ipv4()
         self.port = config.listenPort
         self.broker_addr = f"{self.ip}:{self.port}"
@@ -204,13 +207,29 @@ class BrokerController:
     def _identity(self) -> dict[str, str]:
         cfg = self.config
         ha_ip = cfg.brokerIP2 or self.ip
+        repl = self.replication
+        ha_port = repl.port if repl is not None and repl.port else self.port + 1
         return {
             "brokerAddr": self.broker_addr,
             "brokerId": str(cfg.brokerId),
             "brokerName": cfg.brokerName,
             "clusterName": cfg.brokerClusterName,
-            "haServerAddr": f"{ha_ip}:{self.port + 1}",
+            "haServerAddr": f"{ha_ip}:{ha_port}",
         }
+
+    def _registered(self, ext: dict[str, str]) -> None:
+        """A name server answered a registration: a slave learns its master's addresses from it."""
+        if not self.is_slave:
+            return
+        master = ext.get("masterAddr") or ""
+        if master != self.master_addr:
+            log.info("master of %s is %s (was %s)", self.config.brokerName, master or "unknown",
+                     self.master_addr or "unknown")
+            self.master_addr = master
+            if self.slave_sync is not None:
+                self.slave_sync.kick()
+        if self.replication is not None:
+            self.replication.update_master_address(ext.get("haServerAddr"))
 
     def _register_body(self) -> bytes:
         return register_body(self.topics.register_body_table(), self.topics.data_version.to_json())
@@ -312,13 +331,17 @@ class BrokerController:
             scope = anyio.CancelScope()
             addrs = self.namesrv_addrs()
             if addrs:
-                self.registrar = NamesrvRegistrar(kernel, cfg, addrs, self._identity, self._register_body)
+                self.registrar = NamesrvRegistrar(kernel, cfg, addrs, self._identity, self._register_body,
+                                                  on_registered=self._registered)
                 stack.push_async_callback(self.registrar.aclose)
                 stack.push_async_callback(self.registrar.unregister_all)
                 with anyio.move_on_after(cfg.registerBrokerTimeoutMills / 1000):
                     await self.registrar.register_all()
             else:
                 log.warning("no namesrvAddr and no embedded namesrv: broker %s will not register", self.broker_addr)
+            if self.is_slave:
+                self.slave_sync = SlaveSynchronizer(kernel, self)
+                stack.push_async_callback(self.slave_sync.aclose)
             stack.callback(scope.cancel)  # loops stop first on exit
 
             async def loops() -> None:
@@ -329,6 +352,8 @@ class BrokerController:
                         tg.start_soon(self._hold_check_loop)
                         if self.registrar is not None:
                             tg.start_soon(self.registrar.run)
+                        if self.slave_sync is not None:
+                            tg.start_soon(self.slave_sync.run)
 
             kernel.task_group.start_soon(loops)
             log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s", cfg.brokerName,

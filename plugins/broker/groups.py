@@ -68,13 +68,35 @@ class SubscriptionGroupManager(PersistedTable):
             self.table[g] = SubscriptionGroupConfig(g)
         doc = self.file.load()
         if isinstance(doc, dict):
-            for name, d in (doc.get("subscriptionGroupTable") or {}).items():
-                try:
-                    self.table[require_group(name)] = SubscriptionGroupConfig.from_json(d)
-                except (ValueError, TypeError) as e:
-                    log.warning("subscriptionGroup.json: skipping %s: %s", name, e)
+            self.table.update(self._parse(doc, "subscriptionGroup.json"))
             self.data_version = DataVersion.from_json(doc.get("dataVersion"))
         log.info("subscription groups loaded: %d", len(self.table))
+
+    @staticmethod
+    def _parse(doc: dict[str, Any], where: str) -> dict[str, SubscriptionGroupConfig]:
+        out: dict[str, SubscriptionGroupConfig] = {}
+        table = doc.get("subscriptionGroupTable") or {}
+        if not isinstance(table, dict):
+            log.warning("%s: subscriptionGroupTable is not an object", where)
+            return out
+        for name, d in table.items():
+            try:
+                out[require_group(name)] = SubscriptionGroupConfig.from_json(d)
+            except (ValueError, TypeError, AttributeError) as e:
+                log.warning("%s: skipping %s: %s", where, name, e)
+        return out
+
+    def adopt(self, doc: dict[str, Any], where: str) -> bool:
+        """A slave takes its master's groups when the master's dataVersion differs (SlaveSynchronize)."""
+        version = DataVersion.from_json(doc.get("dataVersion"))
+        if version.to_json() == self.data_version.to_json():
+            return False
+        table = self._parse(doc, where)
+        self.table.clear()
+        self.table.update(table)
+        self.data_version = version
+        self.persist()
+        return True
 
     def encode(self, pretty: bool = False) -> str:
         return dumps(

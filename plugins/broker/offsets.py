@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from rmq.kernel import ConfigFile, PersistedTable, dumps
 from rmq.protocol.names import printable, require_group, require_topic, validate_group, validate_topic
@@ -27,16 +28,34 @@ class ConsumerOffsetManager(PersistedTable):
     def load(self) -> None:
         doc = self.file.load()
         if isinstance(doc, dict):
-            for key, queues in (doc.get("offsetTable") or {}).items():
-                topic, _, group = str(key).partition(TOPIC_GROUP_SEP)
-                if validate_topic(topic) or validate_group(group) or not isinstance(queues, dict):
-                    log.warning("%s: skipping entry %s", self.file.path, printable(key, 80))
-                    continue
-                try:
-                    self.table[key] = {int(q): int(o) for q, o in queues.items()}
-                except (TypeError, ValueError) as e:
-                    log.warning("%s: skipping entry %s: %s", self.file.path, key, e)
+            self.table.update(self._parse(doc, str(self.file.path)))
         log.info("consumer offsets loaded: %d topic@group entries", len(self.table))
+
+    @staticmethod
+    def _parse(doc: dict[str, Any], where: str) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        table = doc.get("offsetTable") or {}
+        if not isinstance(table, dict):
+            log.warning("%s: offsetTable is not an object", where)
+            return out
+        for key, queues in table.items():
+            topic, _, group = str(key).partition(TOPIC_GROUP_SEP)
+            if validate_topic(topic) or validate_group(group) or not isinstance(queues, dict):
+                log.warning("%s: skipping entry %s", where, printable(key, 80))
+                continue
+            try:
+                out[key] = {int(q): int(o) for q, o in queues.items()}
+            except (TypeError, ValueError) as e:
+                log.warning("%s: skipping entry %s: %s", where, printable(key, 80), e)
+        return out
+
+    def adopt(self, doc: dict[str, Any], where: str) -> None:
+        """A slave takes its master's offsets: the master's keys overwrite, the slave's others stay."""
+        table = self._parse(doc, where)
+        for key, queues in table.items():
+            if self.table.get(key) != queues:
+                self.table[key] = queues
+                self.dirty = True
 
     def encode(self, pretty: bool = False) -> str:
         return dumps(

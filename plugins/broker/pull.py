@@ -8,13 +8,16 @@ pull loop depends on them: 19 at ``offset == maxOffset``, 21 with a different
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 from rmq.kernel import FilterExpressionError, GetStatus, RateLimitedLog
+from rmq.plugins.broker.consumer import physical_memory
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, PullFlag
 from rmq.protocol.names import printable
+from rmq.protocol.record import PHYSICAL_OFFSET
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection
@@ -29,10 +32,17 @@ FOUND = GetStatus.FOUND
 _NOT_FOUND = ResponseCode.PULL_NOT_FOUND
 _MOVED = ResponseCode.PULL_OFFSET_MOVED
 _RETRY = ResponseCode.PULL_RETRY_IMMEDIATELY
+_Q = struct.Struct(">q")
 
 
 class PullProcessor:
+    def _lagging(self, last: bytes) -> bool:
+        """RocketMQ's suggestPullingFromSlave: the consumer reads further back than memory holds."""
+        (phys,) = _Q.unpack_from(last, PHYSICAL_OFFSET)
+        return self.ctx.store.max_phy_offset - phys > self.in_memory_bytes
+
     def __init__(self, ctx: ProcessorContext) -> None:
+        self.in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
         self.ctx = ctx
 
     def register(self, registry: object, owner: str) -> None:
@@ -119,7 +129,9 @@ class PullProcessor:
         else:  # OFFSET_OVERFLOW_BADLY
             code, nxt = _MOVED, res.max_offset
 
-        if allow_suspend and sys_flag & COMMIT_OFFSET:
+        if b.is_slave and code == _MOVED:  # a slave may lag its master: let the consumer retry, not jump
+            code, nxt = _RETRY, offset
+        if allow_suspend and sys_flag & COMMIT_OFFSET and not b.is_slave:  # RocketMQ 4 keeps these on masters only
             commit = ext_int(cmd, "commitOffset", -1)
             if commit >= 0:
                 b.offsets.commit(group, topic, queue_id, commit)
@@ -136,8 +148,13 @@ class PullProcessor:
         if code == _MOVED:
             log.debug("pull offset moved: %s %s q%d offset %d -> %d (min %d max %d)", group, topic, queue_id,
                       offset, nxt, res.min_offset, res.max_offset)
+        suggest = "0"
+        if cfg.slaveReadEnable:
+            suggest = str(sg.brokerId)
+            if status is FOUND and res.messages and self._lagging(res.messages[-1]):
+                suggest = str(sg.whichBrokerWhenConsumeSlowly)
         resp = cmd.response(code, None, {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": suggest,
             "nextBeginOffset": str(nxt),
             "minOffset": str(res.min_offset),
             "maxOffset": str(res.max_offset),

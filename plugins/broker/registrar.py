@@ -38,12 +38,14 @@ class NamesrvRegistrar:
         addrs: list[str],
         identity: Callable[[], dict[str, str]],
         body: Callable[[], bytes],
+        on_registered: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         self.kernel = kernel
         self.config = config
         self.addrs = addrs
         self._identity = identity
         self._body = body
+        self._on_registered = on_registered
         self._wake = anyio.Event()
         self._state: dict[str, bool] = {}
         self._lock = anyio.Lock()
@@ -87,6 +89,8 @@ class NamesrvRegistrar:
             resp = await self.client.invoke(addr, cmd, timeout)
             ok = resp.code == ResponseCode.SUCCESS
             err = f"code {resp.code} {resp.remark or ''}"
+            if ok and self._on_registered is not None:
+                self._on_registered(dict(resp.ext or {}))
         except Exception as e:  # any transport failure: log and retry next round
             ok, err = False, f"{type(e).__name__}: {e}"
         prev = self._state.get(addr)

@@ -112,20 +112,43 @@ class TopicConfigManager(PersistedTable):
         system(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
         doc = self.file.load()
         if isinstance(doc, dict):
-            for name, tc in (doc.get("topicConfigTable") or {}).items():
-                reason = validate_topic(name)
-                if reason is not None or not isinstance(tc, dict):
-                    log.warning("%s: skipping topic entry: %s", self.file.path, reason or "not an object")
-                    continue
-                try:
-                    self.table[name] = TopicConfig.from_json(name, tc)
-                except (TypeError, ValueError) as e:
-                    log.warning("%s: skipping topic %s: %s", self.file.path, name, e)
+            self.table.update(self._parse(doc, str(self.file.path)))
             self.data_version = DataVersion.from_json(doc.get("dataVersion"))
         if not cfg.autoCreateTopicEnable and self.table.pop(AUTO_CREATE_TOPIC, None) is not None:
             log.info("autoCreateTopicEnable=false: dropped persisted %s", AUTO_CREATE_TOPIC)
         self.data_version.next(_now_ms())
         log.info("topic table loaded: %d topics", len(self.table))
+
+    @staticmethod
+    def _parse(doc: dict[str, Any], where: str) -> dict[str, TopicConfig]:
+        out: dict[str, TopicConfig] = {}
+        table = doc.get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            log.warning("%s: topicConfigTable is not an object", where)
+            return out
+        for name, tc in table.items():
+            reason = validate_topic(name)
+            if reason is not None or not isinstance(tc, dict):
+                log.warning("%s: skipping topic entry: %s", where, reason or "not an object")
+                continue
+            try:
+                out[name] = TopicConfig.from_json(name, tc)
+            except (TypeError, ValueError) as e:
+                log.warning("%s: skipping topic %s: %s", where, name, e)
+        return out
+
+    def adopt(self, doc: dict[str, Any], where: str) -> bool:
+        """A slave takes its master's table when the master's dataVersion differs (SlaveSynchronize)."""
+        version = DataVersion.from_json(doc.get("dataVersion"))
+        if version.to_json() == self.data_version.to_json():
+            return False
+        table = self._parse(doc, where)
+        self.table.clear()
+        self.table.update(table)
+        self.data_version = version
+        self.persist()
+        self.on_change()
+        return True
 
     # ------------------------------------------------------------------ persistence
 

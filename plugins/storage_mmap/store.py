@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from rmq.kernel import GetResult, MessageRecord, PutResult, PutStatus, RateLimitedLog, Watermark
+from rmq.kernel import GetResult, MessageRecord, PutResult, PutStatus, RateLimitedLog, ReplicaError, Watermark
 from rmq.plugins.storage_mmap import retention
 from rmq.plugins.storage_mmap.append import Appender
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
@@ -56,6 +56,7 @@ from rmq.plugins.storage_mmap.mapped_file import full_remark
 from rmq.plugins.storage_mmap.options import MmapOptions
 from rmq.plugins.storage_mmap.reads import StoreReader
 from rmq.plugins.storage_mmap.recovery import recover_store, verify_all
+from rmq.plugins.storage_mmap.replica import Replica
 from rmq.plugins.storage_mmap.reput import ReputService
 from rmq.protocol.names import validate_topic
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
@@ -122,6 +123,7 @@ class MmapMessageStore:
         self.appender = Appender(self)
         self._append = self.appender.append  # bound once: the put path's hottest call
         self.reader = StoreReader(config, self.commitlog, self.cqs, self.index)
+        self.replica = Replica(self)
         self._sync = False
         self._backlog = self.options.backlog_bytes
         self._lock: StoreLock | None = None
@@ -182,6 +184,25 @@ class MmapMessageStore:
     @property
     def dispatched_offset(self) -> int:
         return self.reput.offset
+
+    # ------------------------------------------------------------------ ReplicaLog (HA)
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
+        """``ReplicaLog.read_commitlog``: raw bytes for a slave (see ``replica.Replica.read``)."""
+        return self.replica.read(offset, max_bytes)
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
+        """``ReplicaLog.append_replicated``: apply a master's bytes; returns where the next chunk starts."""
+        if not self._running:
+            raise ReplicaError(f"store {self.root} is not running: {self._closed_reason or 'stopped'}")
+        return self.replica.append(offset, data)
+
+    @property
+    def replica_next_offset(self) -> int:
+        return self.replica.next_offset
+
+    def reset_replica(self) -> None:
+        self.replica.reset()
 
     def flush(self, least_pages: int) -> int:
         """``Flushable.flush``: blocking, for a worker thread (the caller advances ``durable``)."""

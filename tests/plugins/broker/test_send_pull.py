@@ -285,6 +285,17 @@ class SlaveDouble:
         self.waited.append(end_offset)
         return self.acked
 
+    port = 0
+
+    def update_master_address(self, addr: str | None) -> None:
+        pass
+
+    def set_role(self, role: str, master_address: str = "") -> None:
+        pass
+
+    def stats(self) -> dict[str, object]:
+        return {"double": True}
+
 
 async def test_sync_master_waits_for_the_slave(tmp_path: Any) -> None:
     from rmq.kernel.markers import hookimpl

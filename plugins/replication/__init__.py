@@ -1,0 +1,75 @@
+"""Replication: RocketMQ's classic master/slave HA as the bundled ``rmq.replication`` plugin ``ha``.
+
+Entry point ``rmq.replication: ha = rmq.plugins.replication:HaReplicationPlugin``,
+selected by default for every broker. Its settings are RocketMQ's and live in
+``[broker]`` (brokerRole, brokerId, haListenPort, haMasterAddress,
+haSendHeartbeatInterval, haHousekeepingInterval, haTransferBatchSize,
+haMaxGapNotInSync, syncFlushTimeout); the plugin's own table takes no keys.
+
+Two hooks of one plugin instance: ``rmq_dispatch_make_dispatchers`` contributes the
+notifier that wakes the stream writers when new bytes are dispatched, and
+``rmq_replication_make_service`` builds the ``HAService`` around the same notifier.
+A store that is not a ``ReplicaLog`` cannot replicate: the broker refuses to start
+with one line saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rmq.kernel import (
+    CommitLogDispatcher,
+    Kernel,
+    MessageStore,
+    NoOptions,
+    PluginError,
+    ReplicaLog,
+    ReplicationService,
+    hookimpl,
+    structure_options,
+)
+from rmq.plugins.replication.frames import (
+    FrameError,
+    ReportReader,
+    TransferDecoder,
+    encode_header,
+    encode_report,
+)
+from rmq.plugins.replication.service import DataNotifier, HAService
+
+__all__ = [
+    "DataNotifier",
+    "FrameError",
+    "HAService",
+    "HaReplicationPlugin",
+    "ReportReader",
+    "TransferDecoder",
+    "encode_header",
+    "encode_report",
+]
+
+
+class HaReplicationPlugin:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        structure_options(NoOptions, options, "plugin.replication.ha")
+        self._notifiers: dict[int, DataNotifier] = {}
+
+    @hookimpl
+    def rmq_dispatch_make_dispatchers(self, kernel: Kernel, store: MessageStore) -> list[CommitLogDispatcher]:
+        notifier = self._notifiers.setdefault(id(store), DataNotifier())
+        return [notifier]
+
+    @hookimpl(trylast=True)
+    def rmq_replication_make_service(self, kernel: Kernel, store: MessageStore) -> ReplicationService | None:
+        config = kernel.config.broker
+        if config is None:
+            return None
+        if not isinstance(store, ReplicaLog):
+            if config.brokerRole.upper() == "ASYNC_MASTER":
+                return None  # standalone is all an ASYNC_MASTER without slaves needs
+            raise PluginError(
+                f"brokerRole {config.brokerRole} needs a store that can replicate (rmq.kernel.ReplicaLog); "
+                f"{type(store).__name__} cannot"
+            )
+        notifier = self._notifiers.pop(id(store), None) or DataNotifier()
+        return HAService(store, store, config, notifier)  # type: ignore[return-value]

@@ -1,0 +1,90 @@
+"""RocketMQ's HA stream, sans-IO: the bytes both directions carry, and nothing else.
+
+Slave → master: a bare 8-byte big-endian long, the slave's commitlog max offset. A
+master reads the last whole report in what arrived (reports are 8 bytes, so a stream
+of them stays aligned).
+
+Master → slave: frames ``[8 B physical offset][4 B body size][body]``; a body of size 0
+is a heartbeat. The decoder refuses what no master sends (a negative offset or size,
+a body over ``max_body``) with :class:`FrameError`, whose message names the fault; the
+connection then resets and nothing of the frame is applied.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+__all__ = ["HEADER", "REPORT", "FrameError", "ReportReader", "TransferDecoder", "encode_header", "encode_report"]
+
+REPORT = struct.Struct(">q")
+HEADER = struct.Struct(">qi")
+#: a slave's read buffer in RocketMQ is 4 MiB; no master sends a body larger than that
+MAX_BODY = 4 * 1024 * 1024
+#: a master keeps at most this many unread report bytes (RocketMQ's read buffer is 1 MiB)
+MAX_REPORT_BUFFER = 1024 * 1024
+
+
+class FrameError(ValueError):
+    """Bytes that are not an HA stream."""
+
+
+def encode_report(offset: int) -> bytes:
+    return REPORT.pack(offset)
+
+
+def encode_header(offset: int, size: int) -> bytes:
+    return HEADER.pack(offset, size)
+
+
+class ReportReader:
+    """Master side: feed received bytes, get the newest complete report (or None)."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, data: bytes) -> int | None:
+        buf = self._tail + data if self._tail else data
+        whole = len(buf) - len(buf) % 8
+        self._tail = buf[whole:]
+        if not whole:
+            return None
+        (offset,) = REPORT.unpack_from(buf, whole - 8)
+        if offset < 0:
+            raise FrameError(f"slave reported a negative offset {offset}")
+        return int(offset)
+
+
+class TransferDecoder:
+    """Slave side: feed received bytes, iterate ``(offset, body)`` frames (body ``b""`` = heartbeat)."""
+
+    __slots__ = ("_buf", "max_body")
+
+    def __init__(self, max_body: int = MAX_BODY) -> None:
+        self._buf = bytearray()
+        self.max_body = max_body
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        buf = self._buf
+        buf += data
+        pos = 0
+        try:
+            while len(buf) - pos >= 12:
+                offset, size = HEADER.unpack_from(buf, pos)
+                if offset < 0:
+                    raise FrameError(f"frame with negative offset {offset}")
+                if size < 0 or size > self.max_body:
+                    raise FrameError(f"frame at offset {offset} announces {size} bytes (limit {self.max_body})")
+                if len(buf) - pos - 12 < size:
+                    break
+                body = bytes(buf[pos + 12 : pos + 12 + size])
+                pos += 12 + size
+                yield offset, body
+        finally:
+            del buf[:pos]

@@ -1,0 +1,417 @@
+"""``HAService``: RocketMQ's classic master/slave replication (HAService, HAConnection, HAClient).
+
+Every broker runs both halves, as in RocketMQ: the master half listens on
+``haListenPort`` and streams the commitlog to each slave that connects; the slave half
+(role SLAVE) follows the master at ``haMasterAddress`` or at the address the name server
+returned on registration. Bytes on the wire are RocketMQ's (see ``frames``), so a Java
+slave can follow an rmq master and the reverse.
+
+Master half, per slave connection, two tasks: one reads the slave's 8-byte reports (the
+first fixes where the stream starts; each raises ``replicated``, the highest offset any
+slave holds, which SYNC_MASTER puts wait on), the other streams chunks of at most
+``haTransferBatchSize`` and never across a segment end, sleeping on a notifier the
+store's reput pokes (a dispatcher, see the plugin) and sending a heartbeat after
+``haSendHeartbeatInterval`` of silence. A slow slave only stalls its own writer task: the
+event loop and the other slaves go on. A connection that says nothing for
+``haHousekeepingInterval`` is dropped.
+
+Slave half: connect, report at once (RocketMQ waits up to 5 s for its first report; a
+master cannot tell the difference), apply each frame through ``ReplicaLog`` (records
+checked before any byte is written), report after each apply that moved the log and
+every heartbeat interval; on any fault drop the connection, forget the unfinished
+record, and reconnect after 5 s from the log's own end. A master whose log ends below
+the slave's (the slave has bytes the master lacks) is a diverged log: the slave refuses
+to apply and says so.
+
+Failover (a controller promoting a slave) needs only ``set_role`` and
+``update_master_address``: the transfer itself does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import SocketStream
+
+from rmq.kernel import RateLimitedLog, ReplicaError, Watermark
+from rmq.plugins.replication.frames import (
+    FrameError,
+    ReportReader,
+    TransferDecoder,
+    encode_header,
+    encode_report,
+)
+
+if TYPE_CHECKING:
+    from rmq.kernel import BrokerConfig, MessageStore, ReplicaLog
+
+log = logging.getLogger("rmq.ha")
+_limited = RateLimitedLog(log, interval=60.0)
+RECONNECT_DELAY = 5.0
+CONNECT_TIMEOUT = 3.0
+
+
+class DivergedError(Exception):
+    """The slave's log has bytes its master lacks."""
+
+
+class DataNotifier:
+    """Wakes master writers when the store has new bytes; a ``CommitLogDispatcher`` (one call per
+    reput batch, nothing per message) that costs one attribute test while no writer sleeps."""
+
+    def __init__(self) -> None:
+        self._event: Any = None
+
+    def dispatch(self, requests: Any) -> None:
+        ev = self._event
+        if ev is not None:
+            self._event = None
+            ev.set()
+
+    def poke(self) -> None:
+        self.dispatch(())
+
+    async def wait(self, timeout: float) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+
+
+class SlaveLink:
+    """One slave as its master sees it."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.request_offset = -1  # from the first report; -1 until it arrives
+        self.ack_offset = -1
+        self.sent_offset = -1
+        self.connected_ms = time.time_ns() // 1_000_000
+        self.reported = anyio.Event()
+
+    def info(self, master_max: int) -> dict[str, Any]:
+        return {
+            "addr": self.addr,
+            "slaveAckOffset": self.ack_offset,
+            "transferredOffset": self.sent_offset,
+            "lagBytes": max(0, master_max - self.ack_offset) if self.ack_offset >= 0 else master_max,
+            "connectedSince": self.connected_ms,
+        }
+
+
+class HAService:
+    """See the module docstring. ``replicated``: the highest commitlog offset a slave acknowledged."""
+
+    def __init__(self, store: MessageStore, log_: ReplicaLog, config: BrokerConfig, notifier: DataNotifier) -> None:
+        self.store = store
+        self.log = log_
+        self.config = config
+        self.notifier = notifier
+        self.role = config.brokerRole.upper()
+        self.host = config.listenHost
+        self.port = config.haListenPort or (config.listenPort + 1 if config.listenPort else 0)
+        self.heartbeat = config.haSendHeartbeatInterval / 1000
+        self.housekeeping = config.haHousekeepingInterval / 1000
+        self.batch = config.haTransferBatchSize
+        self.max_gap = config.haMaxGapNotInSync
+        self.timeout = max(config.syncFlushTimeout, 1) / 1000
+        self.fixed_master = config.haMasterAddress.strip() if len(config.haMasterAddress.strip()) >= 6 else ""
+        self.master_address = self.fixed_master
+        self.replicated = Watermark()
+        self.links: set[SlaveLink] = set()
+        self._tg: Any = None
+        self._listener: Any = None
+        self._master_changed = anyio.Event()
+        self._client_scope: anyio.CancelScope | None = None
+        # slave half state
+        self.master_connected = False
+        self.last_master_offset = -1  # offset of the last frame header from the master
+        self.slave_reported = -1
+        self.diverged = ""
+        self.applied_chunks = 0
+
+    # ------------------------------------------------------------------ ReplicationService
+
+    @property
+    def slave_available(self) -> bool:
+        """A slave is connected, has reported, and is less than haMaxGapNotInSync behind (isSlaveOK)."""
+        if not any(link.ack_offset >= 0 for link in self.links):
+            return False
+        return self.store.max_phy_offset - self.replicated.value < self.max_gap
+
+    async def wait_replicated(self, end_offset: int) -> bool:
+        if self.replicated.value >= end_offset:
+            return True
+        self.notifier.poke()  # the writers may be asleep: this put's bytes are there now
+        return await self.replicated.wait_for(end_offset, self.timeout)
+
+    def update_master_address(self, addr: str | None) -> None:
+        """The master's HA address as the name server knows it (ignored when haMasterAddress is set)."""
+        if self.fixed_master or not addr or addr == self.master_address:
+            return
+        log.info("HA master address %s (was %s)", addr, self.master_address or "unknown")
+        self.master_address = addr
+        ev, self._master_changed = self._master_changed, anyio.Event()
+        ev.set()
+
+    def set_role(self, role: str, master_address: str = "") -> None:
+        """Switch between following a master (SLAVE) and serving slaves only (a master role)."""
+        role = role.upper()
+        if role == self.role:
+            if master_address:
+                self.update_master_address(master_address)
+            return
+        log.info("HA role %s -> %s", self.role, role)
+        self.role = role
+        if role == "SLAVE":
+            if master_address:
+                self.update_master_address(master_address)
+            if self._tg is not None:
+                self._tg.start_soon(self._follow)
+        elif self._client_scope is not None:
+            self._client_scope.cancel()
+
+    def stats(self) -> dict[str, Any]:
+        """Runtime figures (RocketMQ's names where it has them)."""
+        master_max = self.store.max_phy_offset
+        out: dict[str, Any] = {
+            "brokerRole": self.role,
+            "haListenPort": self.port,
+            "haConnectionCount": len(self.links),
+        }
+        if self.links:
+            out["slaveAckOffset"] = self.replicated.value
+            out["slaveFallBehindMuch"] = max(0, master_max - self.replicated.value)
+            out["haSlaves"] = [link.info(master_max) for link in sorted(self.links, key=lambda k: k.addr)]
+        if self.role == "SLAVE":
+            out["masterAddr"] = self.master_address
+            out["masterConnected"] = self.master_connected
+            out["masterTransferOffset"] = self.last_master_offset
+            out["slaveReportedOffset"] = self.slave_reported
+            if self.diverged:
+                out["diverged"] = self.diverged
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> HAService:
+        self._listener = await anyio.create_tcp_listener(
+            local_host=self.host or None, local_port=self.port, reuse_port=False
+        )
+        self.port = self._listener.extra(anyio.abc.SocketAttribute.local_port)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._serve)
+        if self.role == "SLAVE":
+            self._tg.start_soon(self._follow)
+        log.info("HA service listening on %s:%d (brokerRole %s%s)", self.host, self.port, self.role,
+                 f", master {self.master_address}" if self.master_address else "")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        tg.cancel_scope.cancel()
+        try:
+            await tg.__aexit__(None, None, None)
+        finally:
+            await self._listener.aclose()
+
+    # ------------------------------------------------------------------ master half
+
+    async def _serve(self) -> None:
+        async with self._listener:
+            await self._listener.serve(self._guarded, task_group=self._tg)
+
+    async def _guarded(self, stream: SocketStream) -> None:
+        """One slave connection; nothing it sends may escape into the task group."""
+        try:
+            peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
+            addr = f"{peer[0]}:{peer[1]}"
+        except Exception:
+            addr = "?"
+        link = SlaveLink(addr)
+        self.links.add(link)
+        log.info("slave %s connected", addr)
+        reason = "closed by the slave"
+        try:
+            async with stream, anyio.create_task_group() as tg:
+                tg.start_soon(self._transfer, stream, link, tg.cancel_scope)
+                reason = await self._read_reports(stream, link)
+                tg.cancel_scope.cancel()
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+        finally:
+            self.links.discard(link)
+        log.info("slave %s disconnected (%s); acknowledged offset %d", addr, reason, link.ack_offset)
+
+    async def _read_reports(self, stream: SocketStream, link: SlaveLink) -> str:
+        reader = ReportReader()
+        while True:
+            try:
+                with anyio.fail_after(self.housekeeping):
+                    data = await stream.receive(65536)
+            except TimeoutError:
+                return f"no report for {self.config.haHousekeepingInterval} ms"
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return "closed by the slave"
+            try:
+                offset = reader.feed(data)
+            except FrameError as e:
+                return str(e)
+            if offset is None:
+                continue
+            master_max = self.store.max_phy_offset
+            if offset > master_max:
+                if link.request_offset < 0:
+                    _limited.error(
+                        f"diverged:{link.addr}",
+                        "slave %s reports offset %d but this master's log ends at %d: the slave has bytes the "
+                        "master lacks (diverged log); not replicating to it", link.addr, offset, master_max,
+                    )
+                    # tell a slave where this log ends: its header check then refuses to apply
+                    with anyio.move_on_after(1):
+                        await stream.send(encode_header(master_max, 0))
+                    return "diverged log"
+                return f"acknowledged {offset}, beyond this master's end {master_max}"
+            if link.request_offset < 0:
+                link.request_offset = offset
+                link.reported.set()
+            link.ack_offset = offset
+            self.replicated.advance(offset)
+
+    async def _transfer(self, stream: SocketStream, link: SlaveLink, scope: anyio.CancelScope) -> None:
+        await link.reported.wait()
+        if link.request_offset == 0:  # a fresh slave starts at the master's last segment (RocketMQ 4)
+            fsize = self.config.mappedFileSizeCommitLog
+            master_max = self.store.max_phy_offset
+            nxt = master_max - master_max % fsize
+        else:
+            nxt = link.request_offset
+        last_write = time.monotonic()
+        try:
+            while True:
+                data = self.log.read_commitlog(nxt, self.batch)
+                if data is None:
+                    _limited.error(
+                        f"deleted:{link.addr}",
+                        "slave %s needs offset %d but this master's log starts at %d (deleted by retention): it "
+                        "cannot catch up; empty the slave's store to restart it from here",
+                        link.addr, nxt, self.store.min_phy_offset,
+                    )
+                    break
+                if data:
+                    with anyio.fail_after(self.housekeeping):
+                        await stream.send(encode_header(nxt, len(data)) + data)
+                    nxt += len(data)
+                    link.sent_offset = nxt
+                    last_write = time.monotonic()
+                    continue
+                idle = time.monotonic() - last_write
+                if idle >= self.heartbeat:
+                    with anyio.fail_after(self.housekeeping):
+                        await stream.send(encode_header(nxt, 0))
+                    last_write = time.monotonic()
+                    continue
+                await self.notifier.wait(self.heartbeat - idle)
+        except TimeoutError:
+            log.warning("slave %s takes no data for %d ms; dropping it", link.addr, self.config.haHousekeepingInterval)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        scope.cancel()
+
+    # ------------------------------------------------------------------ slave half
+
+    async def _follow(self) -> None:
+        """Follow the master while the role is SLAVE; reconnect after faults."""
+        scope = self._client_scope = anyio.CancelScope()
+        with scope:
+            down_logged = False
+            while self.role == "SLAVE":
+                addr = self.master_address
+                if not addr:
+                    await self._master_changed.wait()
+                    continue
+                try:
+                    problem = await self._session(addr)
+                except (OSError, anyio.BrokenResourceError) as e:
+                    problem = f"{type(e).__name__}: {e}"
+                if self.master_connected or not down_logged:
+                    log.warning("HA connection to master %s lost or refused: %s; retrying every %.0f s",
+                                addr, problem, RECONNECT_DELAY)
+                    down_logged = True
+                self.master_connected = False
+                with anyio.move_on_after(RECONNECT_DELAY):
+                    await self._master_changed.wait()
+        self._client_scope = None
+
+    async def _session(self, addr: str) -> str:
+        host, _, port = addr.rpartition(":")
+        with anyio.fail_after(CONNECT_TIMEOUT):
+            stream = await anyio.connect_tcp(host, int(port))
+        async with stream:
+            self.log.reset_replica()
+            self.diverged = ""
+            self.master_connected = True
+            log.info("HA connected to master %s; this log ends at %d", addr, self.store.max_phy_offset)
+            decoder = TransferDecoder(max(self.batch, 4 * 1024 * 1024))
+            await self._report(stream)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeats, stream)
+                try:
+                    return await self._receive(stream, decoder)
+                finally:
+                    tg.cancel_scope.cancel()
+
+    async def _report(self, stream: SocketStream) -> None:
+        offset = self.store.max_phy_offset
+        await stream.send(encode_report(offset))
+        self.slave_reported = offset
+
+    async def _heartbeats(self, stream: SocketStream) -> None:
+        while True:
+            await anyio.sleep(self.heartbeat)
+            with anyio.fail_after(self.housekeeping):
+                await self._report(stream)
+
+    async def _receive(self, stream: SocketStream, decoder: TransferDecoder) -> str:
+        while True:
+            try:
+                with anyio.fail_after(self.housekeeping):
+                    data = await stream.receive(256 * 1024)
+            except TimeoutError:
+                return f"nothing from the master for {self.config.haHousekeepingInterval} ms"
+            except anyio.EndOfStream:
+                return "closed by the master"
+            moved = False
+            try:
+                for offset, body in decoder.feed(data):
+                    self.last_master_offset = offset
+                    expected = self.log.replica_next_offset
+                    if expected and offset != expected:
+                        if offset < expected:
+                            raise DivergedError(
+                                f"the master's stream is at {offset} but this log continues at {expected}: "
+                                "this slave has bytes the master lacks (diverged log); refusing to apply. "
+                                "Empty this slave's store to follow this master"
+                            )
+                        raise FrameError(f"the master skipped from {expected} to {offset}")
+                    if body:
+                        self.log.append_replicated(offset, body)
+                        self.applied_chunks += 1
+                        moved = True
+            except DivergedError as e:
+                self.diverged = str(e)
+                _limited.error("diverged", "HA: %s", e)
+                return "diverged log"
+            except (FrameError, ReplicaError) as e:
+                _limited.error("bad-frame", "HA: refused data from the master: %s; reconnecting", e)
+                return f"refused data: {e}"
+            if moved and self.store.max_phy_offset > self.slave_reported:
+                with anyio.fail_after(self.housekeeping):
+                    await self._report(stream)
+

@@ -32,6 +32,7 @@ test: install-test
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fuzz_messages.py \
+             tests/plugins/replication/test_frames.py \
              tests/client/test_fuzz_peer_data.py tests/plugins/filters/test_sql92_fuzz.py
 fuzz: install-test
 	@start=$$(date +%s); \

@@ -54,6 +54,16 @@ RECONNECT_DELAY = 5.0
 CONNECT_TIMEOUT = 3.0
 
 
+def describe(e: BaseException) -> str:
+    """One line for a failure, task-group wrapping removed (the first leaf says what happened)."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, anyio.BrokenResourceError) and e.__cause__ is not None:
+        e = e.__cause__
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 class DivergedError(Exception):
     """The slave's log has bytes its master lacks."""
 
@@ -224,8 +234,14 @@ class HAService:
     # ------------------------------------------------------------------ master half
 
     async def _serve(self) -> None:
-        async with self._listener:
-            await self._listener.serve(self._guarded, task_group=self._tg)
+        """Accept slaves until the service stops; an accept failure (out of descriptors) is logged
+        and retried, never raised into the broker."""
+        while True:
+            try:
+                await self._listener.serve(self._guarded, task_group=self._tg)
+            except Exception as e:
+                _limited.error("accept", "HA listener on port %d: accept failed (%s); retrying", self.port, describe(e))
+                await anyio.sleep(1)
 
     async def _guarded(self, stream: SocketStream) -> None:
         """One slave connection; nothing it sends may escape into the task group."""
@@ -244,7 +260,7 @@ class HAService:
                 reason = await self._read_reports(stream, link)
                 tg.cancel_scope.cancel()
         except Exception as e:
-            reason = f"{type(e).__name__}: {e}"
+            reason = describe(e)
         finally:
             self.links.discard(link)
         log.info("slave %s disconnected (%s); acknowledged offset %d", addr, reason, link.ack_offset)
@@ -338,8 +354,8 @@ class HAService:
                     continue
                 try:
                     problem = await self._session(addr)
-                except (OSError, anyio.BrokenResourceError) as e:
-                    problem = f"{type(e).__name__}: {e}"
+                except Exception as e:  # whatever the master or the network did: log it, retry
+                    problem = describe(e)
                 if self.master_connected or not down_logged:
                     log.warning("HA connection to master %s lost or refused: %s; retrying every %.0f s",
                                 addr, problem, RECONNECT_DELAY)

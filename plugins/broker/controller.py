@@ -329,6 +329,9 @@ class BrokerController:
                 if cm is not None:
                     await stack.enter_async_context(cm)
             scope = anyio.CancelScope()
+            if self.is_slave:  # before registering: the first answer names the master and kicks a sync
+                self.slave_sync = SlaveSynchronizer(kernel, self)
+                stack.push_async_callback(self.slave_sync.aclose)
             addrs = self.namesrv_addrs()
             if addrs:
                 self.registrar = NamesrvRegistrar(kernel, cfg, addrs, self._identity, self._register_body,
@@ -339,9 +342,6 @@ class BrokerController:
                     await self.registrar.register_all()
             else:
                 log.warning("no namesrvAddr and no embedded namesrv: broker %s will not register", self.broker_addr)
-            if self.is_slave:
-                self.slave_sync = SlaveSynchronizer(kernel, self)
-                stack.push_async_callback(self.slave_sync.aclose)
             stack.callback(scope.cancel)  # loops stop first on exit
 
             async def loops() -> None:

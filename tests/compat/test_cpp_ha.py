@@ -1,0 +1,62 @@
+"""The official C++ client against a master and a slave: a push consumer keeps consuming from the slave
+while the master is down, and from the master when it returns, without missing a message."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rmq.protocol.codes import RequestCode
+
+
+def test_push_consumer_fails_over_to_the_slave_and_back(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
+    ns = rmqd_factory(broker=False)
+    base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": 1024 * 1024, "registerNameServerPeriod": 2000}
+    master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"})
+    slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1})
+
+    def slaves() -> int:
+        r = compat.admin(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return int(json.loads(r.body)["table"].get("haConnectionCount", 0))
+
+    deadline = time.monotonic() + 20
+    while slaves() < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slaves() == 1
+    r = compat.admin(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "CompatHA", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
+        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+    assert r.code == 0
+
+    def slave_has_topic() -> bool:  # the slave's metadata sync (every 10 s) brought the topic over
+        r = compat.admin(slave.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        return "CompatHA" in json.loads(r.body)["topicConfigTable"]
+
+    deadline = time.monotonic() + 30
+    while not slave_has_topic() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert slave_has_topic()
+    n1 = 3000  # SYNC_MASTER: every acknowledged message is on the slave too
+    p = cpp("produce", namesrv=ns.namesrv_addr, topic="CompatHA", count=n1, method="sync")
+    sent = [ln for ln in p.finish(120) if "i" in ln]
+    assert len(sent) == n1 and all(s["status"] == 0 for s in sent)
+
+    c = cpp("push", namesrv=ns.namesrv_addr, topic="CompatHA", group="CG_HA", instance="ha1")
+    c.wait(lambda: c.has("started"), 30, "consumer started")
+    c.wait(lambda: len(c.messages()) >= 200, 60, "consuming from the master")
+    master.kill()  # the master dies with most messages still unconsumed
+    c.wait(lambda: {m["body"] for m in c.messages()} >= {f"body-{i}" for i in range(n1)}, 90,
+           "the rest consumed from the slave")
+
+    master.start()  # it comes back: new messages are produced to it and consumed from it
+    n2 = 300
+    for _ in range(5):  # a fresh C++ producer may find no route for a moment while the master re-registers
+        p = cpp("produce", namesrv=ns.namesrv_addr, topic="CompatHA", count=n2, start=n1, method="sync")
+        sent = [ln for ln in p.finish(120) if "i" in ln]
+        if len(sent) == n2:
+            break
+        time.sleep(2)
+    assert len(sent) == n2 and all(s["status"] == 0 for s in sent), sent[-1:]
+    want = {f"body-{i}" for i in range(n1 + n2)}
+    c.wait(lambda: {m["body"] for m in c.messages()} >= want, 90, "messages produced after the master returned")

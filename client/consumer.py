@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.model import MessageQueue
 from rmq.kernel.ratelimit import RateLimitedLog
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.command import RemotingCommand, RemotingConnectError, RemotingError
 from rmq.protocol.common import Prop
 from rmq.protocol.message import MessageExt
 
@@ -123,11 +124,20 @@ async def pull_once(
     commit_offset: int = 0,
     sys_flag: int = 0,
 ) -> PullResult:
-    addr = inst.broker_addr(mq.broker_name) or await inst.find_broker_addr(mq.broker_name, mq.topic)
+    addr = inst.pull_addr(mq.broker_name, inst.pull_from.get(mq, 0))
+    if addr is None:
+        addr = await inst.find_broker_addr(mq.broker_name, mq.topic)
     ext = pull_ext(group, mq, offset, max_nums, sub, suspend_ms=suspend_ms, commit_offset=commit_offset,
                    sys_flag=sys_flag)
-    resp = await inst.remoting.invoke(addr, RemotingCommand.request(_PULL, ext), timeout)
-    return pull_result(resp, sub.refilter if sub is not None else None, f"pull {mq}")
+    try:
+        resp = await inst.remoting.invoke(addr, RemotingCommand.request(_PULL, ext), timeout)
+    except RemotingConnectError:  # the broker is gone (a master down): the next pull uses a fresh route
+        with contextlib.suppress(ClientError, RemotingError):
+            await inst.fetch_route(mq.topic)
+        raise
+    result = pull_result(resp, sub.refilter if sub is not None else None, f"pull {mq}")
+    inst.pull_from[mq] = result.suggest_broker_id  # RocketMQ's pullFromWhichNodeTable
+    return result
 
 
 def make_strategy(allocation: str | AllocateStrategy, inst_kernel: Any, options: dict[str, Any]) -> AllocateStrategy:

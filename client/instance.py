@@ -147,6 +147,7 @@ class ClientInstance:
         self._kernel = kernel
         self.routes: dict[str, TopicRoute] = {}
         self.brokers: dict[str, dict[int, str]] = {}  # broker name -> {id: addr}
+        self.pull_from: dict[MessageQueue, int] = {}  # the broker id each queue's last pull suggested
         self.topics: set[str] = set()  # routes refreshed periodically
         self.handlers: dict[int, ServerRequestHandler] = {}  # server-initiated requests, by code
         # reads ``handlers`` live (consumers register after start); unknown codes and failures get RocketMQ answers
@@ -293,6 +294,17 @@ class ClientInstance:
             return None
         if prefer_master and 0 in addrs:
             return addrs[0]
+        return addrs[min(addrs)]
+
+    def pull_addr(self, broker_name: str, suggested: int) -> str | None:
+        """Where to pull from: the broker id the last pull suggested, else its first slave (a suggested
+        slave id that left), else the master, else any broker of the name (the master is down)."""
+        addrs = self.brokers.get(broker_name)
+        if not addrs:
+            return None
+        for bid in (suggested, suggested + 1 if suggested else 0, 0):
+            if bid in addrs:
+                return addrs[bid]
         return addrs[min(addrs)]
 
     async def find_broker_addr(self, broker_name: str, topic: str | None = None) -> str:

@@ -217,3 +217,43 @@ def test_slave_syncs_metadata_and_serves_reads(ha: Any) -> None:
     minfo = runtime(master.broker_addr)
     slaves = json.loads(minfo["haSlaves"])
     assert len(slaves) == 1 and slaves[0]["lagBytes"] == 0 and minfo["slaveFallBehindMuch"] == "0"
+
+
+def test_rmq_client_follows_suggestions_and_reads_from_the_slave(ha: Any) -> None:
+    """Our PullConsumer: a lagging read goes where the master suggests (the slave), and reads go on
+    from the slave once the master is gone."""
+    from rmq.client import MessageQueue, PullConsumer, PullStatus
+
+    # ratio 0: every read counts as lagging, so the master suggests whichBrokerWhenConsumeSlowly (1)
+    master = ha.master(brokerRole="SYNC_MASTER", slaveReadEnable=True, accessMessageInMemoryMaxRatio=0)
+    slave = ha.slave()
+    eventually(lambda: slave_count(master) == 1, 20, "slave connected")
+    for i in range(40):
+        assert send(master.broker_addr, "Follow", b"%d" % i, queue_id=0).code == 0
+    eventually(lambda: "Follow" in json.loads(call(slave.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG).body)[
+        "topicConfigTable"], 20, "topic synced to the slave")
+
+    async def go() -> None:
+        async with PullConsumer("CG_FOLLOW", ha.namesrv().namesrv_addr, route_interval=1.0) as pc:
+            mq = MessageQueue("Follow", "broker-a", 0)
+            r = await pc.pull(mq, 0, 10)
+            assert r.status is PullStatus.FOUND and r.suggest_broker_id == 1
+            inst = pc.instance  # the next pull goes to the broker the master suggested
+            assert inst.pull_addr("broker-a", inst.pull_from[mq]) == slave.broker_addr
+            r = await pc.pull(mq, r.next_begin_offset, 10)
+            assert r.status is PullStatus.FOUND and [m.body for m in r.messages] == [b"%d" % i for i in range(10, 20)]
+            master.kill()
+            got: list[bytes] = []
+            offset = r.next_begin_offset
+            with anyio.fail_after(30):
+                while len(got) < 20:
+                    try:
+                        r = await pc.pull(mq, offset, 10)
+                    except Exception:
+                        await anyio.sleep(0.5)
+                        continue
+                    got += [m.body for m in r.messages]
+                    offset = r.next_begin_offset
+            assert got == [b"%d" % i for i in range(20, 40)]
+
+    anyio.run(go)

@@ -88,6 +88,17 @@ class Admin(ClientBase):
             self.instance.brokers.setdefault(name, addrs)
         return ClusterInfo(brokers, clusters)
 
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of one broker: offsets, store figures, and replication
+        (``brokerRole``, ``haConnectionCount``, ``slaveAckOffset``, ``slaveFallBehindMuch``, ``haSlaves``
+        as JSON text on a master; ``masterAddr``, ``masterConnected`` on a slave)."""
+        self._check_running()
+        resp = await self.instance.invoke(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, what="broker runtime info")
+        table = json_object(resp.body, "broker runtime info").get("table")
+        if type(table) is not dict:
+            raise BadResponseError("broker runtime info has no table")
+        return {str(k): str(v) for k, v in table.items()}
+
     async def list_topics(self) -> list[str]:
         self._check_running()
         resp = await self.instance.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)

@@ -143,12 +143,17 @@ class Proxy:
                 s.close()
 
     def close(self) -> None:
-        def stop() -> None:
+        async def shutdown() -> None:
             self._server.close()
-            self._loop.stop()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        self._loop.call_soon_threadsafe(stop)
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
 
 @pytest.fixture

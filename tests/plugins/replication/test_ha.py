@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from rmq.client import Admin, MessageQueue, PullConsumer, PullStatus
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -216,14 +217,18 @@ def test_slave_syncs_metadata_and_serves_reads(ha: Any) -> None:
     assert info["brokerRole"] == "SLAVE" and info["masterAddr"] == f"127.0.0.1:{master.broker_port + 1}"
     minfo = runtime(master.broker_addr)
     slaves = json.loads(minfo["haSlaves"])
+
+    async def via_admin() -> dict[str, str]:
+        async with Admin(ha.namesrv().namesrv_addr) as admin:
+            return await admin.broker_runtime_info(master.broker_addr)
+
+    assert json.loads(anyio.run(via_admin)["haSlaves"])[0]["addr"] == slaves[0]["addr"]
     assert len(slaves) == 1 and slaves[0]["lagBytes"] == 0 and minfo["slaveFallBehindMuch"] == "0"
 
 
 def test_rmq_client_follows_suggestions_and_reads_from_the_slave(ha: Any) -> None:
     """Our PullConsumer: a lagging read goes where the master suggests (the slave), and reads go on
     from the slave once the master is gone."""
-    from rmq.client import MessageQueue, PullConsumer, PullStatus
-
     # ratio 0: every read counts as lagging, so the master suggests whichBrokerWhenConsumeSlowly (1)
     master = ha.master(brokerRole="SYNC_MASTER", slaveReadEnable=True, accessMessageInMemoryMaxRatio=0)
     slave = ha.slave()
@@ -257,3 +262,24 @@ def test_rmq_client_follows_suggestions_and_reads_from_the_slave(ha: Any) -> Non
             assert got == [b"%d" % i for i in range(20, 40)]
 
     anyio.run(go)
+
+
+def test_a_stalled_slave_holds_up_neither_the_master_nor_the_other_slave(ha: Any) -> None:
+    master = ha.master(syncFlushTimeout=3000)
+    proxy = ha.proxy(master.broker_port + 1)
+    fast = ha.slave(brokerId=1)
+    slow = ha.slave(brokerId=2, haMasterAddress=proxy.addr)
+    eventually(lambda: slave_count(master) == 2, 20, "two slaves connected")
+    proxy.paused.set()  # the second slave stops taking data
+    t0 = time.monotonic()
+    for i in range(200):
+        assert send(master.broker_addr, "Two", b"%d" % i * 100).code == 0  # the other slave acknowledges
+    assert time.monotonic() - t0 < 60
+    eventually(lambda: caught_up(master, fast), 10, "the fast slave kept up")
+    end = int(runtime(master.broker_addr)["commitLogMaxOffset"])
+    assert int(runtime(slow.broker_addr)["commitLogMaxOffset"]) < end
+    lags = {s["lagBytes"] for s in json.loads(runtime(master.broker_addr)["haSlaves"])}
+    assert 0 in lags and max(lags) > 0  # the master reports each slave's lag
+    proxy.paused.clear()
+    eventually(lambda: caught_up(master, slow), 20, "the stalled slave caught up once released")
+    assert commitlog(slow)[:end] == commitlog(fast)[:end] == commitlog(master)[:end]

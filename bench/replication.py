@@ -1,0 +1,157 @@
+"""Replication figures with real rmqd processes: a name server, a master, a slave (loopback, temp stores).
+
+    python bench/replication.py [--messages N] [--size BYTES] [--backlog-mb MB]
+
+Prints, for ASYNC_MASTER and SYNC_MASTER with one slave:
+
+* produce throughput and ack latency p50/p99 at 1 and 32 requests in flight (one connection,
+  one message per SEND_MESSAGE_V2);
+* catch-up rate: a master holding ``--backlog-mb`` of commitlog, then a fresh slave started;
+  MB/s from its connection until its log equals the master's (the HA stream end to end:
+  read, 32 KiB frames, verify, append, report).
+
+Figures only: it exits non-zero only when something fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from broker import QUEUES, batch_cmd, create_topic, pct, send_cmd  # noqa: E402
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
+from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
+from rmq.protocol.codes import RequestCode  # noqa: E402
+from rmq.protocol.command import RemotingCommand  # noqa: E402
+from rmq.protocol.message import UniqIdGenerator  # noqa: E402
+from rmq.testing.daemon import RmqdProcess  # noqa: E402
+
+
+async def runtime(addr: str) -> dict[str, str]:
+    async with TcpRemotingClient(RemotingConfig(name="bench-info")) as c:
+        r = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 10)
+    return json.loads(r.body)["table"]  # type: ignore[no-any-return]
+
+
+async def wait_slave(master: RmqdProcess, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while int((await runtime(master.broker_addr)).get("haConnectionCount", 0)) < 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError("slave never connected")
+        await anyio.sleep(0.1)
+
+
+async def produce(addr: str, n: int, size: int, inflight: int) -> tuple[float, float, float, int]:
+    """msgs/s, ack p50 and p99 (ms), failed sends."""
+    body = b"x" * size
+    uniq = UniqIdGenerator("127.0.0.1")
+    lat: list[float] = []
+    errors = 0
+    async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
+        await create_topic(client, addr)
+        counter = iter(range(n))
+
+        async def worker(k: int) -> None:
+            nonlocal errors
+            for i in counter:
+                t = time.perf_counter()
+                r = await client.invoke(addr, send_cmd(body, (i + k) % QUEUES, uniq), 30)
+                lat.append(time.perf_counter() - t)
+                if r.code != 0:
+                    errors += 1
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for k in range(inflight):
+                tg.start_soon(worker, k)
+        dt = time.perf_counter() - t0
+    return n / dt, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, errors
+
+
+async def fill(addr: str, mb: int, size: int = 4096) -> int:
+    """Write about ``mb`` MiB with batches (fast), return the master's commitlog end."""
+    uniq = UniqIdGenerator("127.0.0.1")
+    body = b"y" * size
+    batches = mb * 1024 * 1024 // (size * 32) + 1
+    async with TcpRemotingClient(RemotingConfig(name="fill")) as client:
+        await create_topic(client, addr)
+        counter = iter(range(batches))
+
+        async def worker(k: int) -> None:
+            for i in counter:
+                r = await client.invoke(addr, batch_cmd(body, (i + k) % QUEUES, uniq, 32), 30)
+                assert r.code == 0, r
+
+        async with anyio.create_task_group() as tg:
+            for k in range(8):
+                tg.start_soon(worker, k)
+    return int((await runtime(addr))["commitLogMaxOffset"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=5000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--backlog-mb", type=int, default=256, help="at most 500 (one 512 MiB segment)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rmq-bench-repl-"))
+    ns = RmqdProcess(work / "ns", broker=False).start()
+    procs = [ns]
+    try:
+        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+            base = {"namesrvAddr": ns.namesrv_addr}
+            master = RmqdProcess(work / role / "m", namesrv=False, broker_conf={**base, "brokerRole": role}).start()
+            slave = RmqdProcess(work / role / "s", namesrv=False,
+                                broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}).start()
+            procs += [master, slave]
+            anyio.run(wait_slave, master)
+            print(f"{role} + 1 slave, {args.size}-byte messages, {args.messages} per run")
+            for inflight in (1, 32):
+                rate, p50, p99, errors = anyio.run(produce, master.broker_addr, args.messages, args.size, inflight)
+                print(f"  {inflight:>2} in flight: {rate:>9,.0f} msg/s   ack p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
+                      + (f"   ({errors} failed)" if errors else ""))
+            slave.stop()
+            master.stop()
+        # catch-up: a backlog on a master, then a fresh slave
+        seg = 512 * 1024 * 1024  # the whole backlog in one segment: a fresh slave starts at its last one
+        base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": seg}
+        master = RmqdProcess(work / "catchup" / "m", namesrv=False,
+                             broker_conf={**base, "brokerRole": "ASYNC_MASTER"}).start()
+        procs.append(master)
+        end = anyio.run(fill, master.broker_addr, args.backlog_mb)
+        start = end - end % seg
+        slave = RmqdProcess(work / "catchup" / "s", namesrv=False,
+                            broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}).start()
+        procs.append(slave)
+        anyio.run(wait_slave, master)
+        t0 = time.perf_counter()
+        samples = []
+        while True:
+            got = int(anyio.run(runtime, slave.broker_addr)["commitLogMaxOffset"])
+            samples.append(got)
+            if got >= end:
+                break
+            if time.perf_counter() - t0 > 300:
+                raise RuntimeError(f"slave stuck at {got} of {end}")
+            time.sleep(0.05)
+        dt = time.perf_counter() - t0
+        mb = (end - start) / 1e6
+        print(f"catch-up: a fresh slave copied {mb:,.1f} MB (the master's last segment of a "
+              f"{end / 1e6:,.0f} MB log) in {dt:.2f} s = {mb / dt:,.1f} MB/s")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

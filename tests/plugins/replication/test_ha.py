@@ -283,3 +283,30 @@ def test_a_stalled_slave_holds_up_neither_the_master_nor_the_other_slave(ha: Any
     proxy.paused.clear()
     eventually(lambda: caught_up(master, slow), 20, "the stalled slave caught up once released")
     assert commitlog(slow)[:end] == commitlog(fast)[:end] == commitlog(master)[:end]
+
+
+def test_the_ha_port_survives_strangers_and_drops_silent_peers(ha: Any) -> None:
+    import os
+    import socket
+
+    master = ha.master(brokerRole="ASYNC_MASTER", haHousekeepingInterval=1000)
+    assert send(master.broker_addr, "Strange", b"x").code == 0
+    port = master.broker_port + 1
+    silent = socket.create_connection(("127.0.0.1", port), timeout=5)  # connects, never reports
+    eventually(lambda: slave_count(master) == 1, 5, "silent peer counted")
+    eventually(lambda: slave_count(master) == 0, 10, "silent peer dropped after haHousekeepingInterval")
+    silent.close()
+    for payload in (os.urandom(5000), b"\xff" * 8, b"\x00" * 7, (2**62).to_bytes(8, "big") * 3):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(3)
+            try:
+                while s.recv(65536):
+                    pass
+            except (TimeoutError, OSError):
+                pass
+    # still serving, and a real slave still follows
+    assert send(master.broker_addr, "Strange", b"y").code == 0
+    slave = ha.slave()
+    eventually(lambda: caught_up(master, slave), 20, "a real slave after the strangers")
+    assert any("beyond this master's end" in ln or "diverged" in ln for ln in master.log_lines())

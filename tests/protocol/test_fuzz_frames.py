@@ -368,3 +368,26 @@ def test_ext_int_is_java_parse_with_range(text: str, bits: int) -> None:
             assert ext_i32(cmd, "f", -1) == v
         except HeaderError:
             raise AssertionError("ext_i32 disagrees with ext_int(bits=32)") from None
+
+
+@fuzz_settings(300)
+@given(st.one_of(json_header_texts().map(lambda t: t.encode("utf-8", "surrogatepass")), mutated_headers()),
+       st.binary(max_size=8))
+def test_json_header_scanner_path_agrees_with_strict_without_orjson(header: bytes, body: bytes) -> None:
+    """The same property with the optional orjson parser switched off (installs without the extra)."""
+    data = frame(header, body)
+    saved = headercodec._orjson_loads
+    headercodec._orjson_loads = None
+    try:
+        got = outcome(data)
+        with strict_only():
+            strict = outcome(data)
+    finally:
+        headercodec._orjson_loads = saved
+    assert got == strict, (header, got, strict)
+
+
+def test_orjson_is_the_fast_parser_when_installed() -> None:
+    import importlib.util
+
+    assert (headercodec._orjson_loads is not None) == (importlib.util.find_spec("orjson") is not None)

@@ -34,7 +34,14 @@ and the contract of each Protocol are documented in ``rmq.kernel.hookspecs.<conc
 plugins import only from here, exactly as a third party's would.
 """
 
-from rmq.kernel.config import BrokerConfig, ConfigError, NamesrvConfig, RootConfig, load_config
+from rmq.kernel.config import (
+    BrokerConfig,
+    ConfigError,
+    ControllerConfig,
+    NamesrvConfig,
+    RootConfig,
+    load_config,
+)
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.hookspecs.broker import BrokerContext, PutStage
 from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
@@ -73,6 +80,7 @@ from rmq.kernel.watermark import Watermark
 __all__ = [
     "AllocateStrategy",
     "BrokerConfig",
+    "ControllerConfig",
     "BrokerContext",
     "CommitLogDispatcher",
     "ConfigError",

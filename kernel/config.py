@@ -39,6 +39,51 @@ class NamesrvConfig:
 
 
 @attrs.define
+class ControllerConfig:
+    """RocketMQ 5's controller (``[controller]``; beside ``[namesrv]`` it is RocketMQ's
+    enableControllerInNamesrv). Peers are the addresses brokers name in ``controllerAddr``; each
+    node serves controller requests on its own peer's port and runs Raft on that port plus
+    ``raftPortOffset``."""
+
+    controllerDLegerGroup: str = "group1"
+    controllerDLegerPeers: str = "n0-127.0.0.1:9878"
+    controllerDLegerSelfId: str = "n0"
+    controllerStorePath: str = ""  # "" = $RMQ_HOME or ./rmq-store, then /controller
+    listenHost: str = "0.0.0.0"
+    maxConnections: int = 4096
+    allowRemoteAdmin: bool = False
+    scanNotActiveBrokerInterval: int = 5_000  # ms
+    enableElectUncleanMaster: bool = False
+    notifyBrokerRoleChanged: bool = True
+    electMasterMaxRetryCount: int = 3
+    raftPortOffset: int = 1
+
+    def peers(self) -> dict[str, str]:
+        """Peer id -> "host:port" from ``controllerDLegerPeers`` ("n0-host:port;n1-host:port")."""
+        out: dict[str, str] = {}
+        for item in self.controllerDLegerPeers.replace(",", ";").split(";"):
+            item = item.strip()
+            if not item:
+                continue
+            pid, sep, addr = item.partition("-")
+            host, _, port = addr.rpartition(":")
+            if not sep or not pid or not host or not port.isdigit() or not 0 < int(port) < 65536 - self.raftPortOffset:
+                raise ValueError(f"controllerDLegerPeers: {item!r} is not id-host:port")
+            out[pid] = addr
+        if not out:
+            raise ValueError("controllerDLegerPeers: no peer")
+        if self.controllerDLegerSelfId not in out:
+            raise ValueError(f"controllerDLegerSelfId: {self.controllerDLegerSelfId!r} is not among the peers "
+                             f"({', '.join(out)})")
+        return out
+
+    def store_path(self) -> Path:
+        if self.controllerStorePath:
+            return Path(self.controllerStorePath).expanduser()
+        return Path(os.environ.get("RMQ_HOME") or "rmq-store") / "controller"
+
+
+@attrs.define
 class BrokerConfig:
     # identity and network
     brokerName: str = "broker-a"
@@ -175,13 +220,14 @@ class RootConfig:
 
     namesrv: NamesrvConfig | None = None
     broker: BrokerConfig | None = None
+    controller: ControllerConfig | None = None
     plugins: dict[str, list[str]] = attrs.field(factory=dict)
     plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
     log: LogConfig = attrs.field(factory=LogConfig)
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
 
     def roles(self) -> list[str]:
-        return [r for r in ("namesrv", "broker") if getattr(self, r) is not None]
+        return [r for r in ("namesrv", "controller", "broker") if getattr(self, r) is not None]
 
     def selected(self) -> dict[str, list[str]]:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
@@ -226,7 +272,7 @@ def _make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: t == dict[str, list[str]], plugins_hook)
-    for cls in (NamesrvConfig, BrokerConfig, LogConfig):
+    for cls in (NamesrvConfig, BrokerConfig, ControllerConfig, LogConfig):
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
     return conv
 
@@ -240,7 +286,8 @@ def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
     if text.startswith("extra fields found (") and text.endswith(")"):
         extras = text[len("extra fields found (") : -1].split(", ")
         section = path.split(".")[0] if path else ""
-        cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "log": LogConfig}.get(section, RootConfig)
+        cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
+               "log": LogConfig}.get(section, RootConfig)
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
         return f"{source}: unknown key {key!r}{did_you_mean(extras[0], known)}"
@@ -254,7 +301,8 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
         raise ConfigError(f"--set {dotted}={raw}: expected section.key=value")
     section, key = parts[0], parts[-1]
     value: Any = raw
-    cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "log": LogConfig}.get(section)
+    cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
+           "log": LogConfig}.get(section)
     if cls is not None and len(parts) == 2:
         fields = {f.name: f for f in attrs.fields(cls)}
         if key not in fields:
@@ -342,13 +390,18 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         raise ConfigError(_render_error(e, source, doc)) from None
     cfg.source = source
     if not cfg.roles():
-        raise ConfigError(f"{source}: no role enabled: add a [namesrv] and/or a [broker] section")
+        raise ConfigError(f"{source}: no role enabled: add a [namesrv], [controller] and/or [broker] section")
     for ns, tables in cfg.plugin.items():
         if ns not in NAMESPACES:
             raise ConfigError(f"{source}: plugin.{ns}: unknown plugin namespace{did_you_mean(ns, NAMESPACES)}")
         for name, table in tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")
+    if cfg.controller is not None:
+        try:
+            cfg.controller.peers()
+        except ValueError as e:
+            raise ConfigError(f"{source}: controller.{e}") from None
     if cfg.broker is not None:
         problem = _broker_role_problem(cfg.broker)
         if problem:
@@ -402,7 +455,7 @@ def dump_config(cfg: RootConfig) -> str:
 
     fmt = toml_value
 
-    for role in ("namesrv", "broker"):
+    for role in ("namesrv", "controller", "broker"):
         section = getattr(cfg, role)
         if section is not None:
             lines.append(f"\n[{role}]")

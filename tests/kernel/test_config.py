@@ -80,7 +80,7 @@ def test_plugins_table_accepts_name_or_list_and_keeps_plugin_tables_opaque(tmp_p
         ("[broker\n", "rmqd.toml: invalid TOML: Expected ']' at the end of a table declaration (at line 1"),
         ("[broker]\n[plugins]\nstorge = 'mmap'\n", "unknown plugin namespace 'storge' (did you mean 'storage'?)"),
         ("[broker]\n[plugins]\nstorage = 3\n", "plugins: storage: expected a plugin name or a list of names"),
-        ("[log]\nlevel = 'INFO'\n", "no role enabled: add a [namesrv] and/or a [broker] section"),
+        ("[log]\nlevel = 'INFO'\n", "no role enabled: add a [namesrv], [controller] and/or [broker] section"),
         ("rolez = 1\n[broker]\n", "rmqd.toml: unknown key 'rolez'"),
         ("[broker]\n[plugin.storgae.mmap]\n", "plugin.storgae: unknown plugin namespace (did you mean 'storage'?)"),
     ],

@@ -1,0 +1,347 @@
+"""``ControllerService``: one controller node of RocketMQ 5's controller mode, on rmq's remoting.
+
+Requests that change state (apply an id, register, alter the SyncStateSet, elect, clean)
+are served by the Raft leader only (others answer CONTROLLER_NOT_LEADER) and one at a
+time: decided against the current state, committed through Raft, then answered. A
+request whose events cannot be committed (no majority) fails with SYSTEM_ERROR and
+changes nothing anywhere.
+
+Liveness is not replicated (as in RocketMQ): every node keeps the heartbeats brokers
+send to all controllers. A scan every ``scanNotActiveBrokerInterval`` drops brokers whose
+heartbeats stopped, and the leader elects a new master for every broker set whose master
+is dead but which has a live replica, then tells the set's live members
+(NOTIFY_BROKER_ROLE_CHANGED) when ``notifyBrokerRoleChanged``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from rmq.kernel import RemotingConfig
+from rmq.plugins.controller.raft import CommitError, RaftState
+from rmq.plugins.controller.state import Code, Decision, HeartbeatInfo
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.jsonbody import loads
+
+if TYPE_CHECKING:
+    from rmq.kernel import Connection, ControllerConfig, Kernel, ProcessorRegistry, RemotingClient
+
+log = logging.getLogger("rmq.controller")
+
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
+
+
+@attrs.define
+class BrokerLive:
+    address: str
+    last_ms: int
+    timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS
+    epoch: int = -1
+    max_offset: int = -1
+    confirm_offset: int = -1
+    priority: int = 2**31 - 1
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerService:
+    def __init__(self, kernel: Kernel, config: ControllerConfig) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.peers = config.peers()
+        self.self_id = config.controllerDLegerSelfId
+        self.self_addr = self.peers[self.self_id]
+        self.raft_of = {pid: self._raft_addr(a) for pid, a in self.peers.items()}
+        self.live: dict[tuple[str, str, int], BrokerLive] = {}
+        self.raft: RaftState | None = None
+        self._lock = anyio.Lock()
+        self.client: RemotingClient | None = None
+        self.elections = 0
+
+    def _raft_addr(self, addr: str) -> str:
+        host, _, port = addr.rpartition(":")
+        return f"{host}:{int(port) + self.config.raftPortOffset}"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        others = [a for pid, a in self.raft_of.items() if pid != self.self_id]
+        self.raft = RaftState(self.raft_of[self.self_id], others, self.config.store_path() / self.self_id,
+                              on_leader_change=self._leader_changed)
+        self.client = self.kernel.hook.rmq_remoting_make_client(
+            kernel=self.kernel, config=RemotingConfig(name="controller-notify", connect_timeout=3.0), handler=None
+        )
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+        if self.raft is not None:
+            await anyio.to_thread.run_sync(self.raft.close)
+
+    def _leader_changed(self) -> None:  # pysyncobj's thread: logging only
+        log.info("controller %s: raft state changed (leader now %s)", self.self_id, self.leader_addr() or "none")
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft is not None and self.raft.is_leader
+
+    def leader_addr(self) -> str:
+        if self.raft is None:
+            return ""
+        raft_leader = self.raft.leader
+        for pid, ra in self.raft_of.items():
+            if ra == raft_leader:
+                return self.peers[pid]
+        return ""
+
+    def leader_id(self) -> str:
+        addr = self.leader_addr()
+        return next((pid for pid, a in self.peers.items() if a == addr), "")
+
+    # ------------------------------------------------------------------ liveness
+
+    def alive(self, cluster: str, name: str, bid: int) -> bool:
+        b = self.live.get((cluster, name, bid))
+        return b is not None and b.last_ms + b.timeout_ms >= _now_ms()
+
+    def info(self, cluster: str, name: str, bid: int) -> HeartbeatInfo:
+        b = self.live.get((cluster, name, bid))
+        if b is None:
+            return HeartbeatInfo()
+        return HeartbeatInfo(b.epoch, b.max_offset, b.priority)
+
+    async def run_scanner(self) -> None:
+        interval = max(self.config.scanNotActiveBrokerInterval, 100) / 1000
+        await anyio.sleep(min(2.0, interval))
+        while True:
+            now = _now_ms()
+            for key, b in list(self.live.items()):
+                if b.last_ms + b.timeout_ms < now:
+                    del self.live[key]
+                    log.info("broker %s id %d at %s stopped heartbeating", key[1], key[2], b.address)
+            if self.is_leader:
+                await self._elect_where_master_dead()
+            await anyio.sleep(interval)
+
+    async def _elect_where_master_dead(self) -> None:
+        assert self.raft is not None
+        with self.raft.lock:
+            sets = [(st.cluster, name, st.master_id) for name, st in self.raft.state.states.items()]
+        for cluster, name, master in sets:
+            if master is not None and self.alive(cluster, name, master):
+                continue
+            members = self.raft.state.replicas.get(name)
+            if members is None or not any(self.alive(cluster, name, i) for i in members.ids):
+                continue
+            if master is None and self.raft.state.states[name].master_epoch == 0:
+                continue  # never elected: the first broker asks for itself
+            for attempt in range(max(1, self.config.electMasterMaxRetryCount)):
+                d = await self._write(lambda name=name: self.raft.state.elect_master(  # type: ignore[union-attr]
+                    name, None, False, self.alive, self.info, self.config.enableElectUncleanMaster))
+                if d.code == Code.SUCCESS:
+                    log.info("elected broker %s id %s (%s) as master of %s, epoch %s", name,
+                             d.header["masterBrokerId"], d.header["masterAddress"], name, d.header["masterEpoch"])
+                    self.elections += 1
+                    self._notify(name, d)
+                    break
+                if d.code in (Code.MASTER_STILL_EXIST, Code.MASTER_NOT_AVAILABLE):
+                    if d.code == Code.MASTER_NOT_AVAILABLE:
+                        log.warning("no replica of %s can be elected: %s", name, d.remark)
+                    break
+                log.warning("election for %s failed (attempt %d): %s %s", name, attempt + 1, d.code, d.remark)
+
+    def _notify(self, name: str, d: Decision) -> None:
+        if not self.config.notifyBrokerRoleChanged or self.client is None or self.raft is None:
+            return
+        rep = self.raft.state.replicas.get(name)
+        if rep is None:
+            return
+        ext = {k: d.header[k] for k in ("masterAddress", "masterEpoch", "syncStateSetEpoch", "masterBrokerId")}
+        body = json.dumps({"syncStateSet": d.body["syncStateSet"],
+                           "syncStateSetEpoch": int(d.header["syncStateSetEpoch"])}).encode()
+        for bid, (addr, _code) in rep.ids.items():
+            if self.alive(rep.cluster, name, bid):
+                self.kernel.task_group.start_soon(self._notify_one, addr, ext, body)
+
+    async def _notify_one(self, addr: str, ext: dict[str, str], body: bytes) -> None:
+        assert self.client is not None
+        try:
+            with anyio.move_on_after(3):
+                await self.client.invoke_oneway(
+                    addr, RemotingCommand.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, dict(ext), body))
+        except Exception as e:
+            log.info("role change notice to %s failed: %s", addr, e)
+
+    # ------------------------------------------------------------------ the decide/commit pipeline
+
+    async def _write(self, decide: Callable[[], Decision]) -> Decision:
+        raft = self.raft
+        if raft is None or not raft.is_leader:
+            return Decision(Code.NOT_LEADER, remark=f"controller {self.self_id} is not the leader "
+                                                     f"(leader: {self.leader_addr() or 'none'})")
+        async with self._lock:
+            with raft.lock:
+                d = decide()
+            if d.events:
+                try:
+                    await raft.commit(d.events)
+                except CommitError as e:
+                    return Decision(int(ResponseCode.SYSTEM_ERROR), remark=str(e))
+        return d
+
+    def _read(self, decide: Callable[[], Decision]) -> Decision:
+        raft = self.raft
+        if raft is None or not raft.is_leader:
+            return Decision(Code.NOT_LEADER, remark=f"controller {self.self_id} is not the leader")
+        with raft.lock:
+            return decide()
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand, d: Decision) -> RemotingCommand:
+        body = json.dumps(d.body, separators=(",", ":")).encode() if d.body is not None else b""
+        return cmd.response(d.code, d.remark or None, dict(d.header), body)
+
+    # ------------------------------------------------------------------ processors
+
+    def register(self, registry: ProcessorRegistry, owner: str) -> None:
+        rc = RequestCode
+        for code, proc in (
+            (rc.BROKER_HEARTBEAT, self.heartbeat),
+            (rc.CONTROLLER_GET_NEXT_BROKER_ID, self.next_broker_id),
+            (rc.CONTROLLER_APPLY_BROKER_ID, self.apply_broker_id),
+            (rc.CONTROLLER_REGISTER_BROKER, self.register_broker),
+            (rc.CONTROLLER_GET_REPLICA_INFO, self.get_replica_info),
+            (rc.CONTROLLER_ALTER_SYNC_STATE_SET, self.alter_sync_state_set),
+            (rc.CONTROLLER_ELECT_MASTER, self.elect_master),
+            (rc.CONTROLLER_GET_METADATA_INFO, self.metadata),
+            (rc.CONTROLLER_GET_SYNC_STATE_DATA, self.sync_state_data),
+            (rc.CLEAN_BROKER_DATA, self.clean_broker_data),
+        ):
+            registry.register(code, proc, owner=owner)
+
+    async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster, name, addr = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName"), ext_str(cmd, "brokerAddr")
+        bid = ext_int(cmd, "brokerId", -1)
+        if bid < 0:
+            return cmd.response(Code.INVALID_REQUEST, "heartbeat without a brokerId")
+        key = (cluster, name, bid)
+        b = self.live.get(key)
+        epoch, max_offset = ext_int(cmd, "epoch", -1), ext_int(cmd, "maxOffset", -1)
+        timeout = ext_int(cmd, "heartbeatTimeoutMills", DEFAULT_HEARTBEAT_TIMEOUT_MS)
+        priority = ext_int(cmd, "electionPriority", 2**31 - 1)
+        if b is None:
+            b = self.live[key] = BrokerLive(addr, _now_ms(), timeout, epoch, max_offset,
+                                            ext_int(cmd, "confirmOffset", -1), priority)
+            log.info("broker %s id %d at %s is heartbeating", name, bid, addr)
+        else:
+            b.address, b.last_ms, b.timeout_ms, b.priority = addr, _now_ms(), timeout, priority
+            if (epoch, max_offset) > (b.epoch, b.max_offset):
+                b.epoch, b.max_offset = epoch, max_offset
+                b.confirm_offset = ext_int(cmd, "confirmOffset", -1)
+        return cmd.response()
+
+    async def next_broker_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
+        return self._answer(cmd, self._read(lambda: self.raft.state.next_broker_id(cluster, name)))  # type: ignore[union-attr]
+
+    async def apply_broker_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
+        bid, code = ext_int(cmd, "appliedBrokerId"), ext_str(cmd, "registerCheckCode")
+        d = await self._write(lambda: self.raft.state.apply_broker_id(cluster, name, bid, code))  # type: ignore[union-attr]
+        return self._answer(cmd, d)
+
+    async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
+        bid, addr = ext_int(cmd, "brokerId"), ext_str(cmd, "brokerAddress")
+        d = await self._write(lambda: self.raft.state.register_broker(cluster, name, bid, addr, self.alive))  # type: ignore[union-attr]
+        return self._answer(cmd, d)
+
+    async def get_replica_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        name = ext_str(cmd, "brokerName")
+        return self._answer(cmd, self._read(lambda: self.raft.state.get_replica_info(name, self.alive)))  # type: ignore[union-attr]
+
+    async def alter_sync_state_set(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        name = ext_str(cmd, "brokerName")
+        master, epoch = ext_int(cmd, "masterBrokerId"), ext_int(cmd, "masterEpoch")
+        try:
+            doc = loads(cmd.body or b"{}")
+            new = [int(i) for i in doc["syncStateSet"]]
+            sss_epoch = int(doc["syncStateSetEpoch"])
+        except (ValueError, KeyError, TypeError) as e:
+            return cmd.response(Code.INVALID_REQUEST, f"bad sync state set body: {e}")
+        d = await self._write(lambda: self.raft.state.alter_sync_state_set(  # type: ignore[union-attr]
+            name, master, epoch, new, sss_epoch, self.alive))
+        return self._answer(cmd, d)
+
+    async def elect_master(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        name = ext_str(cmd, "brokerName")
+        bid = ext_int(cmd, "brokerId", -1)
+        designate = ext_bool(cmd, "designateElect", False)
+        d = await self._write(lambda: self.raft.state.elect_master(  # type: ignore[union-attr]
+            name, bid, designate, self.alive, self.info, self.config.enableElectUncleanMaster))
+        if d.code == Code.SUCCESS:
+            self.elections += 1
+            log.info("elected broker %s id %s as master (asked by %s), epoch %s", name, d.header["masterBrokerId"],
+                     "an admin" if designate else f"broker {bid}", d.header["masterEpoch"])
+            self._notify(name, d)
+        return self._answer(cmd, d)
+
+    async def metadata(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        peers = "".join(f"{pid}:{addr};" for pid, addr in self.peers.items())
+        return cmd.response(ext={
+            "group": self.config.controllerDLegerGroup,
+            "controllerLeaderId": self.leader_id(),
+            "controllerLeaderAddress": self.leader_addr(),
+            "isLeader": "true" if self.is_leader else "false",
+            "peers": peers,
+        })
+
+    async def sync_state_data(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            names = [str(n) for n in (loads(cmd.body) if cmd.body else [])]
+        except (ValueError, TypeError) as e:
+            return cmd.response(Code.INVALID_REQUEST, f"body must be a JSON list of broker names: {e}")
+        raft = self.raft
+        if raft is None or not raft.is_leader:
+            return cmd.response(Code.NOT_LEADER, f"controller {self.self_id} is not the leader")
+        table: dict[str, Any] = {}
+        with raft.lock:
+            for name in names or list(raft.state.states):
+                st, rep = raft.state.states.get(name), raft.state.replicas.get(name)
+                if st is None or rep is None:
+                    continue
+
+                def member(i: int, rep: Any = rep, name: str = name) -> dict[str, Any]:
+                    return {"brokerName": name, "brokerId": i, "brokerAddress": rep.ids[i][0],
+                            "alive": self.alive(rep.cluster, name, i)}
+
+                table[name] = {
+                    "masterBrokerId": st.master_id,
+                    "masterAddress": rep.ids[st.master_id][0] if st.master_id in rep.ids else None,
+                    "masterEpoch": st.master_epoch,
+                    "syncStateSetEpoch": st.sss_epoch,
+                    "inSyncReplicas": [member(i) for i in sorted(st.sss) if i in rep.ids],
+                    "notInSyncReplicas": [member(i) for i in sorted(rep.ids) if i not in st.sss],
+                }
+        return cmd.response(body=json.dumps({"replicasInfoTable": table}, separators=(",", ":")).encode())
+
+    async def clean_broker_data(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        name = ext_str(cmd, "brokerName")
+        raw = ext_str(cmd, "brokerControllerIdsToClean", "") or ""
+        try:
+            ids = [int(x) for x in raw.split(";") if x.strip()]
+        except ValueError:
+            return cmd.response(Code.INVALID_REQUEST, f"brokerControllerIdsToClean {raw!r} is not ids separated by ;")
+        living = ext_bool(cmd, "isCleanLivingBroker", False)
+        d = await self._write(lambda: self.raft.state.clean_broker_data(name, ids or None, living, self.alive))  # type: ignore[union-attr]
+        return self._answer(cmd, d)

@@ -234,6 +234,12 @@ class ReplicaLog(Protocol):
         """Forget the unfinished tail (a new HA connection restarts at ``max_phy_offset``)."""
         ...
 
+    async def truncate_log(self, offset: int) -> int:
+        """Cut the log back to ``offset`` (a record boundary), with the queues and index built from it;
+        returns the bytes removed. A replica that follows a new master drops the tail that master
+        lacks (the last common epoch boundary) before following. ``ReplicaError`` if it cannot."""
+        ...
+
 
 @hookspec(firstresult=True)
 def rmq_storage_make_store(kernel: Kernel, config: Any) -> MessageStore | None:

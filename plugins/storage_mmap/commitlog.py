@@ -94,6 +94,13 @@ class Holes:
         while self._starts and self._ends[0] <= offset:
             del self._starts[0], self._ends[0]
 
+    def drop_above(self, offset: int) -> None:
+        """Forget holes at or past ``offset`` and clip one that spans it (the log was cut there)."""
+        while self._starts and self._starts[-1] >= offset:
+            del self._starts[-1], self._ends[-1]
+        if self._ends and self._ends[-1] > offset:
+            self._ends[-1] = offset
+
 
 @attrs.define
 class ScanResult:

@@ -244,6 +244,24 @@ class ConsumeQueue(MappedFileQueue):
                 break
         self.update_max_phys()
 
+    def truncate_phys(self, phys_end: int) -> None:
+        """Forget every unit whose record ends past commitlog offset ``phys_end`` (a replica cut its log)."""
+        if self.max_phys <= phys_end:
+            return
+        cut_at = None
+        for f in reversed(self.files):
+            pos = f.wrote - UNIT_SIZE
+            while pos >= 0:
+                phys, size, _tags = UNIT.unpack_from(f.mm, pos)
+                if not _is_blank(phys, size) and phys + size <= phys_end:
+                    cut_at = f.start + pos + UNIT_SIZE
+                    break
+                pos -= UNIT_SIZE
+            if cut_at is not None:
+                break
+        self.cut(cut_at if cut_at is not None else (self.files[0].start if self.files else 0))
+        self.update_max_phys()
+
     def first_unit(self) -> tuple[int, int]:
         """(queue offset, phys) of the first real unit; (-1, -1) when there is none."""
         for f in self.files:

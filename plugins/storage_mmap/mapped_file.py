@@ -270,6 +270,18 @@ class Preallocator:
                 log.warning("pre-allocation of %s failed (%s); creating synchronously", path, e)
         return MappedFile.open(path, size, create=True, reserve=size if self._reserve else None)
 
+    def discard_after(self, start: int) -> None:
+        """Delete pre-created segments that would start after ``start`` (the log was cut shorter: a
+        segment beyond the next one would leave a gap that recovery refuses)."""
+        with self._lock:
+            drop = [p for p in self._pending if p.name.isdigit() and int(p.name) > start]
+            futs = [self._pending.pop(p) for p in drop]
+        for fut in futs:
+            try:
+                fut.result(timeout=10).destroy()
+            except Exception:
+                pass
+
     def close(self) -> None:
         """Stop; a pre-created but unused file stays on disk (a full-size zero file is harmless)."""
         with self._lock:

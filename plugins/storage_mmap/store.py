@@ -58,7 +58,9 @@ from rmq.plugins.storage_mmap.reads import StoreReader
 from rmq.plugins.storage_mmap.recovery import recover_store, verify_all
 from rmq.plugins.storage_mmap.replica import Replica
 from rmq.plugins.storage_mmap.reput import ReputService
+from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE
 from rmq.protocol.names import validate_topic
+from rmq.protocol.record import HEAD2
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
 
 if TYPE_CHECKING:
@@ -203,6 +205,38 @@ class MmapMessageStore:
 
     def reset_replica(self) -> None:
         self.replica.reset()
+
+    async def truncate_log(self, offset: int) -> int:
+        """``ReplicaLog.truncate_log``: cut the commitlog (and the queues and index built from it) back
+        to ``offset``; returns how many bytes went. For a replica whose tail its new master lacks."""
+        cl = self.commitlog
+        if offset >= cl.max_offset:
+            return 0
+        if offset < cl.min_offset:
+            raise ReplicaError(f"cannot truncate to {offset}: the log starts at {cl.min_offset}")
+        f = cl.file_for(offset) if offset < cl.max_offset else None
+        if f is not None and offset != f.start:  # the cut must fall on a record boundary
+            pos = offset - f.start
+            total, magic = HEAD2.unpack_from(f.mm, pos) if pos + 8 <= f.wrote else (0, 0)
+            if magic not in (MAGIC_MESSAGE, MAGIC_BLANK):
+                raise ReplicaError(f"cannot truncate to {offset}: no record starts there")
+        await self.reput.wait_dispatched()
+        removed = cl.max_offset - offset
+        cl._truncate(offset, False, self._stale_span, None)
+        cl._prealloc.discard_after(cl.files[-1].end if cl.files else offset - offset % cl.file_size)
+        cl.tail = (offset, cl.tail[1])
+        cl.flushed_where = min(cl.flushed_where, offset)
+        cl.holes.drop_above(offset)
+        for cq in self.cqs:
+            cq.truncate_phys(offset)
+        if self.index is not None:
+            self.index.truncate(offset)
+        self.reput.offset = min(self.reput.offset, offset)
+        self.reput.handoff.clear()
+        self.appender.rebuild_queue_table()
+        self.replica.reset()
+        log.warning("store %s: commitlog truncated to offset %d (%d bytes removed)", self.root, offset, removed)
+        return removed
 
     def flush(self, least_pages: int) -> int:
         """``Flushable.flush``: blocking, for a worker thread (the caller advances ``durable``)."""

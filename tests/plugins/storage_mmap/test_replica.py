@@ -115,3 +115,29 @@ async def test_filler_of_another_segment_size_is_refused(tmp_path: Path) -> None
             await master.put_message(rec(i))
         with pytest.raises(ReplicaError, match="mappedFileSizeCommitLog"):
             await ship(master, slave, random.Random(1))
+
+
+async def test_truncate_log_cuts_records_queues_and_index_and_writes_go_on(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "s") as store:
+        ends = []
+        for i in range(400):  # several segments
+            r = await store.put_message(rec(i))
+            ends.append(r.wrote_offset + r.wrote_bytes)
+        await store.wait_dispatched()
+        keep = ends[249]  # the first 250 records stay
+        with pytest.raises(ReplicaError, match="no record starts"):
+            await store.truncate_log(keep + 3)
+        removed = await store.truncate_log(keep)
+        assert removed == ends[-1] - keep and store.max_phy_offset == keep
+        for q in range(3):
+            want = len([i for i in range(250) if i % 3 == q])
+            assert store.get_max_offset("T", q) == want
+        assert store.query_by_key("T", "UQ00000300", 10, 0, 2**62) == []
+        # the log continues from the cut: new records take the freed queue offsets
+        r = await store.put_message(rec(1000))
+        assert r.wrote_offset == keep and r.queue_offset == len([i for i in range(250) if i % 3 == 1000 % 3])
+        await store.wait_dispatched()
+        got = store.get_messages("G", "T", 1000 % 3, r.queue_offset, 1)
+        assert got.status is GetStatus.FOUND and bytes(got.messages[0]) == store.look_message_by_offset(keep)
+    async with open_store(tmp_path / "s") as store:  # and a restart agrees
+        assert store.max_phy_offset == keep + r.wrote_bytes

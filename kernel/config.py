@@ -108,6 +108,16 @@ class BrokerConfig:
     haMaxGapNotInSync: int = 256 * 1024 * 1024  # RocketMQ 4's haSlaveFallbehindMax
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40
+    # controller mode (RocketMQ 5: a controller elects the master; brokerRole/brokerId then come from it)
+    enableControllerMode: bool = False
+    controllerAddr: str = ""  # "host:port;host:port", the controllers' controllerDLegerPeers addresses
+    controllerHeartBeatTimeoutMills: int = 10_000
+    brokerHeartbeatInterval: int = 1_000
+    brokerElectionPriority: int = 2**31 - 1  # lower wins an election between equally advanced replicas
+    syncBrokerMetadataPeriod: int = 5_000
+    checkSyncStateSetPeriod: int = 5_000
+    haMaxTimeSlaveNotCatchup: int = 15_000
+    allAckInSyncStateSet: bool = False
     region: str = "DefaultRegion"
     traceOn: bool = True
     # topics, groups, clients
@@ -414,6 +424,15 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 def _broker_role_problem(b: BrokerConfig) -> str:
     """RocketMQ's start-up rules for brokerRole and brokerId (masters are id 0, slaves above)."""
+    if b.enableControllerMode:
+        if not [a for a in b.controllerAddr.replace(",", ";").split(";") if a.strip()]:
+            return "broker.controllerAddr: enableControllerMode needs the controllers' addresses (host:port;...)"
+        for key in ("controllerHeartBeatTimeoutMills", "brokerHeartbeatInterval", "syncBrokerMetadataPeriod",
+                    "checkSyncStateSetPeriod", "haMaxTimeSlaveNotCatchup"):
+            if getattr(b, key) <= 0:
+                return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
+        b.brokerRole = "SLAVE"  # as RocketMQ: the controller decides; a broker starts fenced
+        return _ha_problem(b)
     role = b.brokerRole.upper()
     if role not in BROKER_ROLES:
         return f"broker.brokerRole: {b.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
@@ -422,6 +441,10 @@ def _broker_role_problem(b: BrokerConfig) -> str:
         return f"broker.brokerId: a SLAVE needs a brokerId above 0 (got {b.brokerId})"
     if role != "SLAVE":
         b.brokerId = 0  # as RocketMQ: a master is broker 0 whatever the file says
+    return _ha_problem(b)
+
+
+def _ha_problem(b: BrokerConfig) -> str:
     if not 0 <= b.haListenPort <= 65535:
         return f"broker.haListenPort: {b.haListenPort} is not a port (0 = listenPort + 1)"
     for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize", "haMaxGapNotInSync"):

@@ -57,9 +57,20 @@ class ReplicationService(Protocol):
         every registration round; an unchanged or empty address is a no-op."""
         ...
 
-    def set_role(self, role: str, master_address: str = "") -> None:
+    def set_role(self, role: str, master_address: str = "", broker_id: int = -1) -> None:
         """Switch between SLAVE (follow ``master_address``) and a master role, without restarting
-        the transfer machinery: the seam an automatic failover drives."""
+        the transfer machinery: the seam an automatic failover drives. ``broker_id``: the id a
+        controller gave this broker (a slave names itself with it to its master)."""
+        ...
+
+    def in_sync(self, max_lag_ms: int, epoch_start: int) -> set[int]:
+        """Controller mode: ids of the slaves that acknowledged this master's whole log within
+        ``max_lag_ms`` and hold its current epoch (from ``epoch_start``): the SyncStateSet candidates."""
+        ...
+
+    async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
+        """Controller mode with allAckInSyncStateSet: True once every listed slave holds ``end_offset``,
+        False after syncFlushTimeout."""
         ...
 
     def stats(self) -> dict[str, object]:

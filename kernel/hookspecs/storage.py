@@ -234,6 +234,16 @@ class ReplicaLog(Protocol):
         """Forget the unfinished tail (a new HA connection restarts at ``max_phy_offset``)."""
         ...
 
+    def topic_queues(self) -> dict[str, int]:
+        """Topics that have queues in this store, with their highest queue id + 1: a replica promoted
+        before its metadata sync copied a topic's config can still serve it."""
+        ...
+
+    async def become_writable(self) -> None:
+        """A replica that becomes master continues from its own end: wait until dispatch has caught
+        up and take the queues' offsets from what was replicated."""
+        ...
+
     async def truncate_log(self, offset: int) -> int:
         """Cut the log back to ``offset`` (a record boundary), with the queues and index built from it;
         returns the bytes removed. A replica that follows a new master drops the tail that master

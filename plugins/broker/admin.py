@@ -220,6 +220,8 @@ class AdminProcessor:
         except Exception as e:  # stats are informative only
             log.debug("store stats failed: %s", e)
         table["brokerRole"] = b.config.brokerRole
+        if b.replicas is not None:  # controller mode
+            table.update(b.replicas.stats())
         repl = b.replication
         if repl is not None:  # RocketMQ's HA keys where it has them; lists as JSON text
             for k, v in repl.stats().items():

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.longpoll import PullHoldService
     from rmq.plugins.broker.offsets import ConsumerOffsetManager
     from rmq.plugins.broker.pipeline import PutPipeline
+    from rmq.plugins.broker.replicas import ReplicasManager
     from rmq.plugins.broker.topics import TopicConfigManager
 
 
@@ -45,6 +46,7 @@ class ProcessorContext(BrokerContext, Protocol):
     hold: PullHoldService
     pipeline: PutPipeline
     replication: ReplicationService | None
+    replicas: ReplicasManager | None  # controller mode: id, role and epoch from the controller
     store_host: bytes
     msg_id_prefix: str
     trace_on: str

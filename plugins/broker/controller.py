@@ -36,9 +36,10 @@ from rmq.plugins.broker.offsets import ConsumerOffsetManager
 from rmq.plugins.broker.pipeline import PutPipeline
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
+from rmq.plugins.broker.replicas import ReplicasManager
 from rmq.plugins.broker.send import SendProcessor
 from rmq.plugins.broker.slavesync import SlaveSynchronizer
-from rmq.plugins.broker.topics import TopicConfigManager
+from rmq.plugins.broker.topics import TopicConfig, TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import host_bytes
@@ -82,6 +83,8 @@ class BrokerController:
         self.is_slave = config.brokerRole.upper() == "SLAVE"
         self.accepts_writes = bool(config.brokerPermission & 2) and not self.is_slave
         self.master_addr = ""  # a slave's master (remoting address), from registration: metadata sync
+        self.broker_id = config.brokerId  # the id registered with name servers (controller mode: 0 = master)
+        self.replicas = ReplicasManager(kernel, self) if config.enableControllerMode else None
         self.server: RemotingServer | None = None
         self.registrar: NamesrvRegistrar | None = None
         self.slave_sync: SlaveSynchronizer | None = None
@@ -105,6 +108,8 @@ class BrokerController:
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor):
             proc.register(registry, owner)
+        if self.replicas is not None:
+            self.replicas.register(registry, owner)
         registry.services["broker"] = self
         registry.services["store"] = self.store
 
@@ -136,9 +141,15 @@ class BrokerController:
         return result
 
     async def wait_slave(self, result: PutResult) -> None:
-        """SYNC_MASTER: a put counts once a slave has it (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT)."""
+        """SYNC_MASTER: a put counts once a slave has it (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT); in
+        controller mode with allAckInSyncStateSet, once every SyncStateSet member has it."""
         repl = self.replication
         assert repl is not None
+        if self.replicas is not None:
+            others = self.replicas.sss - {self.replicas.broker_id}
+            if others and not await repl.wait_acked_by(others, result.wrote_offset + result.wrote_bytes):
+                result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            return
         if not repl.slave_available:
             result.status = PutStatus.SLAVE_NOT_AVAILABLE
         elif not await repl.wait_replicated(result.wrote_offset + result.wrote_bytes):
@@ -211,11 +222,34 @@ class BrokerController:
         ha_port = repl.port if repl is not None and repl.port else self.port + 1
         return {
             "brokerAddr": self.broker_addr,
-            "brokerId": str(cfg.brokerId),
+            "brokerId": str(self.broker_id),
             "brokerName": cfg.brokerName,
             "clusterName": cfg.brokerClusterName,
             "haServerAddr": f"{ha_ip}:{ha_port}",
         }
+
+    def set_role(self, *, master: bool, broker_id: int, master_addr: str) -> None:
+        """Controller mode: take the role the controller named (flags the processors read, the id
+        name servers list, the master to sync metadata from), then register at once."""
+        cfg = self.config
+        self.is_slave = not master
+        self.sync_master = master and cfg.allAckInSyncStateSet
+        self.accepts_writes = master and bool(cfg.brokerPermission & 2)
+        self.broker_id = broker_id
+        self.master_addr = master_addr
+        if self.slave_sync is not None and master_addr:
+            self.slave_sync.kick()
+        if self.registrar is not None:
+            self.registrar.trigger()
+
+    def adopt_stored_topics(self) -> None:
+        """A slave promoted before its metadata sync copied a topic (auto-created on the old master a
+        moment before it died) still has the topic's queues: give it a config, so routes list it."""
+        for topic, queues in sorted(self.store.topic_queues().items()):  # type: ignore[attr-defined]
+            if topic not in self.topics.table and not topic.startswith("rmq_sys_") and topic not in (
+                    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"):
+                self.topics.update(TopicConfig(topic, queues, queues))
+                log.info("topic %s has queues in the store but no config here: created with %d queues", topic, queues)
 
     def _registered(self, ext: dict[str, str]) -> None:
         """A name server answered a registration: a slave learns its master's addresses from it."""
@@ -230,6 +264,10 @@ class BrokerController:
                 self.slave_sync.kick()
         if self.replication is not None:
             self.replication.update_master_address(ext.get("haServerAddr"))
+
+    def _may_register(self) -> bool:
+        """Controller mode: a fenced broker (no role from the controller yet) stays out of routes."""
+        return self.replicas is None or self.replicas.role != "FENCED"
 
     def _register_body(self) -> bytes:
         return register_body(self.topics.register_body_table(), self.topics.data_version.to_json())
@@ -335,7 +373,7 @@ class BrokerController:
             addrs = self.namesrv_addrs()
             if addrs:
                 self.registrar = NamesrvRegistrar(kernel, cfg, addrs, self._identity, self._register_body,
-                                                  on_registered=self._registered)
+                                                  on_registered=self._registered, enabled=self._may_register)
                 stack.push_async_callback(self.registrar.aclose)
                 stack.push_async_callback(self.registrar.unregister_all)
                 with anyio.move_on_after(cfg.registerBrokerTimeoutMills / 1000):
@@ -354,6 +392,8 @@ class BrokerController:
                             tg.start_soon(self.registrar.run)
                         if self.slave_sync is not None:
                             tg.start_soon(self.slave_sync.run)
+                        if self.replicas is not None:
+                            tg.start_soon(self.replicas.run)
 
             kernel.task_group.start_soon(loops)
             log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s", cfg.brokerName,

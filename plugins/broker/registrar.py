@@ -39,6 +39,7 @@ class NamesrvRegistrar:
         identity: Callable[[], dict[str, str]],
         body: Callable[[], bytes],
         on_registered: Callable[[dict[str, str]], None] | None = None,
+        enabled: Callable[[], bool] | None = None,
     ) -> None:
         self.kernel = kernel
         self.config = config
@@ -46,6 +47,7 @@ class NamesrvRegistrar:
         self._identity = identity
         self._body = body
         self._on_registered = on_registered
+        self._enabled = enabled or (lambda: True)
         self._wake = anyio.Event()
         self._state: dict[str, bool] = {}
         self._lock = anyio.Lock()
@@ -71,7 +73,7 @@ class NamesrvRegistrar:
             await self.register_all()
 
     async def register_all(self) -> None:
-        if not self.addrs:
+        if not self.addrs or not self._enabled():
             return
         async with self._lock:
             ext = self._identity()

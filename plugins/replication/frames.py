@@ -4,6 +4,8 @@ Slave → master: a bare 8-byte big-endian long, the slave's commitlog max offse
 master reads the last whole report in what arrived (reports are 8 bytes, so a stream
 of them stays aligned).
 
+Controller mode only: the slave first sends a 16-byte handshake with its broker id.
+
 Master → slave: frames ``[8 B physical offset][4 B body size][body]``; a body of size 0
 is a heartbeat. The decoder refuses what no master sends (a negative offset or size,
 a body over ``max_body``) with :class:`FrameError`, whose message names the fault; the
@@ -15,9 +17,23 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-__all__ = ["HEADER", "REPORT", "FrameError", "ReportReader", "TransferDecoder", "encode_header", "encode_report"]
+__all__ = [
+    "HANDSHAKE",
+    "HEADER",
+    "REPORT",
+    "FrameError",
+    "ReportReader",
+    "TransferDecoder",
+    "decode_handshake",
+    "encode_handshake",
+    "encode_header",
+    "encode_report",
+]
 
 REPORT = struct.Struct(">q")
+#: controller mode: a slave opens with AutoSwitchHA's handshake layout (state HANDSHAKE=1, isSyncFromLastFile,
+#: isAsyncLearner, slave broker id) so that its master knows which replica each connection is
+HANDSHAKE = struct.Struct(">ihhq")
 HEADER = struct.Struct(">qi")
 #: a slave's read buffer in RocketMQ is 4 MiB; no master sends a body larger than that
 MAX_BODY = 4 * 1024 * 1024
@@ -31,6 +47,17 @@ class FrameError(ValueError):
 
 def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
+
+
+def encode_handshake(broker_id: int) -> bytes:
+    return HANDSHAKE.pack(1, 0, 0, broker_id)
+
+
+def decode_handshake(data: bytes) -> int:
+    state, _last_file, _learner, broker_id = HANDSHAKE.unpack(data)
+    if state != 1 or broker_id <= 0:
+        raise FrameError(f"not a replica handshake (state {state}, broker id {broker_id})")
+    return int(broker_id)
 
 
 def encode_header(offset: int, size: int) -> bytes:

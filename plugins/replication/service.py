@@ -38,9 +38,12 @@ from anyio.abc import SocketStream
 
 from rmq.kernel import RateLimitedLog, ReplicaError, Watermark
 from rmq.plugins.replication.frames import (
+    HANDSHAKE,
     FrameError,
     ReportReader,
     TransferDecoder,
+    decode_handshake,
+    encode_handshake,
     encode_header,
     encode_report,
 )
@@ -101,6 +104,9 @@ class SlaveLink:
         self.sent_offset = -1
         self.connected_ms = time.time_ns() // 1_000_000
         self.reported = anyio.Event()
+        self.broker_id = -1  # controller mode: from the slave's handshake
+        self.caught_up = 0.0  # monotonic time the slave last acknowledged the master's whole log
+        self.acked = Watermark()
 
     def info(self, master_max: int) -> dict[str, Any]:
         return {
@@ -109,6 +115,7 @@ class SlaveLink:
             "transferredOffset": self.sent_offset,
             "lagBytes": max(0, master_max - self.ack_offset) if self.ack_offset >= 0 else master_max,
             "connectedSince": self.connected_ms,
+            **({"brokerId": self.broker_id} if self.broker_id >= 0 else {}),
         }
 
 
@@ -142,6 +149,9 @@ class HAService:
         self.slave_reported = -1
         self.diverged = ""
         self.applied_chunks = 0
+        # controller mode: slaves open with a 16-byte handshake naming their broker id (AutoSwitchHA's layout)
+        self.handshake = bool(getattr(config, "enableControllerMode", False))
+        self.identity = -1  # this broker's controller-assigned id, sent in that handshake
 
     # ------------------------------------------------------------------ ReplicationService
 
@@ -158,6 +168,34 @@ class HAService:
         self.notifier.poke()  # the writers may be asleep: this put's bytes are there now
         return await self.replicated.wait_for(end_offset, self.timeout)
 
+    async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
+        """Controller mode with allAckInSyncStateSet: True once every slave in ``broker_ids`` holds
+        ``end_offset``; False after syncFlushTimeout (a member with no connection never acks)."""
+        deadline = time.monotonic() + self.timeout
+        self.notifier.poke()
+        for bid in broker_ids:
+            while True:
+                link = next((k for k in self.links if k.broker_id == bid), None)
+                left = deadline - time.monotonic()
+                if link is not None and link.ack_offset >= end_offset:
+                    break
+                if left <= 0:
+                    return False
+                if link is None:
+                    await anyio.sleep(min(0.05, left))
+                elif not await link.acked.wait_for(end_offset, left):
+                    return False
+        return True
+
+    def in_sync(self, max_lag_ms: int, epoch_start: int) -> set[int]:
+        """Controller mode: slaves (by broker id) that acknowledged the whole log within ``max_lag_ms``
+        and hold this master's current epoch."""
+        now = time.monotonic()
+        return {
+            k.broker_id for k in self.links
+            if k.broker_id >= 0 and k.ack_offset >= epoch_start and now - k.caught_up <= max_lag_ms / 1000
+        }
+
     def update_master_address(self, addr: str | None) -> None:
         """The master's HA address as the name server knows it (ignored when haMasterAddress is set)."""
         if self.fixed_master or not addr or addr == self.master_address:
@@ -167,8 +205,10 @@ class HAService:
         ev, self._master_changed = self._master_changed, anyio.Event()
         ev.set()
 
-    def set_role(self, role: str, master_address: str = "") -> None:
+    def set_role(self, role: str, master_address: str = "", broker_id: int = -1) -> None:
         """Switch between following a master (SLAVE) and serving slaves only (a master role)."""
+        if broker_id >= 0:
+            self.identity = broker_id
         role = role.upper()
         if role == self.role:
             if master_address:
@@ -267,6 +307,7 @@ class HAService:
 
     async def _read_reports(self, stream: SocketStream, link: SlaveLink) -> str:
         reader = ReportReader()
+        pending = b""
         while True:
             try:
                 with anyio.fail_after(self.housekeeping):
@@ -275,6 +316,18 @@ class HAService:
                 return f"no report for {self.config.haHousekeepingInterval} ms"
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 return "closed by the slave"
+            if self.handshake and link.broker_id < 0:
+                pending += data
+                if len(pending) < HANDSHAKE.size:
+                    continue
+                try:
+                    link.broker_id = decode_handshake(pending[: HANDSHAKE.size])
+                except FrameError as e:
+                    return str(e)
+                data = pending[HANDSHAKE.size :]
+                log.info("slave %s is broker id %d", link.addr, link.broker_id)
+                if not data:
+                    continue
             try:
                 offset = reader.feed(data)
             except FrameError as e:
@@ -298,6 +351,9 @@ class HAService:
                 link.request_offset = offset
                 link.reported.set()
             link.ack_offset = offset
+            link.acked.advance(offset)
+            if offset >= master_max:
+                link.caught_up = time.monotonic()
             self.replicated.advance(offset)
 
     async def _transfer(self, stream: SocketStream, link: SlaveLink, scope: anyio.CancelScope) -> None:
@@ -375,6 +431,8 @@ class HAService:
             self.master_connected = True
             log.info("HA connected to master %s; this log ends at %d", addr, self.store.max_phy_offset)
             decoder = TransferDecoder(max(self.batch, 4 * 1024 * 1024))
+            if self.handshake:
+                await stream.send(encode_handshake(max(self.identity, 0)))
             await self._report(stream)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeats, stream)

@@ -206,6 +206,20 @@ class MmapMessageStore:
     def reset_replica(self) -> None:
         self.replica.reset()
 
+    def topic_queues(self) -> dict[str, int]:
+        """``ReplicaLog.topic_queues``: every topic with a consume queue here, and its highest queue id + 1."""
+        out: dict[str, int] = {}
+        for cq in self.cqs:
+            out[cq.topic] = max(out.get(cq.topic, 0), cq.queue_id + 1)
+        return out
+
+    async def become_writable(self) -> None:
+        """``ReplicaLog.become_writable``: a replica turned master continues its own log (queue offsets
+        from what the replicated records put into the queues)."""
+        await self.reput.wait_dispatched()
+        self.appender.rebuild_queue_table()
+        self.replica.reset()
+
     async def truncate_log(self, offset: int) -> int:
         """``ReplicaLog.truncate_log``: cut the commitlog (and the queues and index built from it) back
         to ``offset``; returns how many bytes went. For a replica whose tail its new master lacks."""

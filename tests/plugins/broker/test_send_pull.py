@@ -290,8 +290,14 @@ class SlaveDouble:
     def update_master_address(self, addr: str | None) -> None:
         pass
 
-    def set_role(self, role: str, master_address: str = "") -> None:
+    def set_role(self, role: str, master_address: str = "", broker_id: int = -1) -> None:
         pass
+
+    def in_sync(self, max_lag_ms: int, epoch_start: int) -> set[int]:
+        return set()
+
+    async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
+        return True
 
     def stats(self) -> dict[str, object]:
         return {"double": True}

@@ -1,0 +1,186 @@
+"""Automatic failover end to end: three controllers (one inside the name server's process, RocketMQ's
+enableControllerInNamesrv), three brokers of one brokerName in controller mode with allAckInSyncStateSet.
+
+A send stream runs against whoever is master; the master is SIGKILLed; a new master is elected
+from the SyncStateSet and takes sends; every acknowledged message is on it exactly once; the old
+master comes back as a slave of the new epoch, with its log cut back to what the new master has.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.message import decode_message
+from rmq.testing.daemon import RmqdProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5) -> Any:
+    async def go() -> RemotingCommand:
+        async with TcpRemotingClient(RemotingConfig(name="fo-test")) as c:
+            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
+                                                                body), timeout)
+
+    return anyio.run(go)
+
+
+def info(p: RmqdProcess) -> dict[str, str]:
+    return json.loads(call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]  # type: ignore[no-any-return]
+
+
+def wait(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+        except Exception:
+            v = None
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout:g}s")
+
+
+def send_ext(i: int) -> dict[str, str]:
+    return {"producerGroup": "PG", "topic": "FO", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": str(i % 4), "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "WAIT\x01true"}
+
+
+def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: Any) -> None:
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+    ctl = {"controllerDLegerPeers": peers, "listenHost": "127.0.0.1", "scanNotActiveBrokerInterval": 1000}
+    procs: list[RmqdProcess] = []
+
+    def start(p: RmqdProcess) -> RmqdProcess:
+        procs.append(p)
+        return p.start()
+
+    try:
+        ns = start(RmqdProcess(tmp_path / "ns", broker=False, extra={"controller": {
+            **ctl, "controllerDLegerSelfId": "n0", "controllerStorePath": str(tmp_path / "ns" / "ctl")}}))
+        for i in (1, 2):
+            start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+                **ctl, "controllerDLegerSelfId": f"n{i}", "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
+        bconf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
+                 "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
+                 "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500,
+                 "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000, "haMaxTimeSlaveNotCatchup": 5000,
+                 "registerNameServerPeriod": 2000, "mappedFileSizeCommitLog": 1024 * 1024, "syncFlushTimeout": 3000}
+        brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=bconf)) for i in range(3)]
+
+        def roles() -> dict[str, RmqdProcess]:
+            return {info(b)["controllerRole"] + str(k): b for k, b in enumerate(brokers)
+                    if b.proc is not None and b.proc.poll() is None}
+
+        def settled() -> bool:
+            r = roles()
+            masters = [b for k, b in r.items() if k.startswith("MASTER")]
+            return len(masters) == 1 and len(json.loads(info(masters[0])["syncStateSet"])) == 3
+
+        wait(settled, 60, "one master with all three brokers in its SyncStateSet")
+        master = next(b for k, b in roles().items() if k.startswith("MASTER"))
+
+        acked: dict[bytes, int] = {}
+        stop = threading.Event()
+        state = {"addr": master.broker_addr}
+
+        def current_master() -> str:
+            r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FO"})
+            if r.code != 0:
+                return ""
+            addrs = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"]
+            return addrs.get("0", "")
+
+        first_after_kill: list[float] = []
+        killed_at: list[float] = []
+
+        async def stream() -> None:
+            i = 0
+            async with TcpRemotingClient(RemotingConfig(name="stream")) as c:
+                while not stop.is_set():
+                    body = b"m-%06d" % i
+                    try:
+                        r = await c.invoke(state["addr"], RemotingCommand.request(
+                            RequestCode.SEND_MESSAGE, send_ext(i), body), 5)
+                    except Exception:
+                        r = None
+                    if r is not None and r.code == 0:
+                        acked[body] = int(r.ext["queueOffset"])
+                        if killed_at and not first_after_kill:
+                            first_after_kill.append(time.monotonic())
+                        i += 1
+                    else:
+                        await anyio.sleep(0.2)
+                        try:
+                            addr = await anyio.to_thread.run_sync(current_master)
+                        except Exception:
+                            addr = ""
+                        if addr:
+                            state["addr"] = addr
+
+        t = threading.Thread(target=anyio.run, args=(stream,))
+        t.start()
+        wait(lambda: len(acked) >= 200, 60, "sends acknowledged by the first master")
+        killed_at.append(time.monotonic())
+        master.kill()
+        wait(lambda: first_after_kill, 60, "a send acknowledged after the master died")
+        failover_s = first_after_kill[0] - killed_at[0]
+        n_before = len(acked)
+        wait(lambda: len(acked) >= n_before + 100, 60, "sends go on with the new master")
+        stop.set()
+        t.join(30)
+        new = next(b for k, b in roles().items() if k.startswith("MASTER"))
+        assert new is not master
+        print(f"failover: first acknowledged send {failover_s:.2f} s after the SIGKILL")  # noqa: T201
+
+        # every acknowledged message is on the new master, exactly once
+        seen: dict[bytes, int] = {}
+        for q in range(4):
+            offset = 0
+            while True:
+                r = call(new.broker_addr, RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": "check", "topic": "FO", "queueId": q, "queueOffset": offset, "maxMsgNums": 32,
+                    "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
+                    "subVersion": 0, "expressionType": "TAG"})
+                if r.code != 0:
+                    break
+                for m in _records(r.body):
+                    seen[m.body] = seen.get(m.body, 0) + 1
+                offset = int(r.ext["nextBeginOffset"])
+        missing = [b for b in acked if b not in seen]
+        assert not missing, f"{len(missing)} acknowledged messages missing, e.g. {missing[:3]}"
+        assert all(seen[b] == 1 for b in acked)
+
+        # the old master returns as a slave of the new epoch and converges on the new master's log
+        master.start()
+        wait(lambda: info(master)["controllerRole"] == "SLAVE", 60, "the old master comes back as a slave")
+        end = int(info(new)["commitLogMaxOffset"])
+        wait(lambda: int(info(master)["commitLogMaxOffset"]) >= end, 60, "the old master caught up")
+        a = b"".join(p.read_bytes() for p in sorted((master.workdir / "store" / "commitlog").iterdir()))
+        b = b"".join(p.read_bytes() for p in sorted((new.workdir / "store" / "commitlog").iterdir()))
+        assert a[:end] == b[:end]
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def _records(body: bytes) -> list[Any]:
+    out = []
+    pos = 0
+    while pos + 4 <= len(body):
+        size = int.from_bytes(body[pos : pos + 4], "big")
+        out.append(decode_message(body[pos : pos + size]))
+        pos += size
+    return out

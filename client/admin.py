@@ -6,6 +6,7 @@ usable from scripts (see ``rmq.client.blocking.Admin``) and tests.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -98,6 +99,54 @@ class Admin(ClientBase):
         if type(table) is not dict:
             raise BadResponseError("broker runtime info has no table")
         return {str(k): str(v) for k, v in table.items()}
+
+    # ------------------------------------------------------------------ controller mode (RocketMQ 5)
+
+    async def controller_metadata(self, controller_addr: str) -> dict[str, str]:
+        """CONTROLLER_GET_METADATA_INFO of one controller node: ``group``, ``controllerLeaderId``,
+        ``controllerLeaderAddress``, ``isLeader``, ``peers``."""
+        self._check_running()
+        resp = await self.instance.invoke(controller_addr, RequestCode.CONTROLLER_GET_METADATA_INFO,
+                                          what="controller metadata")
+        return dict(resp.ext)
+
+    async def _controller_leader(self, controller_addr: str) -> str:
+        meta = await self.controller_metadata(controller_addr)
+        leader = meta.get("controllerLeaderAddress") or ""
+        if not leader:
+            raise ClientError(f"controller {controller_addr} knows no leader (no majority of controllers?)")
+        return leader
+
+    async def sync_state_data(self, controller_addr: str, broker_names: list[str]) -> dict[str, Any]:
+        """CONTROLLER_GET_SYNC_STATE_DATA from the leader: per broker name, the master, epochs, and the
+        in-sync and other replicas (with ``alive``)."""
+        leader = await self._controller_leader(controller_addr)
+        resp = await self.instance.invoke(leader, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                                          body=json.dumps(broker_names).encode(), what="sync state data")
+        table = json_object(resp.body, "sync state data").get("replicasInfoTable")
+        if type(table) is not dict:
+            raise BadResponseError("sync state data has no replicasInfoTable")
+        return table
+
+    async def replica_info(self, controller_addr: str, broker_name: str) -> dict[str, Any]:
+        """CONTROLLER_GET_REPLICA_INFO: the master (id and address when alive), master epoch and SyncStateSet."""
+        leader = await self._controller_leader(controller_addr)
+        resp = await self.instance.invoke(leader, RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                          {"brokerName": broker_name}, what=f"replica info of {broker_name}")
+        out: dict[str, Any] = dict(resp.ext)
+        out.update(json_object(resp.body or b"{}", "replica info"))
+        return out
+
+    async def elect_master(self, controller_addr: str, cluster: str, broker_name: str, broker_id: int) -> dict[str, str]:
+        """CONTROLLER_ELECT_MASTER for a manual switch (designateElect): ``broker_id`` becomes master if it
+        is alive and in the SyncStateSet; the answer names the master and the new epoch."""
+        leader = await self._controller_leader(controller_addr)
+        resp = await self.instance.invoke(
+            leader, RequestCode.CONTROLLER_ELECT_MASTER,
+            {"clusterName": cluster, "brokerName": broker_name, "brokerId": str(broker_id), "designateElect": "true",
+             "invokeTime": str(int(time.time() * 1000))},
+            ok=(ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST), what=f"elect master of {broker_name}")
+        return dict(resp.ext)
 
     async def list_topics(self) -> list[str]:
         self._check_running()

@@ -11,7 +11,9 @@ writes time out instead of diverging (no split brain).
 
 from __future__ import annotations
 
+import _socket
 import asyncio
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +22,11 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from rmq.plugins.controller.state import ReplicasInfo, decode_event
+
+# pysyncobj's win_inet_pton module replaces socket.inet_ntop on every platform with a Windows-only
+# ctypes version that raises on Linux (its "if os.name == 'nt'" guards only inet_pton): put the
+# real one back, for the whole process (IPv6 hosts in messages are decoded with it).
+socket.inet_ntop = _socket.inet_ntop
 
 __all__ = ["CommitError", "RaftState"]
 

@@ -1,9 +1,10 @@
-"""Automatic failover end to end: three controllers (one inside the name server's process, RocketMQ's
-enableControllerInNamesrv), three brokers of one brokerName in controller mode with allAckInSyncStateSet.
+"""Automatic failover end to end: a name server, three controllers, three brokers of one brokerName in
+controller mode with allAckInSyncStateSet.
 
 A send stream runs against whoever is master; the master is SIGKILLed; a new master is elected
 from the SyncStateSet and takes sends; every acknowledged message is on it exactly once; the old
 master comes back as a slave of the new epoch, with its log cut back to what the new master has.
+Then the controller leader is SIGKILLed, and the new master too: the group still elects a master.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from rmq.client import Admin
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
@@ -68,11 +70,11 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
         return p.start()
 
     try:
-        ns = start(RmqdProcess(tmp_path / "ns", broker=False, extra={"controller": {
-            **ctl, "controllerDLegerSelfId": "n0", "controllerStorePath": str(tmp_path / "ns" / "ctl")}}))
-        for i in (1, 2):
-            start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-                **ctl, "controllerDLegerSelfId": f"n{i}", "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
+        ns = start(RmqdProcess(tmp_path / "ns", broker=False))
+        controllers = [start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+            **ctl, "controllerDLegerSelfId": f"n{i}", "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
+            for i in range(3)]
+        ctl_addrs = [f"127.0.0.1:{p}" for p in ports]
         bconf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
                  "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
                  "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500,
@@ -171,9 +173,35 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
         a = b"".join(p.read_bytes() for p in sorted((master.workdir / "store" / "commitlog").iterdir()))
         b = b"".join(p.read_bytes() for p in sorted((new.workdir / "store" / "commitlog").iterdir()))
         assert a[:end] == b[:end]
+
+        # what the controllers know, through our client's admin
+        async def admin_view() -> tuple[dict[str, str], dict[str, Any]]:
+            async with Admin(ns.namesrv_addr) as admin:
+                meta = await admin.controller_metadata(ctl_addrs[0])
+                data = await admin.sync_state_data(ctl_addrs[0], ["broker-a"])
+                return meta, data
+
+        meta, data = anyio.run(admin_view)
+        group = data["broker-a"]
+        assert group["masterAddress"] == new.broker_addr and group["masterEpoch"] == 2
+        assert meta["controllerLeaderAddress"] in ctl_addrs
+
+        # the controller leader dies, then the new master: the group still gets a master
+        leader = controllers[ctl_addrs.index(meta["controllerLeaderAddress"])]
+        wait(lambda: len(json.loads(info(new)["syncStateSet"])) == 3, 30, "the old master back in the set")
+        leader.kill()
+        new.kill()
+        third = wait(lambda: next((b for k, b in roles().items() if k.startswith("MASTER")), None), 60,
+                     "a master after losing the controller leader and the second master")
+        assert third is not new
+        wait(lambda: send_and_ack(third.broker_addr), 30, "the third master takes sends")
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+def send_and_ack(addr: str) -> bool:
+    return call(addr, RequestCode.SEND_MESSAGE, send_ext(0), b"after").code == 0  # type: ignore[no-any-return]
 
 
 def _records(body: bytes) -> list[Any]:
@@ -184,3 +212,44 @@ def _records(body: bytes) -> list[Any]:
         out.append(decode_message(body[pos : pos + size]))
         pos += size
     return out
+
+
+def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any) -> None:
+    import signal
+
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+    procs: list[RmqdProcess] = []
+    try:
+        ns = RmqdProcess(tmp_path / "ns", broker=False).start()
+        procs.append(ns)
+        controllers = []
+        for i in range(3):
+            c = RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+                "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}).start()
+            procs.append(c)
+            controllers.append(c)
+        master = RmqdProcess(tmp_path / "b0", namesrv=False, broker_conf={
+            "namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
+            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "controllerHeartBeatTimeoutMills": 3000,
+            "syncBrokerMetadataPeriod": 500, "mappedFileSizeCommitLog": 1024 * 1024}).start()
+        procs.append(master)
+        wait(lambda: info(master)["controllerRole"] == "MASTER", 60, "the only broker is master")
+        wait(lambda: send_and_ack(master.broker_addr), 20, "the master takes sends")
+        for c in controllers:  # the controllers become unreachable (a partition, as the master sees it)
+            assert c.proc is not None
+            c.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait(lambda: "fenced" in info(master), 20, "the master fences itself")
+            r = call(master.broker_addr, RequestCode.SEND_MESSAGE, send_ext(1), b"while cut off")
+            assert r.code != 0  # not acknowledged: a newer master may exist
+        finally:
+            for c in controllers:
+                assert c.proc is not None
+                c.proc.send_signal(signal.SIGCONT)
+        wait(lambda: send_and_ack(master.broker_addr), 60, "writes resume once the controllers answer")
+        assert any("fenced" in ln for ln in master.log_lines())
+    finally:
+        for p in reversed(procs):
+            p.stop()

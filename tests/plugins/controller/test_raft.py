@@ -77,3 +77,11 @@ async def test_three_nodes_commit_fail_over_and_replay(tmp_path: Path) -> None:
     finally:
         for n in nodes:
             n.close()
+
+
+def test_importing_the_raft_layer_leaves_socket_inet_ntop_working() -> None:
+    import socket
+
+    import rmq.plugins.controller.raft  # noqa: F401 - pysyncobj patches socket.inet_ntop on import
+
+    assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"

@@ -1,0 +1,166 @@
+"""Automatic failover figures with real rmqd processes: a name server, three controllers, three brokers.
+
+    python bench/failover.py [--kills N] [--messages M]
+
+* failover time: a send stream runs against the master (re-resolved through the name server's
+  route after each failure); the master is SIGKILLed, the time to the first acknowledged send on
+  the new master is recorded; the killed broker is restarted (it rejoins as a slave) and the next
+  kill waits until the SyncStateSet is whole again. Printed: min / median / max over N kills.
+* produce rate with allAckInSyncStateSet on and off (32 in flight, 1 KiB).
+
+Detection settings are the ones a user can lower: controllerHeartBeatTimeoutMills 3000,
+brokerHeartbeatInterval 500, scanNotActiveBrokerInterval 1000. Figures only: it exits non-zero
+only when something fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from replication import produce  # noqa: E402
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
+from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
+from rmq.protocol.codes import RequestCode  # noqa: E402
+from rmq.protocol.command import RemotingCommand  # noqa: E402
+from rmq.testing.daemon import RmqdProcess, free_port  # noqa: E402
+
+
+def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
+    async def go() -> RemotingCommand:
+        async with TcpRemotingClient(RemotingConfig(name="bench-fo")) as c:
+            return await c.invoke(addr, RemotingCommand.request(code, ext or {}, body), 5)
+
+    return anyio.run(go)
+
+
+def info(p: RmqdProcess) -> dict[str, str]:
+    return json.loads(call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]  # type: ignore[no-any-return]
+
+
+def wait(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+        except Exception:
+            v = None
+        if v:
+            return v
+        time.sleep(0.1)
+    raise RuntimeError(f"{what}: not within {timeout:g}s")
+
+
+def cluster(work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess], list[RmqdProcess]]:
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+    ns = RmqdProcess(work / "ns", broker=False).start()
+    ctls = [RmqdProcess(work / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+        "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(work / f"c{i}" / "ctl")}}).start()
+        for i in range(3)]
+    conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
+            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": all_ack,
+            "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000,
+            "checkSyncStateSetPeriod": 1000, "haMaxTimeSlaveNotCatchup": 5000, "registerNameServerPeriod": 2000}
+    brokers = [RmqdProcess(work / f"b{i}", namesrv=False, broker_conf=conf).start() for i in range(3)]
+    return ns, ctls, brokers
+
+
+def master_of(brokers: list[RmqdProcess]) -> RmqdProcess | None:
+    for b in brokers:
+        if b.proc is not None and b.proc.poll() is None and info(b).get("controllerRole") == "MASTER":
+            return b
+    return None
+
+
+def whole(brokers: list[RmqdProcess]) -> bool:
+    m = master_of(brokers)
+    return m is not None and len(json.loads(info(m)["syncStateSet"])) == len(brokers)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--messages", type=int, default=5000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rmq-bench-failover-"))
+    procs: list[RmqdProcess] = []
+    try:
+        for all_ack in (False, True):
+            ns, ctls, brokers = cluster(work / f"rate-{all_ack}", all_ack)
+            procs += [ns, *ctls, *brokers]
+            wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
+            m = master_of(brokers)
+            assert m is not None
+            rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
+            print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
+                  f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
+            for p in reversed([ns, *ctls, *brokers]):
+                p.stop()
+        ns, ctls, brokers = cluster(work / "kills", True)
+        procs += [ns, *ctls, *brokers]
+        wait(lambda: whole(brokers), 60, "cluster settled")
+        times = []
+        for k in range(args.kills):
+            m = master_of(brokers)
+            assert m is not None
+            stop = threading.Event()
+            first: list[float] = []
+            killed: list[float] = []
+
+            def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
+                       addr: str = m.broker_addr) -> None:
+                ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+                       "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+                while not stop.is_set():
+                    try:
+                        ok = call(addr, RequestCode.SEND_MESSAGE, ext, b"x").code == 0
+                    except Exception:
+                        ok = False
+                    if ok and killed and not first:
+                        first.append(time.monotonic())
+                        return
+                    if not ok:
+                        try:
+                            r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
+                            addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
+                        except Exception:
+                            pass
+                        time.sleep(0.05)
+
+            t = threading.Thread(target=stream)
+            t.start()
+            time.sleep(1.0)
+            killed.append(time.monotonic())
+            m.kill()
+            t.join(120)
+            stop.set()
+            if not first:
+                raise RuntimeError("no send acknowledged after the kill")
+            times.append(first[0] - killed[0])
+            print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
+            m.start()
+            wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
+        print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
+              f"max {max(times):.2f} s")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

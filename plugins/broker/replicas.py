@@ -73,7 +73,7 @@ class ReplicasManager:
         self.state = "INITIAL"
         self.epochs = EpochFile(cfg.store_root() / "epochFileCheckpoint")
         self.last_leader_ok = 0.0  # monotonic time of the last answer from a controller leader
-        self.fenced_reason = "starting: not registered with the controller yet"
+        self.fenced_reason = ""  # set while a master is fenced off for want of a controller leader
         self._lock = anyio.Lock()
         self.client: RemotingClient | None = None
 
@@ -356,6 +356,7 @@ class ReplicasManager:
         self.master_epoch, self.sss_epoch, self.sss = epoch, sss_epoch, sss or {self.broker_id}
         self.master_id, self.master_addr = self.broker_id, b.broker_addr
         self.role = "MASTER"
+        self.fenced_reason = ""
         self.last_leader_ok = time.monotonic()
         b.set_role(master=True, broker_id=0, master_addr="")
         log.info("%s is MASTER of %s at epoch %d (was %s), log end %d", b.broker_addr, self.cfg.brokerName, epoch,
@@ -433,7 +434,7 @@ class ReplicasManager:
             "syncStateSet": json.dumps(sorted(self.sss)),
             "syncStateSetEpoch": str(self.sss_epoch),
             "controllerLeader": self.leader,
-            **({"fenced": self.fenced_reason} if self.fenced_reason and self.role != "SLAVE" else {}),
+            **({"fenced": self.fenced_reason} if self.fenced_reason and self.role == "MASTER" else {}),
         }
 
 

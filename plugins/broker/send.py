@@ -180,6 +180,10 @@ class SendProcessor:
                                 f"the broker[{cfg.brokerName}] is a slave (brokerRole SLAVE) and takes no messages")
         if not cfg.brokerPermission & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
+        if not b.accepts_writes:  # controller mode: fenced (no role from the controller, or cut off from it)
+            why = (b.replicas.fenced_reason if b.replicas is not None else "") or "it has no role from the controller yet"
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"the broker[{cfg.brokerName}] takes no messages now: {why}")
         if topic in NOT_ALLOWED_SEND:
             return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         tc = b.topics.table.get(topic)

@@ -8,7 +8,8 @@ clients, and a client that hangs can be killed without taking pytest with it.
 
 Modes:
   produce  {"namesrv","topic","count","start","method": sync|oneway|orderly|batch|async, "tags","keys",
-            "props": {name: value-template}, "delay", "group", "batch_size", "arg_mod"}
+            "props": {name: value-template}, "delay", "group", "batch_size", "arg_mod", "interval_ms",
+            "stop_on_error"}
   pull     {"namesrv","topic","group","expression","props": [names]}
   push     {"namesrv","topic","group","expression","model": clustering|broadcasting,"instance",
             "props": [names], "fail_first": n, "orderly": bool}  -- runs until "stop" arrives on stdin
@@ -103,6 +104,8 @@ def produce(cfg: dict[str, Any]) -> None:
                     emit({"i": i, "error": f"{type(e).__name__}: {e}"})
                     if cfg.get("stop_on_error", True):
                         break
+                if cfg.get("interval_ms"):  # a steady stream rather than a burst
+                    time.sleep(int(cfg["interval_ms"]) / 1000)
     finally:
         p.shutdown()
     emit({"done": True})

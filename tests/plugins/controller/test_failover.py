@@ -112,7 +112,8 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
             i = 0
             async with TcpRemotingClient(RemotingConfig(name="stream")) as c:
                 while not stop.is_set():
-                    body = b"m-%06d" % i
+                    body = b"m-%06d" % i  # a new body per attempt: a resent one could be stored twice
+                    i += 1
                     try:
                         r = await c.invoke(state["addr"], RemotingCommand.request(
                             RequestCode.SEND_MESSAGE, send_ext(i), body), 5)
@@ -122,7 +123,6 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
                         acked[body] = int(r.ext["queueOffset"])
                         if killed_at and not first_after_kill:
                             first_after_kill.append(time.monotonic())
-                        i += 1
                     else:
                         await anyio.sleep(0.2)
                         try:
@@ -250,6 +250,49 @@ def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any
                 c.proc.send_signal(signal.SIGCONT)
         wait(lambda: send_and_ack(master.broker_addr), 60, "writes resume once the controllers answer")
         assert any("fenced" in ln for ln in master.log_lines())
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) -> None:
+    import signal
+
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+    procs: list[RmqdProcess] = []
+    try:
+        ns = RmqdProcess(tmp_path / "ns", broker=False).start()
+        procs.append(ns)
+        for i in range(3):
+            procs.append(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+                "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}).start())
+        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
+                "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
+                "controllerHeartBeatTimeoutMills": 30000, "checkSyncStateSetPeriod": 500,
+                "haMaxTimeSlaveNotCatchup": 3000, "syncFlushTimeout": 1000, "mappedFileSizeCommitLog": 1024 * 1024}
+        brokers = [RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf).start() for i in range(2)]
+        procs += brokers
+
+        def sss(b: RmqdProcess) -> list[int]:
+            return json.loads(info(b)["syncStateSet"])  # type: ignore[no-any-return]
+
+        master = wait(lambda: next((b for b in brokers if info(b)["controllerRole"] == "MASTER" and len(sss(b)) == 2),
+                                   None), 60, "a master with its slave in sync")
+        slave = next(b for b in brokers if b is not master)
+        assert send_and_ack(master.broker_addr)
+        assert slave.proc is not None
+        slave.proc.send_signal(signal.SIGSTOP)
+        try:
+            r = call(master.broker_addr, RequestCode.SEND_MESSAGE, send_ext(1), b"waits for the set")
+            assert r.code == 12  # FLUSH_SLAVE_TIMEOUT: a member of the set does not acknowledge
+            wait(lambda: len(sss(master)) == 1, 30, "the stalled slave leaves the sync state set")
+            assert send_and_ack(master.broker_addr)  # the set is the master alone: sends go through
+        finally:
+            slave.proc.send_signal(signal.SIGCONT)
+        wait(lambda: len(sss(master)) == 2, 30, "the slave rejoins once caught up")
+        assert send_and_ack(master.broker_addr)
     finally:
         for p in reversed(procs):
             p.stop()

@@ -36,6 +36,7 @@ class NamesrvConfig:
     scanNotActiveBrokerInterval: int = 10_000  # ms
     brokerChannelExpiredTime: int = 120_000  # ms
     orderMessageEnable: bool = False
+    enableControllerInNamesrv: bool = False  # run the controller role in this process ([controller] or defaults)
 
 
 @attrs.define
@@ -407,6 +408,8 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         for name, table in tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")
+    if cfg.namesrv is not None and cfg.namesrv.enableControllerInNamesrv and cfg.controller is None:
+        cfg.controller = ControllerConfig()
     if cfg.controller is not None:
         try:
             cfg.controller.peers()

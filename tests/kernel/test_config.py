@@ -123,3 +123,19 @@ def test_dump_config_is_toml_that_loads_back_to_the_same_config(tmp_path: Path) 
     again = load_config(write(tmp_path, text))
     assert again.broker == cfg.broker and again.namesrv == cfg.namesrv
     assert again.selected() == cfg.selected()
+
+
+def test_controller_role_from_its_section_or_inside_the_namesrv() -> None:
+    from rmq.kernel.config import structure_config
+
+    cfg = structure_config({"namesrv": {"enableControllerInNamesrv": True}})
+    assert cfg.roles() == ["namesrv", "controller"] and cfg.controller is not None
+    assert cfg.controller.peers() == {"n0": "127.0.0.1:9878"}
+    cfg = structure_config({"controller": {"controllerDLegerPeers": "n0-h:1;n1-h:2", "controllerDLegerSelfId": "n1"}})
+    assert cfg.roles() == ["controller"] and cfg.controller is not None and cfg.controller.peers()["n1"] == "h:2"
+    with pytest.raises(ConfigError, match="controllerDLegerSelfId: 'n7' is not among the peers"):
+        structure_config({"controller": {"controllerDLegerSelfId": "n7"}})
+    with pytest.raises(ConfigError, match="is not id-host:port"):
+        structure_config({"controller": {"controllerDLegerPeers": "n0:9878"}})
+    with pytest.raises(ConfigError, match="controllerAddr"):
+        structure_config({"broker": {"enableControllerMode": True}})

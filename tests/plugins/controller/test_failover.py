@@ -293,6 +293,20 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) ->
             slave.proc.send_signal(signal.SIGCONT)
         wait(lambda: len(sss(master)) == 2, 30, "the slave rejoins once caught up")
         assert send_and_ack(master.broker_addr)
+
+        # a manual switch through our client's admin (ELECT_MASTER with designateElect)
+        slave_id = int(info(slave)["controllerBrokerId"])
+
+        async def switch() -> tuple[dict[str, str], dict[str, Any]]:
+            async with Admin(ns.namesrv_addr) as admin:
+                elected = await admin.elect_master(f"127.0.0.1:{ports[0]}", "DefaultCluster", "broker-a", slave_id)
+                return elected, await admin.replica_info(f"127.0.0.1:{ports[1]}", "broker-a")
+
+        elected, replica = anyio.run(switch)
+        assert elected["masterBrokerId"] == str(slave_id) and replica["masterAddress"] == slave.broker_addr
+        wait(lambda: info(slave)["controllerRole"] == "MASTER" and info(master)["controllerRole"] == "SLAVE", 30,
+             "the roles swap")
+        wait(lambda: send_and_ack(slave.broker_addr), 30, "the new master takes sends")
     finally:
         for p in reversed(procs):
             p.stop()

@@ -118,22 +118,30 @@ def main() -> int:
             m = master_of(brokers)
             assert m is not None
             stop = threading.Event()
+            errors: list[str] = []
             first: list[float] = []
             killed: list[float] = []
 
             def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
+                       errors: list[str] = errors,
                        addr: str = m.broker_addr) -> None:
                 ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
                        "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+                last = ""
                 while not stop.is_set():
+                    started = time.monotonic()
                     try:
-                        ok = call(addr, RequestCode.SEND_MESSAGE, ext, b"x").code == 0
-                    except Exception:
+                        r = call(addr, RequestCode.SEND_MESSAGE, ext, b"x")
+                        ok = r.code == 0
+                        last = f"{addr}: code {r.code} {r.remark}"
+                    except Exception as e:
                         ok = False
-                    if ok and killed and not first:
+                        last = f"{addr}: {e}"
+                    if ok and killed and started > killed[0] and not first:
                         first.append(time.monotonic())
                         return
                     if not ok:
+                        errors.append(last)
                         try:
                             r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
                             addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
@@ -144,12 +152,12 @@ def main() -> int:
             t = threading.Thread(target=stream)
             t.start()
             time.sleep(1.0)
-            killed.append(time.monotonic())
             m.kill()
+            killed.append(time.monotonic())
             t.join(120)
             stop.set()
             if not first:
-                raise RuntimeError("no send acknowledged after the kill")
+                raise RuntimeError(f"no send acknowledged after the kill ({errors[-1:]})")
             times.append(first[0] - killed[0])
             print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
             m.start()

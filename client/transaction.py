@@ -23,7 +23,7 @@ from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand, RemotingError, ext_int
 from rmq.protocol.common import Prop, SysFlag
 from rmq.protocol.message import MessageExt, decode_message, decode_offset_msg_id
-from rmq.protocol.names import printable
+from rmq.protocol.names import AUTO_CREATE_TOPIC, printable
 
 log = logging.getLogger("rmq.client.transaction")
 
@@ -107,6 +107,13 @@ class TransactionProducer(Producer):
     async def _on_start(self) -> None:
         await super()._on_start()
         self.instance.handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
+        # as Java's producer does at start (its TBW102 route): know the cluster's brokers and tell them
+        # about this group now, so a check about an earlier producer's half message can reach this one
+        try:
+            await self.instance.fetch_route(AUTO_CREATE_TOPIC)
+            await self.instance.send_heartbeat()
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("transaction producer %s: first heartbeat deferred: %s", self.group, exc)
 
     async def send_in_transaction(
         self,

@@ -244,7 +244,7 @@ class RootConfig:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
         out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
         out["remoting"] = ["tcp"]
-        out["processors"] = self.roles() + (["schedule"] if self.broker is not None else [])
+        out["processors"] = self.roles() + (["schedule", "transaction"] if self.broker is not None else [])
         out["filters"] = ["tag", "sql92", "class"]
         out["allocation"] = list(ALL_ALLOCATORS)
         if self.broker is not None:

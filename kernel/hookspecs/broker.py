@@ -26,6 +26,7 @@ from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
     from rmq.kernel.config import BrokerConfig
+    from rmq.kernel.hookspecs.remoting import Connection
     from rmq.kernel.hookspecs.storage import MessageStore
     from rmq.kernel.kernel import Kernel
     from rmq.kernel.model import MessageRecord, PutResult
@@ -52,6 +53,18 @@ class BrokerContext(Protocol):
 
     async def put(self, rec: MessageRecord) -> PutResult:
         """Store ``rec`` through the put pipeline (stages, then the store, then replication waits)."""
+        ...
+
+    def producer_channels(self, group: str) -> list[Connection]:
+        """Live connections of the producers of ``group`` (a transaction check asks one of them)."""
+        ...
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed consumer offset of (group, topic, queue), -1 when none."""
+        ...
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit a consumer offset (persisted with the broker's consumerOffset.json)."""
         ...
 
 

@@ -155,6 +155,15 @@ class BrokerController:
         elif not await repl.wait_replicated(result.wrote_offset + result.wrote_bytes):
             result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
 
+    def producer_channels(self, group: str) -> list[Connection]:
+        return [ch.conn for ch in self.producers.groups.get(group, {}).values() if not ch.conn.closed]
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self.offsets.query(group, topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets.commit(group, topic, queue_id, offset)
+
     def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
         """The compiled subscription, cached per (group, topic, type, expression); None = match all."""
         key = (group, topic, etype, expr)

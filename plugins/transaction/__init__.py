@@ -1,0 +1,88 @@
+"""The bundled ``transaction`` processors plugin: RocketMQ 4.3+'s transactional messages (reference §8).
+
+Entry point ``rmq.processors: transaction``; selected for every broker. Settings are
+RocketMQ's, in ``[broker]``: ``transactionTimeOut``, ``transactionCheckMax``,
+``transactionCheckInterval``, ``rejectTransactionMessage``.
+
+* ``HalfMessageStage`` (put stage on ``TRAN_MSG``): a prepared message is stored as a half
+  message in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, its real topic and queue in
+  ``REAL_TOPIC``/``REAL_QID`` and its transaction bits cleared, so no consumer sees it.
+* END_TRANSACTION (37): commit puts the real message (COMMIT bit, prepared offset = the
+  half's, the half's store time) and then an op record; rollback writes only the op record
+  (topic ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = the half's queue offset).
+* ``TransactionCheckService``: every ``transactionCheckInterval`` the master walks the half
+  queue from its committed offset, skips halves that have an op, and asks one live producer
+  of the half's group (CHECK_TRANSACTION_STATE) about those older than
+  ``transactionTimeOut`` (or CHECK_IMMUNITY_TIME_IN_SECONDS), each check putting a copy of
+  the half back with TRANSACTION_CHECK_TIMES + 1; after ``transactionCheckMax`` checks the
+  half goes to ``TRANS_CHECK_MAX_TIME_TOPIC``. Progress is the consumer offsets of group
+  ``CID_RMQ_SYS_TRANS``, so it survives restarts like any consumer's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from rmq.kernel import NoOptions, hookimpl, structure_options
+from rmq.plugins.transaction.service import HalfMessageStage, TransactionCheckService, TransactionEnder
+from rmq.protocol.codes import RequestCode
+
+if TYPE_CHECKING:
+    from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
+
+__all__ = ["HalfMessageStage", "TransactionCheckService", "TransactionPlugin"]
+
+log = logging.getLogger("rmq.broker.transaction")
+
+
+class TransactionPlugin:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        structure_options(NoOptions, options, "plugin.processors.transaction")
+        self.ender: TransactionEnder | None = None
+        self.service: TransactionCheckService | None = None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        if registry.role == "broker":
+            registry.register(RequestCode.END_TRANSACTION, self._end, owner="transaction")
+
+    async def _end(self, conn: Any, cmd: Any) -> Any:
+        broker = self._broker
+        if broker is None:
+            return cmd.response(1, "transaction service not running")
+        if self.ender is None:
+            self.ender = TransactionEnder(broker)
+        return await self.ender.end(conn, cmd)
+
+    _broker: BrokerContext | None = None
+
+    @hookimpl
+    def rmq_broker_put_stages(self, kernel: Kernel, broker: BrokerContext) -> list[HalfMessageStage]:
+        self._broker = broker
+        return [HalfMessageStage()]
+
+    @hookimpl
+    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
+        self._broker = broker
+        return self._run(kernel, broker)
+
+    @asynccontextmanager
+    async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
+        svc = self.service = TransactionCheckService(broker)
+        scope = anyio.CancelScope()
+
+        async def run() -> None:
+            with scope:
+                await svc.run()
+
+        kernel.task_group.start_soon(run)
+        try:
+            yield
+        finally:
+            scope.cancel()
+            self.service = None

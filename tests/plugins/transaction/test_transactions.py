@@ -1,0 +1,128 @@
+"""Transactional messages against a real rmqd with our TransactionProducer: commit, rollback, a half
+message invisible until committed, an unknown outcome settled by the broker's check (answered by
+another producer of the group once the first is gone), the check surviving a SIGKILL of rmqd, and
+the discard after transactionCheckMax checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.client import LocalTransactionState, Message, PullConsumer, PullStatus, TransactionProducer
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.command import RemotingCommand
+from rmq.testing.daemon import RmqdProcess
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def tx_rmqd(rmqd_factory: Any) -> RmqdProcess:
+    return rmqd_factory(broker_conf={"transactionCheckInterval": 500, "transactionTimeOut": 1000,
+                                     "transactionCheckMax": 3})  # type: ignore[no-any-return]
+
+
+async def create_topic(addr: str, topic: str) -> None:
+    async with TcpRemotingClient(RemotingConfig(name="tx-admin")) as c:
+        r = await c.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}), 5)
+        assert r.code == 0
+
+
+async def bodies(ns: str, topic: str, wait_for: int = 0, timeout: float = 15) -> list[bytes]:
+    got: list[bytes] = []
+    async with PullConsumer("TX_CHECK", ns) as pc:
+        mq = (await pc.fetch_queues(topic))[0]
+        with anyio.move_on_after(timeout):
+            offset = 0
+            while True:
+                r = await pc.pull(mq, offset, 32)
+                if r.status is PullStatus.FOUND:
+                    got += [m.body for m in r.messages]
+                    offset = r.next_begin_offset
+                    continue
+                if len(got) >= wait_for:
+                    break
+                await anyio.sleep(0.2)
+    return got
+
+
+async def test_commit_rollback_and_invisible_until_committed(tx_rmqd: RmqdProcess) -> None:
+    ns = tx_rmqd.namesrv_addr
+    await create_topic(tx_rmqd.broker_addr, "TxA")
+    release = anyio.Event()
+    seen_during: list[bytes] = []
+
+    async def slow_commit(msg: Message, arg: Any) -> LocalTransactionState:
+        seen_during.extend(await bodies(ns, "TxA", timeout=1))  # the half is stored but must not show
+        release.set()
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    async with TransactionProducer("TXG_A", ns) as p:
+        r = await p.send_in_transaction(Message("TxA", b"one"), slow_commit)
+        assert r.state is LocalTransactionState.COMMIT_MESSAGE
+        r = await p.send_in_transaction(Message("TxA", b"two"), lambda m, a: LocalTransactionState.ROLLBACK_MESSAGE)
+        assert r.state is LocalTransactionState.ROLLBACK_MESSAGE
+        r = await p.send_in_transaction(Message("TxA", b"three"), lambda m, a: True)
+    assert seen_during == []
+    assert await bodies(ns, "TxA", wait_for=2) == [b"one", b"three"]
+    await anyio.sleep(2.5)  # several check passes: nothing settled is asked about or delivered again
+    assert await bodies(ns, "TxA", wait_for=2) == [b"one", b"three"]
+
+
+async def test_unknown_outcome_is_settled_by_a_check_to_another_producer(tx_rmqd: RmqdProcess) -> None:
+    ns = tx_rmqd.namesrv_addr
+    await create_topic(tx_rmqd.broker_addr, "TxB")
+    async with TransactionProducer("TXG_B", ns) as p1:  # its owner goes away before deciding
+        r = await p1.send_in_transaction(Message("TxB", b"pending"), lambda m, a: LocalTransactionState.UNKNOW)
+        assert r.state is LocalTransactionState.UNKNOW
+    asked: list[bytes] = []
+
+    def checker(msg: Any) -> LocalTransactionState:
+        asked.append(msg.body)
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    async with TransactionProducer("TXG_B", ns, checker=checker):
+        assert await bodies(ns, "TxB", wait_for=1, timeout=20) == [b"pending"]
+    assert asked and asked[0] == b"pending"
+
+
+async def test_check_survives_a_crash_and_max_checks_discard(rmqd_factory: Any) -> None:
+    proc = rmqd_factory(broker_conf={"transactionCheckInterval": 500, "transactionTimeOut": 1000,
+                                     "transactionCheckMax": 2})
+    ns = proc.namesrv_addr
+    await create_topic(proc.broker_addr, "TxC")
+    async with TransactionProducer("TXG_C", ns) as p:
+        await p.send_in_transaction(Message("TxC", b"after-crash"), lambda m, a: LocalTransactionState.UNKNOW)
+        await p.send_in_transaction(Message("TxC", b"never"), lambda m, a: LocalTransactionState.UNKNOW)
+    proc.kill()
+    proc.start()
+
+    def checker(msg: Any) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE if msg.body == b"after-crash" else LocalTransactionState.UNKNOW
+
+    async with TransactionProducer("TXG_C", ns, checker=checker):
+        assert await bodies(ns, "TxC", wait_for=1, timeout=20) == [b"after-crash"]
+        with anyio.fail_after(30):  # the undecided one goes to TRANS_CHECK_MAX_TIME_TOPIC after 2 checks
+            while True:
+                async with TcpRemotingClient(RemotingConfig(name="tx-q")) as c:
+                    r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
+                        "topic": "TRANS_CHECK_MAX_TIME_TOPIC", "queueId": "0"}), 5)
+                if r.code == 0 and int(r.ext.get("offset", 0)) >= 1:
+                    break
+                await anyio.sleep(0.3)
+    assert await bodies(ns, "TxC", wait_for=1, timeout=2) == [b"after-crash"]
+    async with TcpRemotingClient(RemotingConfig(name="tx-q")) as c:  # progress is a consumer offset, as in RocketMQ
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": "CID_RMQ_SYS_TRANS", "topic": "RMQ_SYS_TRANS_HALF_TOPIC", "queueId": "0"}), 5)
+    assert r.code == 0 and int(r.ext["offset"]) >= 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -150,6 +151,7 @@ def main() -> int:
     finally:
         for p in reversed(procs):
             p.stop()
+        shutil.rmtree(work, ignore_errors=True)  # stores of GiB-sized segments: never leave them behind
     return 0
 
 

@@ -156,6 +156,7 @@ ADMIN_WRITE_CODES = frozenset(
         RequestCode.DELETE_EXPIRED_COMMITLOG,
         RequestCode.CONTROLLER_ELECT_MASTER,
         RequestCode.CLEAN_BROKER_DATA,
+        RequestCode.RESUME_CHECK_HALF_MESSAGE,
         RequestCode.UPDATE_CONTROLLER_CONFIG,
     )
 )

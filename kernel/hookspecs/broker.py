@@ -67,6 +67,11 @@ class BrokerContext(Protocol):
         """Commit a consumer offset (persisted with the broker's consumerOffset.json)."""
         ...
 
+    def ensure_topic(self, topic: str, queues: int, perm: int = 6) -> None:
+        """Create the topic's config if it has none (a system topic used on first need), registered
+        with the name servers with the next round."""
+        ...
+
 
 @runtime_checkable
 class PutStage(Protocol):

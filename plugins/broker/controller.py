@@ -164,6 +164,10 @@ class BrokerController:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offsets.commit(group, topic, queue_id, offset)
 
+    def ensure_topic(self, topic: str, queues: int, perm: int = 6) -> None:
+        if topic not in self.topics.table:
+            self.topics.update(TopicConfig(topic, queues, queues, perm))
+
     def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
         """The compiled subscription, cached per (group, topic, type, expression); None = match all."""
         key = (group, topic, etype, expr)

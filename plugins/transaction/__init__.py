@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from rmq.kernel import NoOptions, hookimpl, structure_options
-from rmq.plugins.transaction.service import HalfMessageStage, TransactionCheckService, TransactionEnder
+from rmq.plugins.transaction.service import (
+    HalfMessageStage,
+    TransactionCheckService,
+    TransactionEnder,
+    resume_check,
+)
 from rmq.protocol.codes import RequestCode
 
 if TYPE_CHECKING:
@@ -50,6 +55,12 @@ class TransactionPlugin:
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
         if registry.role == "broker":
             registry.register(RequestCode.END_TRANSACTION, self._end, owner="transaction")
+            registry.register(RequestCode.RESUME_CHECK_HALF_MESSAGE, self._resume, owner="transaction")
+
+    async def _resume(self, conn: Any, cmd: Any) -> Any:
+        if self._broker is None:
+            return cmd.response(1, "transaction service not running")
+        return await resume_check(self._broker, cmd)
 
     async def _end(self, conn: Any, cmd: Any) -> Any:
         broker = self._broker

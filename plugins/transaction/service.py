@@ -12,7 +12,13 @@ from rmq.kernel import GetStatus, MessageRecord, PutResult, PutStatus, RateLimit
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
-from rmq.protocol.message import MessageDecodeError, decode_message, offset_msg_id
+from rmq.protocol.message import (
+    MessageDecodeError,
+    decode_message,
+    decode_offset_msg_id,
+    encode_message,
+    offset_msg_id,
+)
 from rmq.protocol.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
@@ -57,10 +63,10 @@ class TransactionEnder:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    async def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         b = self.broker
         if b.is_slave:
-            return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "Transaction message is not available in slave")
+            return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE)
         group = ext_str(cmd, "producerGroup")
         queue_offset = ext_int(cmd, "tranStateTableOffset")
         phys = ext_int(cmd, "commitLogOffset")
@@ -71,10 +77,10 @@ class TransactionEnder:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is not 8, 12 or 0")
             log.debug("transaction %s left unknown by %s (%s)", ext_str(cmd, "msgId", ""), group,
                       "check" if from_check else "producer")
-            return cmd.response()
+            return None  # as RocketMQ: no answer at all
         raw = b.store.look_message_by_offset(phys)
         if raw is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no half message at commit log offset {phys}")
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
         try:
             half = decode_message(raw)
         except MessageDecodeError as e:
@@ -92,21 +98,41 @@ class TransactionEnder:
             real_topic, real_qid = props.get(Prop.REAL_TOPIC), props.get(Prop.REAL_QID)
             if not real_topic or not (real_qid or "").lstrip("-").isdigit():
                 return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no real topic/queue")
-            rec = record_of(half, real_topic, int(real_qid or 0),
-                            {Prop.REAL_TOPIC: None, Prop.REAL_QID: None, Prop.TRAN_MSG: None,
-                             Prop.TRANSACTION_CHECK_TIMES: None, Prop.TRAN_PREPARED_QUEUE_OFFSET: None},
+            # the stored commit keeps the half's properties (TRAN_MSG, PGROUP, REAL_TOPIC, REAL_QID) as
+            # RocketMQ's does: it serialises them before taking those keys out of its map
+            rec = record_of(half, real_topic, int(real_qid or 0), {},
                             sys_flag=(half.sys_flag & ~_TX_BITS) | SysFlag.TX_COMMIT,
                             prepared_tx_offset=phys)
             rec.store_timestamp = half.store_timestamp
             result = await b.put(rec)
             if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                                      PutStatus.SLAVE_NOT_AVAILABLE):
-                return cmd.response(ResponseCode.SYSTEM_ERROR, f"commit not stored: {result.status.name} "
-                                    f"{result.remark or ''}".strip())
+                code = {PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+                        PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+                        PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE}.get(
+                            result.status, ResponseCode.SYSTEM_ERROR)
+                return cmd.response(code, f"commit not stored: {result.status.name} {result.remark or ''}".strip())
         op = await b.put(op_record(queue_offset))
         if op.status is not PutStatus.PUT_OK:
             _limited.warning("op", "transaction op for half offset %d not stored: %s", queue_offset, op.status.name)
         return cmd.response()
+
+
+async def resume_check(broker: BrokerContext, cmd: RemotingCommand) -> RemotingCommand:
+    """RESUME_CHECK_HALF_MESSAGE (323): put a discarded half back to be checked again (counter reset)."""
+    failed = "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed."
+    try:
+        phys = decode_offset_msg_id(ext_str(cmd, "msgId"))[2]
+        raw = broker.store.look_message_by_offset(phys)
+        msg = decode_message(raw) if raw is not None else None
+    except (ValueError, MessageDecodeError):
+        msg = None
+    if msg is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, failed)
+    result = await broker.put(record_of(msg, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: "0"}))
+    if result.status is not PutStatus.PUT_OK:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, failed)
+    return cmd.response()
 
 
 class TransactionCheckService:
@@ -198,14 +224,26 @@ class TransactionCheckService:
                 await self._discard(half)
                 i += 1
                 continue
+            age = start_ms - half.born_timestamp if props.get(Prop.TRAN_PREPARED_QUEUE_OFFSET) else (
+                start_ms - half.store_timestamp)
             immunity = props.get(Prop.CHECK_IMMUNITY_TIME_IN_SECONDS)
-            wait_ms = self.timeout_ms
             if immunity is not None:
                 try:
-                    wait_ms = max(int(immunity) * 1000, self.timeout_ms)
+                    immune_ms = int(immunity) * 1000
                 except ValueError:
-                    pass
-            if start_ms - half.store_timestamp < wait_ms:
+                    immune_ms = self.timeout_ms
+                original = props.get(Prop.TRAN_PREPARED_QUEUE_OFFSET)
+                if original is not None and original.lstrip("-").isdigit() and int(original) in done:
+                    i += 1  # the original half was settled: this immunity copy retires with it
+                    continue
+                if age < immune_ms:  # not to be asked yet: park a copy at the end, look further
+                    if original is None:
+                        await self._put_back(half, checks, {Prop.TRAN_PREPARED_QUEUE_OFFSET: str(half.queue_offset)})
+                    else:
+                        await self._put_back(half, checks)
+                    i += 1
+                    continue
+            elif 0 <= age < self.timeout_ms:
                 break  # too young; later halves are younger still
             await self._check(half, checks + 1)
             i += 1
@@ -214,8 +252,8 @@ class TransactionCheckService:
         b.commit_offset(SYS_GROUP, TRANS_OP_HALF_TOPIC, 0, op_min_needed if op_min_needed is not None and any(
             d >= i for d in done) else ops_end)
 
-    async def _put_back(self, half: MessageExt, checks: int) -> PutResult:
-        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks)})
+    async def _put_back(self, half: MessageExt, checks: int, extra: dict[str, str] | None = None) -> PutResult:
+        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks), **(extra or {})})
         return await self.broker.put(rec)
 
     async def _check(self, half: MessageExt, checks: int) -> None:
@@ -234,9 +272,17 @@ class TransactionCheckService:
             return
         conn = chans[self._rr % len(chans)]
         self._rr += 1
-        copy = b.store.look_message_by_offset(result.wrote_offset)
-        if copy is None:
+        raw = b.store.look_message_by_offset(result.wrote_offset)
+        if raw is None:
             return
+        c = decode_message(raw)
+        copy = encode_message(
+            half.properties.get(Prop.REAL_TOPIC) or c.topic, c.body,
+            queue_id=int(half.properties.get(Prop.REAL_QID) or 0), flag=c.flag, properties=c.properties,
+            sys_flag=c.sys_flag, queue_offset=c.queue_offset, commit_log_offset=c.commit_log_offset,
+            born_timestamp=c.born_timestamp, born_host=c.born_host, store_timestamp=c.store_timestamp,
+            store_host=c.store_host_raw or c.store_host, reconsume_times=c.reconsume_times,
+            prepared_transaction_offset=c.prepared_transaction_offset)
         uniq = half.properties.get(Prop.UNIQ_KEY) or ""
         ext = {
             "tranStateTableOffset": str(result.queue_offset),
@@ -255,6 +301,7 @@ class TransactionCheckService:
             log.info("CHECK_TRANSACTION_STATE to %s failed: %s", getattr(conn, "remote_addr", "?"), e)
 
     async def _discard(self, half: MessageExt) -> None:
+        self.broker.ensure_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)  # as RocketMQ: created on first use, 1 queue
         rec = record_of(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, {})
         result = await self.broker.put(rec)
         if result.status is PutStatus.PUT_OK:

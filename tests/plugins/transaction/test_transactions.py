@@ -5,6 +5,7 @@ the discard after transactionCheckMax checks."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
+from rmq.protocol.message import decode_message
 from rmq.testing.daemon import RmqdProcess
 
 pytestmark = pytest.mark.anyio
@@ -89,12 +91,16 @@ async def test_unknown_outcome_is_settled_by_a_check_to_another_producer(tx_rmqd
     asked: list[bytes] = []
 
     def checker(msg: Any) -> LocalTransactionState:
-        asked.append(msg.body)
+        asked.append(msg)
         return LocalTransactionState.COMMIT_MESSAGE
 
     async with TransactionProducer("TXG_B", ns, checker=checker):
         assert await bodies(ns, "TxB", wait_for=1, timeout=20) == [b"pending"]
-    assert asked and asked[0] == b"pending"
+    assert asked and asked[0].body == b"pending"
+    assert asked[0].topic == "TxB"  # the check shows the real topic, as RocketMQ's does
+    async with PullConsumer("TX_PROPS", ns) as pc:  # the committed record keeps the half's properties
+        r = await pc.pull((await pc.fetch_queues("TxB"))[0], 0, 1)
+        assert r.messages[0].properties.get("TRAN_MSG") == "true" and r.messages[0].properties.get("PGROUP") == "TXG_B"
 
 
 async def test_check_survives_a_crash_and_max_checks_discard(rmqd_factory: Any) -> None:
@@ -108,8 +114,10 @@ async def test_check_survives_a_crash_and_max_checks_discard(rmqd_factory: Any) 
     proc.kill()
     proc.start()
 
+    decided = {b"after-crash"}
+
     def checker(msg: Any) -> LocalTransactionState:
-        return LocalTransactionState.COMMIT_MESSAGE if msg.body == b"after-crash" else LocalTransactionState.UNKNOW
+        return LocalTransactionState.COMMIT_MESSAGE if msg.body in decided else LocalTransactionState.UNKNOW
 
     async with TransactionProducer("TXG_C", ns, checker=checker):
         assert await bodies(ns, "TxC", wait_for=1, timeout=20) == [b"after-crash"]
@@ -121,8 +129,41 @@ async def test_check_survives_a_crash_and_max_checks_discard(rmqd_factory: Any) 
                 if r.code == 0 and int(r.ext.get("offset", 0)) >= 1:
                     break
                 await anyio.sleep(0.3)
-    assert await bodies(ns, "TxC", wait_for=1, timeout=2) == [b"after-crash"]
+        assert await bodies(ns, "TxC", wait_for=1, timeout=2) == [b"after-crash"]
+        # an operator puts the discarded one back (RESUME_CHECK_HALF_MESSAGE); now the producer knows
+        decided.add(b"never")
+        async with TcpRemotingClient(RemotingConfig(name="tx-q")) as c:
+            r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "ops", "topic": "TRANS_CHECK_MAX_TIME_TOPIC", "queueId": "0", "queueOffset": "0",
+                "maxMsgNums": "1", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                "subscription": "*", "subVersion": "0", "expressionType": "TAG"}), 5)
+            assert r.code == 0
+            discarded = decode_message(r.body)
+            r = await c.invoke(proc.broker_addr, RemotingCommand.request(
+                RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": discarded.offset_msg_id}), 5)
+            assert r.code == 0, r.remark
+        assert sorted(await bodies(ns, "TxC", wait_for=2, timeout=20)) == [b"after-crash", b"never"]
     async with TcpRemotingClient(RemotingConfig(name="tx-q")) as c:  # progress is a consumer offset, as in RocketMQ
         r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
             "consumerGroup": "CID_RMQ_SYS_TRANS", "topic": "RMQ_SYS_TRANS_HALF_TOPIC", "queueId": "0"}), 5)
     assert r.code == 0 and int(r.ext["offset"]) >= 2
+
+
+async def test_immunity_delays_a_check_without_holding_up_the_others(tx_rmqd: RmqdProcess) -> None:
+    ns = tx_rmqd.namesrv_addr
+    await create_topic(tx_rmqd.broker_addr, "TxD")
+    asked: dict[bytes, float] = {}
+    t0 = time.monotonic()
+
+    def checker(msg: Any) -> LocalTransactionState:  # runs in a worker thread
+        asked.setdefault(msg.body, time.monotonic() - t0)
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    async with TransactionProducer("TXG_D", ns, checker=checker) as p:
+        immune = Message("TxD", b"immune")
+        immune.properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = "4"
+        await p.send_in_transaction(immune, lambda m, a: LocalTransactionState.UNKNOW)
+        await p.send_in_transaction(Message("TxD", b"plain"), lambda m, a: LocalTransactionState.UNKNOW)
+        got = await bodies(ns, "TxD", wait_for=2, timeout=25)
+    assert sorted(got) == [b"immune", b"plain"]
+    assert asked[b"plain"] < asked[b"immune"] and asked[b"immune"] >= 3.5  # checked after its immunity only

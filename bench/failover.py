@@ -36,7 +36,7 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
 from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
 from rmq.protocol.codes import RequestCode  # noqa: E402
 from rmq.protocol.command import RemotingCommand  # noqa: E402
-from rmq.testing.daemon import RmqdProcess, free_port  # noqa: E402
+from rmq.testing.daemon import RmqdProcess, eventually, free_port  # noqa: E402
 
 
 def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
@@ -52,16 +52,7 @@ def info(p: RmqdProcess) -> dict[str, str]:
 
 
 def wait(pred: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-        except Exception:
-            v = None
-        if v:
-            return v
-        time.sleep(0.1)
-    raise RuntimeError(f"{what}: not within {timeout:g}s")
+    return eventually(pred, timeout, what)
 
 
 def cluster(work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess], list[RmqdProcess]]:

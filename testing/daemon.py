@@ -167,3 +167,19 @@ class RmqdProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def eventually(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
+    """``pred()``'s first truthy value within ``timeout`` seconds (an exception counts as not yet);
+    AssertionError naming ``what`` otherwise. For tests that wait on other processes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = pred()
+        except Exception:
+            v = None
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout:g}s")
+        time.sleep(interval)

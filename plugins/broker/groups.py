@@ -86,18 +86,6 @@ class SubscriptionGroupManager(PersistedTable):
                 log.warning("%s: skipping %s: %s", where, name, e)
         return out
 
-    def adopt(self, doc: dict[str, Any], where: str) -> bool:
-        """A slave takes its master's groups when the master's dataVersion differs (SlaveSynchronize)."""
-        version = DataVersion.from_json(doc.get("dataVersion"))
-        if version.to_json() == self.data_version.to_json():
-            return False
-        table = self._parse(doc, where)
-        self.table.clear()
-        self.table.update(table)
-        self.data_version = version
-        self.persist()
-        return True
-
     def encode(self, pretty: bool = False) -> str:
         return dumps(
             {

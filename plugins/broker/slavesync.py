@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import ConfigFile, RemotingConfig
+from rmq.kernel import ConfigFile, DataVersion, RemotingConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.jsonbody import loads
@@ -38,6 +38,20 @@ MAX_BODY = 64 * 1024 * 1024
 
 class SlaveSyncError(Exception):
     pass
+
+
+def adopt_versioned(mgr: Any, doc: dict[str, Any], where: str) -> bool:
+    """A slave takes its master's table (topics or subscription groups) when the master's dataVersion
+    differs: replace it whole, persist it. The table's own ``_parse`` validates every entry."""
+    version = DataVersion.from_json(doc.get("dataVersion"))
+    if version.to_json() == mgr.data_version.to_json():
+        return False
+    table = mgr._parse(doc, where)
+    mgr.table.clear()
+    mgr.table.update(table)
+    mgr.data_version = version
+    mgr.persist()
+    return True
 
 
 class SlaveSynchronizer:
@@ -108,7 +122,8 @@ class SlaveSynchronizer:
         b = self.broker
         where = f"master {master}"
         topics = self._doc(await self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG), "topic config")
-        if b.topics.adopt(topics, where):
+        if adopt_versioned(b.topics, topics, where):
+            b.topics.on_change()
             log.info("topic config synced from %s: %d topics", where, len(b.topics.table))
         offsets = self._doc(await self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET), "consumer offsets")
         b.offsets.adopt(offsets, where)
@@ -123,7 +138,7 @@ class SlaveSynchronizer:
         groups = self._doc(
             await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), "subscription groups"
         )
-        if b.groups.adopt(groups, where):
+        if adopt_versioned(b.groups, groups, where):
             log.info("subscription groups synced from %s: %d groups", where, len(b.groups.table))
         self.last_ok_ms = time.time_ns() // 1_000_000
 

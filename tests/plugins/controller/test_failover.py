@@ -23,7 +23,7 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_message
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.testing.daemon import RmqdProcess, eventually, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +42,29 @@ def info(p: RmqdProcess) -> dict[str, str]:
 
 
 def wait(pred: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-        except Exception:
-            v = None
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:g}s")
+    return eventually(pred, timeout, what, interval=0.2)
+
+
+def start_group(tmp_path: Any, procs: list[RmqdProcess], n_brokers: int, **broker: Any) -> tuple[
+        RmqdProcess, list[RmqdProcess], list[RmqdProcess], list[str]]:
+    """A name server, three controllers and ``n_brokers`` brokers of broker-a in controller mode."""
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+
+    def start(p: RmqdProcess) -> RmqdProcess:
+        procs.append(p)
+        return p.start()
+
+    ns = start(RmqdProcess(tmp_path / "ns", broker=False))
+    controllers = [start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+        "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
+        for i in range(3)]
+    conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
+            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "mappedFileSizeCommitLog": 1024 * 1024,
+            **broker}
+    brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf)) for i in range(n_brokers)]
+    return ns, controllers, brokers, [f"127.0.0.1:{p}" for p in ports]
 
 
 def send_ext(i: int) -> dict[str, str]:
@@ -60,27 +73,12 @@ def send_ext(i: int) -> dict[str, str]:
 
 
 def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: Any) -> None:
-    ports = [free_port() for _ in range(3)]
-    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
-    ctl = {"controllerDLegerPeers": peers, "listenHost": "127.0.0.1", "scanNotActiveBrokerInterval": 1000}
     procs: list[RmqdProcess] = []
-
-    def start(p: RmqdProcess) -> RmqdProcess:
-        procs.append(p)
-        return p.start()
-
     try:
-        ns = start(RmqdProcess(tmp_path / "ns", broker=False))
-        controllers = [start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-            **ctl, "controllerDLegerSelfId": f"n{i}", "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
-            for i in range(3)]
-        ctl_addrs = [f"127.0.0.1:{p}" for p in ports]
-        bconf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
-                 "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
-                 "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500,
-                 "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000, "haMaxTimeSlaveNotCatchup": 5000,
-                 "registerNameServerPeriod": 2000, "mappedFileSizeCommitLog": 1024 * 1024, "syncFlushTimeout": 3000}
-        brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=bconf)) for i in range(3)]
+        ns, controllers, brokers, ctl_addrs = start_group(
+            tmp_path, procs, 3, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=3000,
+            brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
+            haMaxTimeSlaveNotCatchup=5000, registerNameServerPeriod=2000, syncFlushTimeout=3000)
 
         def roles() -> dict[str, RmqdProcess]:
             return {info(b)["controllerRole"] + str(k): b for k, b in enumerate(brokers)
@@ -217,24 +215,10 @@ def _records(body: bytes) -> list[Any]:
 def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any) -> None:
     import signal
 
-    ports = [free_port() for _ in range(3)]
-    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
     procs: list[RmqdProcess] = []
     try:
-        ns = RmqdProcess(tmp_path / "ns", broker=False).start()
-        procs.append(ns)
-        controllers = []
-        for i in range(3):
-            c = RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-                "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}).start()
-            procs.append(c)
-            controllers.append(c)
-        master = RmqdProcess(tmp_path / "b0", namesrv=False, broker_conf={
-            "namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
-            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "controllerHeartBeatTimeoutMills": 3000,
-            "syncBrokerMetadataPeriod": 500, "mappedFileSizeCommitLog": 1024 * 1024}).start()
-        procs.append(master)
+        _ns, controllers, (master,), _ = start_group(tmp_path, procs, 1, controllerHeartBeatTimeoutMills=3000,
+                                                     syncBrokerMetadataPeriod=500)
         wait(lambda: info(master)["controllerRole"] == "MASTER", 60, "the only broker is master")
         wait(lambda: send_and_ack(master.broker_addr), 20, "the master takes sends")
         for c in controllers:  # the controllers become unreachable (a partition, as the master sees it)
@@ -258,22 +242,11 @@ def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any
 def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) -> None:
     import signal
 
-    ports = [free_port() for _ in range(3)]
-    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
     procs: list[RmqdProcess] = []
     try:
-        ns = RmqdProcess(tmp_path / "ns", broker=False).start()
-        procs.append(ns)
-        for i in range(3):
-            procs.append(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-                "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}).start())
-        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
-                "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
-                "controllerHeartBeatTimeoutMills": 30000, "checkSyncStateSetPeriod": 500,
-                "haMaxTimeSlaveNotCatchup": 3000, "syncFlushTimeout": 1000, "mappedFileSizeCommitLog": 1024 * 1024}
-        brokers = [RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf).start() for i in range(2)]
-        procs += brokers
+        ns, _controllers, brokers, ctl_addrs = start_group(
+            tmp_path, procs, 2, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=30000,
+            checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, syncFlushTimeout=1000)
 
         def sss(b: RmqdProcess) -> list[int]:
             return json.loads(info(b)["syncStateSet"])  # type: ignore[no-any-return]
@@ -299,8 +272,8 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) ->
 
         async def switch() -> tuple[dict[str, str], dict[str, Any]]:
             async with Admin(ns.namesrv_addr) as admin:
-                elected = await admin.elect_master(f"127.0.0.1:{ports[0]}", "DefaultCluster", "broker-a", slave_id)
-                return elected, await admin.replica_info(f"127.0.0.1:{ports[1]}", "broker-a")
+                elected = await admin.elect_master(ctl_addrs[0], "DefaultCluster", "broker-a", slave_id)
+                return elected, await admin.replica_info(ctl_addrs[1], "broker-a")
 
         elected, replica = anyio.run(switch)
         assert elected["masterBrokerId"] == str(slave_id) and replica["masterAddress"] == slave.broker_addr

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +47,6 @@ def runtime(addr: str) -> dict[str, str]:
     r = call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
     assert r.code == 0, r.remark
     return json.loads(r.body)["table"]  # type: ignore[no-any-return]
-
-
-def eventually(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except Exception:
-            v = None
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached in {timeout:g}s")
-        time.sleep(0.1)
 
 
 def commitlog(proc: RmqdProcess) -> bytes:

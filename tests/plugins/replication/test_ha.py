@@ -20,8 +20,9 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_offset_msg_id
+from rmq.testing.daemon import eventually
 
-from .conftest import call, commitlog, eventually, runtime, send, send_ext
+from .conftest import call, commitlog, runtime, send, send_ext
 
 
 def slave_count(master: Any) -> int:

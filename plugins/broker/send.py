@@ -81,12 +81,17 @@ class SendProcessor:
         topic = get(keys.topic)
         if topic is None:
             raise HeaderError(keys.topic, "is missing")
-        # Java's parse rules and ranges (an int field >= 2^31 must not reach the store and take an offset)
-        queue_id = ext_i32(cmd, keys.queue_id)
-        qid_text = ext[keys.queue_id]
-        sys_flag = ext_i32(cmd, keys.sys_flag)
-        born_ts = ext_int(cmd, keys.born_timestamp)
-        flag = ext_i32(cmd, keys.flag)
+        # Java's parse rules and ranges (an int field >= 2^31 must not reach the store and take an
+        # offset): plain short digits inline, anything else (and every refusal) through ext_i32/ext_int
+        qid_text = get(keys.queue_id)
+        v = qid_text
+        queue_id = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.queue_id)
+        v = get(keys.sys_flag)
+        sys_flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.sys_flag)
+        v = get(keys.born_timestamp)
+        born_ts = int(v) if v and len(v) < 19 and v.isdigit() and v.isascii() else ext_int(cmd, keys.born_timestamp)
+        v = get(keys.flag)
+        flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
         batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body

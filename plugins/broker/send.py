@@ -240,15 +240,19 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         born = b.born_host(conn)
         recs = []
+        add = recs.append
+        batch_problem = b.pipeline.batch_problem
         for mbody, mflag, mprops in items:
             if props:
                 mprops = f"{mprops}{props}" if not mprops or mprops.endswith("\x02") else f"{mprops}\x02{props}"
-            if len(mprops.encode()) > MAX_PROPERTIES_BYTES:
+            if len(mprops) > _PROPS_SAFE_CHARS and len(mprops.encode()) > MAX_PROPERTIES_BYTES:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
-            bad_props = properties_problem(mprops) or b.pipeline.batch_problem(mprops)
+            bad_props = properties_problem(mprops)
+            if bad_props is None and ("DELAY\x01" in mprops or "TIMER_" in mprops or "TRAN_MSG\x01" in mprops):
+                bad_props = batch_problem(mprops)  # PutPipeline.may_defer's test, inline
             if bad_props is not None:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
-            recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
+            add(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
         if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
             await b.wait_slave(result)

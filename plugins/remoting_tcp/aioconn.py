@@ -132,6 +132,7 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         self._callbacks: list[Callable[[Any], None]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}  # request tasks, cancelled on close
         self._seq = 0
+        self._split = False  # the last request served suspended: a task per request (see _serve_many)
         self._idle_handle: asyncio.TimerHandle | None = None
         self._done = self._loop.create_future()
 
@@ -308,8 +309,8 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
     # ------------------------------------------------------------------ serving
 
     def _dispatch(self, data: bytes) -> bool:
-        """Feed the session: the requests of one read get one task, answered requests are woken.
-        False: close."""
+        """Feed the session: the requests of one read get their task(s), answered requests are
+        woken. False: close."""
         reqs: list[RemotingCommand] | None = None
         for ev in self._session.receive_data(data):
             t = type(ev)
@@ -322,34 +323,48 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
                 _wake(ev.pending.token)  # type: ignore[union-attr]
             elif not self._on_protocol_error(ev):  # type: ignore[arg-type]
                 if reqs is not None:
-                    self._start(reqs, 0)
+                    self._start_all(reqs, 0)
                 return False
         if reqs is not None:
-            self._start(reqs, 0)
+            self._start_all(reqs, 0)
         return True
 
-    def _start(self, cmds: list[RemotingCommand], start: int) -> None:
-        seq = self._seq = self._seq + 1
-        self._tasks[seq] = self._loop.create_task(self._serve_many(cmds, start, seq))
+    def _start_all(self, cmds: list[RemotingCommand], start: int) -> None:
+        """One task for ``cmds[start:]``, or one per request while this peer's requests suspend."""
+        n = len(cmds)
+        if self._split:
+            for i in range(start, n):
+                self._start(cmds, i, i + 1)
+        else:
+            self._start(cmds, start, n)
 
-    async def _serve_many(self, cmds: list[RemotingCommand], start: int, seq: int) -> None:
-        """Serve ``cmds[start:]`` in order in this one task: a task per request costs ~2 µs and most
-        requests (an ASYNC_FLUSH send) never suspend. One that does keeps this task to the end, so
-        its cancel scopes stay in the task that entered them, and the rest go on in a new task
-        (a held long-poll never delays the requests behind it)."""
+    def _start(self, cmds: list[RemotingCommand], start: int, stop: int) -> None:
+        seq = self._seq = self._seq + 1
+        self._tasks[seq] = self._loop.create_task(self._serve_many(cmds, start, stop, seq))
+
+    async def _serve_many(self, cmds: list[RemotingCommand], start: int, stop: int, seq: int) -> None:
+        """Serve ``cmds[start:stop]`` in order in this one task: a task per request costs ~2 µs and
+        most requests (an ASYNC_FLUSH send) never suspend. One that does keeps this task to the end,
+        so its cancel scopes stay in the task that entered them, and the rest go on without it.
+
+        Requests that suspend (a SYNC_FLUSH send waits for its group commit) want the old shape,
+        every request of a read started in the same loop turn, so that all of them have appended
+        before the flush round is decided: once one suspends, the rest of the read and the reads
+        after it get a task per request, until a request completes without suspending."""
         try:
             serve = self._serve
-            n = len(cmds)
-            for i in range(start, n):
+            for i in range(start, stop):
                 if self._closed:
                     return
                 coro = serve(cmds[i])
                 try:
                     yielded = coro.send(None)
                 except StopIteration:
+                    self._split = False
                     continue
-                if i + 1 < n:
-                    self._start(cmds, i + 1)
+                self._split = True
+                if i + 1 < stop:
+                    self._start_all(cmds, i + 1)
                 await _Resume(coro, yielded)
                 return
         finally:

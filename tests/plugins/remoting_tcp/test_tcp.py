@@ -533,3 +533,38 @@ async def test_requests_of_one_read_share_a_task_until_one_suspends() -> None:
     assert got[-1].opaque == 3
     assert sorted(r.opaque for r in got) == list(range(len(kinds)))
     assert [r.ext["echo"] for r in got] == [str(r.opaque) for r in got]
+
+
+@pytest.mark.anyio
+async def test_suspending_requests_of_a_read_all_start_before_the_turn_ends() -> None:
+    """What SYNC_FLUSH's group commit needs: once a peer's requests suspend, every request of a
+    read has started (appended) before a callback the first one queues runs (the flush round)."""
+    import asyncio
+
+    started: list[int] = []
+    seen_by_round: list[int] = []
+    state = {"queued": False}
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        started.append(cmd.opaque)
+        if not state["queued"]:
+            state["queued"] = True
+            asyncio.get_running_loop().call_soon(lambda: seen_by_round.append(len(started)))
+        await anyio.lowlevel.checkpoint()  # waits, as a put waits for its flush round
+        return cmd.response()
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                for _read in range(3):
+                    started.clear()
+                    state["queued"] = False
+                    await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i))
+                                               for i in range(8)))
+                    dec = FrameDecoder()
+                    got: list[RemotingCommand] = []
+                    while len(got) < 8:
+                        got.extend(dec.feed(await stream.receive()))
+                    assert sorted(r.opaque for r in got) == list(range(8))
+    assert seen_by_round[1:] == [8, 8]  # the first read taught the connection that requests suspend

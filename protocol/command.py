@@ -103,6 +103,9 @@ class HeaderError(ValueError):
         self.code = int(code)
 
 
+_new = object.__new__
+
+
 class RemotingCommand:
     """One request or response.
 
@@ -179,17 +182,21 @@ class RemotingCommand:
         ext: dict[str, str] | None = None,
         body: bytes = b"",
     ) -> RemotingCommand:
-        """The reply to this request: same opaque and serialize type, language JAVA (§1.2)."""
-        return RemotingCommand(
-            code,
-            language="JAVA",
-            opaque=self.opaque,
-            flag=RESPONSE_FLAG,
-            remark=remark,
-            ext=ext,
-            body=body,
-            serialize_type=self.serialize_type,
-        )
+        """The reply to this request: same opaque and serialize type, language JAVA (§1.2).
+
+        Built slot by slot (one per request on the hot path: about half the cost of ``__init__``'s
+        keyword call)."""
+        r = _new(RemotingCommand)
+        r.code = code if type(code) is int else int(code)
+        r.language = "JAVA"
+        r.version = DEFAULT_VERSION
+        r.opaque = self.opaque
+        r.flag = RESPONSE_FLAG
+        r.remark = remark
+        r.ext = {} if ext is None else ext
+        r.body = body
+        r.serialize_type = self.serialize_type
+        return r
 
     @property
     def is_response(self) -> bool:

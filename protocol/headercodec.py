@@ -27,9 +27,10 @@ from rmq.protocol.command import (
 from rmq.protocol.jsonbody import JsonError, scan_object
 
 try:  # optional (the "fast" extra): parses a header in about half the time of the C scanner below
+    from orjson import dumps as _orjson_dumps
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - exercised where orjson is absent
-    _orjson_loads = None
+    _orjson_dumps = _orjson_loads = None
 from rmq.protocol.names import printable
 
 __all__ = [
@@ -55,6 +56,43 @@ _U16 = struct.Struct(">H")
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The header as fastjson writes it (keys sorted, ASCII with ``\\uXXXX`` escapes). With orjson,
+    ``extFields`` is serialised in C and the rest formatted once; whenever orjson's bytes could differ
+    from the escaping path's (non-ASCII, DEL, a field not an exact int), that path writes it instead."""
+    if _orjson_dumps is not None:
+        code = cmd.code
+        flag = cmd.flag
+        opaque = cmd.opaque
+        version = cmd.version
+        if type(code) is int and type(flag) is int and type(opaque) is int and type(version) is int:
+            lang = _LANG_JSON.get(cmd.language) or _quote(cmd.language).encode()
+            ext = cmd.ext
+            remark = cmd.remark
+            if ext or flag & RESPONSE_FLAG:
+                try:
+                    ext_json = _orjson_dumps(normalize_ext(ext))
+                except TypeError:  # a lone surrogate: the escaping path writes it as \\udXXX
+                    ext_json = b"\x80"
+                if ext_json.isascii() and b"\x7f" not in ext_json:
+                    if remark is None:
+                        return _HEAD_EXT % (code, ext_json, flag, lang, opaque, version)
+                    return _HEAD_EXT_REMARK % (code, ext_json, flag, lang, opaque, _quote(remark).encode(), version)
+            elif remark is None:
+                return _HEAD % (code, flag, lang, opaque, version)
+    return _encode_json_header(cmd)
+
+
+_HEAD_EXT: Final = b'{"code":%d,"extFields":%b,"flag":%d,"language":%b,"opaque":%d,"serializeTypeCurrentRPC":"JSON","version":%d}'
+_HEAD_EXT_REMARK: Final = (
+    b'{"code":%d,"extFields":%b,"flag":%d,"language":%b,"opaque":%d,"remark":%b,"serializeTypeCurrentRPC":"JSON",'
+    b'"version":%d}'
+)
+_HEAD: Final = b'{"code":%d,"flag":%d,"language":%b,"opaque":%d,"serializeTypeCurrentRPC":"JSON","version":%d}'
+_LANG_JSON: Final = {name: _quote(name).encode() for name in _LANG_NAMES}
+
+
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The escaping path: every string through the json module's ASCII quoting."""
     parts = ['{"code":', str(cmd.code)]
     ext = cmd.ext
     if ext or cmd.flag & RESPONSE_FLAG:
@@ -106,6 +144,10 @@ def _refuse_constant(name: str) -> Any:
 # The C scanner with its native int/float parsing; only NaN/Infinity call back (and are refused).
 _fast_scan = json.JSONDecoder(parse_constant=_refuse_constant).scan_once
 _FAST_MAX_CHARS: Final = 8192  # bounds what an unchecked number literal can cost the fast path
+_NO_EXT: Final[dict[str, str]] = {}  # a sentinel: never handed out (a missing extFields becomes a new dict)
+_INT_MIN: Final = JAVA_INT_MIN
+_INT_MAX: Final = JAVA_INT_MAX
+_new_command = object.__new__
 _HEADER_KEYS: Final = frozenset(
     ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
 )
@@ -274,6 +316,44 @@ def decode_json_header(header: bytes | bytearray, body: bytes) -> RemotingComman
         except Exception:  # noqa: BLE001 - not UTF-8, NaN, a huge number, syntax: the strict parser words it
             h = None
         if type(h) is dict and _HEADER_KEYS.issuperset(h):
+            # The shape every client sends, checked inline: four Java ints, extFields of strings, a
+            # known language, no remark. orjson refuses a lone surrogate escape, so no string here
+            # holds one. Anything else takes the field-by-field checks below.
+            get = h.get
+            code = get("code")
+            opaque = get("opaque", 0)
+            flag = get("flag", 0)
+            version = get("version", 0)
+            ext = get("extFields", _NO_EXT)
+            lang = get("language", "OTHER")
+            st = get("serializeTypeCurrentRPC")
+            if (
+                type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+                and type(ext) is dict and type(lang) is str and get("remark") is None
+                and (st is None or type(st) is str)
+                and _INT_MIN <= code <= _INT_MAX and _INT_MIN <= opaque <= _INT_MAX
+                and _INT_MIN <= flag <= _INT_MAX and _INT_MIN <= version <= _INT_MAX
+                and lang in _LANG_BYTES
+            ):
+                try:
+                    _join(ext.values())  # TypeError unless every value is a str
+                    plain = True
+                except TypeError:
+                    plain = False
+                if plain:
+                    if ext is _NO_EXT:
+                        ext = {}
+                    cmd = _new_command(RemotingCommand)
+                    cmd.code = code
+                    cmd.language = lang
+                    cmd.version = version
+                    cmd.opaque = opaque
+                    cmd.flag = flag
+                    cmd.remark = None
+                    cmd.ext = ext
+                    cmd.body = body
+                    cmd.serialize_type = _JSON
+                    return cmd
             try:
                 return _command_from_json(h, body, True, b"\\" in header)
             except (_NotPlain, CommandDecodeError):

@@ -38,7 +38,9 @@ class PutPipeline:
 
     @staticmethod
     def may_defer(props: str) -> bool:
-        """Cheap pre-check on the hot path: could any stage (or refusal) apply to these properties?"""
+        """Cheap pre-check on the hot path: could any stage (or refusal) apply to these properties?
+
+        The batch loop of ``send.py`` repeats this test inline: keep the two alike."""
         return "DELAY\x01" in props or "TIMER_" in props or "TRAN_MSG\x01" in props
 
     def route(self, rec: MessageRecord) -> PutResult | None:

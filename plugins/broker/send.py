@@ -81,12 +81,17 @@ class SendProcessor:
         topic = get(keys.topic)
         if topic is None:
             raise HeaderError(keys.topic, "is missing")
-        # Java's parse rules and ranges (an int field >= 2^31 must not reach the store and take an offset)
-        queue_id = ext_i32(cmd, keys.queue_id)
-        qid_text = ext[keys.queue_id]
-        sys_flag = ext_i32(cmd, keys.sys_flag)
-        born_ts = ext_int(cmd, keys.born_timestamp)
-        flag = ext_i32(cmd, keys.flag)
+        # Java's parse rules and ranges (an int field >= 2^31 must not reach the store and take an
+        # offset): plain short digits inline, anything else (and every refusal) through ext_i32/ext_int
+        qid_text = get(keys.queue_id)
+        v = qid_text
+        queue_id = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.queue_id)
+        v = get(keys.sys_flag)
+        sys_flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.sys_flag)
+        v = get(keys.born_timestamp)
+        born_ts = int(v) if v and len(v) < 19 and v.isdigit() and v.isascii() else ext_int(cmd, keys.born_timestamp)
+        v = get(keys.flag)
+        flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
         batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body
@@ -235,15 +240,19 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         born = b.born_host(conn)
         recs = []
+        add = recs.append
+        batch_problem = b.pipeline.batch_problem
         for mbody, mflag, mprops in items:
             if props:
                 mprops = f"{mprops}{props}" if not mprops or mprops.endswith("\x02") else f"{mprops}\x02{props}"
-            if len(mprops.encode()) > MAX_PROPERTIES_BYTES:
+            if len(mprops) > _PROPS_SAFE_CHARS and len(mprops.encode()) > MAX_PROPERTIES_BYTES:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "a batch member's properties exceed 32767 bytes")
-            bad_props = properties_problem(mprops) or b.pipeline.batch_problem(mprops)
+            bad_props = properties_problem(mprops)
+            if bad_props is None and ("DELAY\x01" in mprops or "TIMER_" in mprops or "TRAN_MSG\x01" in mprops):
+                bad_props = batch_problem(mprops)  # PutPipeline.may_defer's test, inline
             if bad_props is not None:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
-            recs.append(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
+            add(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
         if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
             await b.wait_slave(result)

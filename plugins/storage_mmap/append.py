@@ -19,7 +19,11 @@ import struct
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from zlib import crc32
+
+try:  # optional (the "fast" extra): ISA-L's CRC32, zlib's very values, 0.07 instead of 0.5 µs per KiB
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - exercised where isal is absent
+    from zlib import crc32
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError

@@ -16,6 +16,7 @@ dispatcher that raises skips that batch only.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import operator
@@ -40,6 +41,10 @@ log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
 _first = operator.itemgetter(0)
 _REPLAY_LOG_BYTES = 64 * 1024 * 1024  # replays at least this long log their progress
+
+
+async def _asyncio_yield() -> None:
+    await asyncio.sleep(0)
 
 
 class Handoff(NamedTuple):
@@ -67,14 +72,24 @@ class ReputService:
         self.idle = False  # the loop sleeps: the next put must wake it
         self.dispatchers: list[CommitLogDispatcher] = []
         self.builtin: list[CommitLogDispatcher] = []
-        self._wake: Any = None  # anyio.Event, created by start (it needs a running loop)
+        self._wake: Any = None  # an Event, created by start (it needs a running loop)
+        self._new_event: Any = anyio.Event
+        self._yield: Any = anyio.lowlevel.checkpoint
         self._progress: Any = None
         self._batch = store.options.dispatch_batch
         self._levels = store.config.delay_levels_ms()
         self.n_handoff = self.n_parsed = 0
 
     def start(self) -> None:
-        self._wake = anyio.Event()
+        # On asyncio the loop's own Event and sleep(0) (what anyio's wrap): a turn then costs no
+        # backend lookup (anyio sniffs the library on every Event() and checkpoint()).
+        try:
+            asyncio.current_task()  # RuntimeError unless an asyncio loop runs
+        except RuntimeError:
+            self._new_event, self._yield = anyio.Event, anyio.lowlevel.checkpoint
+        else:
+            self._new_event, self._yield = asyncio.Event, _asyncio_yield
+        self._wake = self._new_event()
         self._progress = None
 
     def wake(self) -> None:
@@ -132,7 +147,7 @@ class ReputService:
         store = self.store
         while True:
             if self.offset >= store.commitlog.max_offset:
-                wake = self._wake = anyio.Event()
+                wake = self._wake = self._new_event()
                 self.idle = True  # a put sets the event only when the loop sleeps
                 await wake.wait()
                 continue
@@ -151,7 +166,7 @@ class ReputService:
                 store._dispatch_error = ""
                 store._update_writable()
             self.signal_progress()
-            await anyio.lowlevel.checkpoint()
+            await self._yield()
 
     async def _once(self) -> None:
         cl = self.store.commitlog

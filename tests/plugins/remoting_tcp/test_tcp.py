@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
@@ -494,3 +495,76 @@ async def test_answers_of_one_read_leave_in_order_and_coalesced(monkeypatch: pyt
     assert [r.opaque for r in got] == [*range(50), 1000]
     assert [r.ext["echo"] for r in got[:50]] == [str(i) for i in range(50)]
     assert 0 < flushes["n"] < 51  # on asyncio the server writes through AsyncioConnection
+
+
+@pytest.mark.anyio
+async def test_requests_of_one_read_share_a_task_until_one_suspends() -> None:
+    """A read's requests are served in one task; one that suspends (in a cancel scope, in a worker
+    thread, held) keeps that task and the rest go on without it: all are answered, the held one last."""
+    release = anyio.Event()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        kind = cmd.ext.get("kind")
+        with anyio.move_on_after(5):  # entered before the first suspension, exited after it
+            if kind == "held":
+                await release.wait()
+            elif kind == "thread":
+                await anyio.to_thread.run_sync(lambda: None)
+            elif kind == "yield":
+                await anyio.lowlevel.checkpoint()
+        return cmd.response(ext={"echo": cmd.ext["id"]})
+
+    kinds = ["plain", "yield", "plain", "held", "plain", "thread", "plain", "yield"]
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                await stream.send(b"".join(
+                    encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i), "kind": k}, opaque=i))
+                    for i, k in enumerate(kinds)))
+                dec = FrameDecoder()
+                got: list[RemotingCommand] = []
+                while len(got) < len(kinds) - 1:
+                    got.extend(dec.feed(await stream.receive()))
+                release.set()
+                while len(got) < len(kinds):
+                    got.extend(dec.feed(await stream.receive()))
+    assert all(r.code == 0 for r in got)
+    assert got[-1].opaque == 3
+    assert sorted(r.opaque for r in got) == list(range(len(kinds)))
+    assert [r.ext["echo"] for r in got] == [str(r.opaque) for r in got]
+
+
+@pytest.mark.anyio
+async def test_suspending_requests_of_a_read_all_start_before_the_turn_ends() -> None:
+    """What SYNC_FLUSH's group commit needs: once a peer's requests suspend, every request of a
+    read has started (appended) before a callback the first one queues runs (the flush round)."""
+    import asyncio
+
+    started: list[int] = []
+    seen_by_round: list[int] = []
+    state = {"queued": False}
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        started.append(cmd.opaque)
+        if not state["queued"]:
+            state["queued"] = True
+            asyncio.get_running_loop().call_soon(lambda: seen_by_round.append(len(started)))
+        await anyio.lowlevel.checkpoint()  # waits, as a put waits for its flush round
+        return cmd.response()
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                for _read in range(3):
+                    started.clear()
+                    state["queued"] = False
+                    await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i))
+                                               for i in range(8)))
+                    dec = FrameDecoder()
+                    got: list[RemotingCommand] = []
+                    while len(got) < 8:
+                        got.extend(dec.feed(await stream.receive()))
+                    assert sorted(r.opaque for r in got) == list(range(8))
+    assert seen_by_round[1:] == [8, 8]  # the first read taught the connection that requests suspend

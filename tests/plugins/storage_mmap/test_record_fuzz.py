@@ -160,3 +160,22 @@ def test_recovery_walk_keeps_every_intact_record(
         body_len = int.from_bytes(buf[body_len_at : body_len_at + 4], "big")
         body = buf[body_len_at + 4 : body_len_at + 4 + body_len]
         assert zlib.crc32(body) & 0x7FFFFFFF == int.from_bytes(buf[p + 8 : p + 12], "big") and total > 0
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=4096), st.integers(0, 70_000).map(lambda n: bytes(range(256)) * (n // 256))))
+def test_put_path_body_crc_is_zlibs(body: bytes) -> None:
+    """The append path's CRC32 (ISA-L's when installed) gives zlib's value, which Java stores."""
+    from rmq.plugins.storage_mmap import append
+
+    assert append.crc32(body) == zlib.crc32(body)
+    assert append.crc32(memoryview(body)) == zlib.crc32(body)
+
+
+def test_put_path_uses_isal_when_installed() -> None:
+    import importlib.util
+
+    from rmq.plugins.storage_mmap import append
+
+    want = "isal" if importlib.util.find_spec("isal") is not None else "zlib"
+    assert append.crc32.__module__.split(".")[0] == want

@@ -61,7 +61,9 @@ class ControllerPlugin:
             try:
                 async def scanner() -> None:
                     with scope:
-                        await svc.run_scanner()
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(svc.run_leader_barrier)
+                            tg.start_soon(svc.run_scanner)
 
                 kernel.task_group.start_soon(scanner)
                 log.info("controller %s of group %s serving at %s (raft at %s), peers %s", svc.self_id,

@@ -67,6 +67,7 @@ class ControllerService:
         self._lock = anyio.Lock()
         self.client: RemotingClient | None = None
         self.elections = 0
+        self.ready_term: int | None = None  # the term whose first entry this node committed as leader
 
     def _raft_addr(self, addr: str) -> str:
         host, _, port = addr.rpartition(":")
@@ -120,6 +121,29 @@ class ControllerService:
             return HeartbeatInfo()
         return HeartbeatInfo(b.epoch, b.max_offset, b.priority)
 
+    async def run_leader_barrier(self) -> None:
+        """A new leader serves nothing until an entry of its own term is committed: only then are the
+        entries earlier leaders left known committed and applied (Raft; RocketMQ's leader appends an
+        empty entry first for the same reason)."""
+        term = None
+        while True:
+            raft = self.raft
+            if raft is not None and raft.is_leader:
+                current = raft.raftCurrentTerm
+                if term != current:
+                    try:
+                        await raft.commit([{"type": "Noop"}], timeout=3)
+                        term = current
+                        self.ready_term = current
+                    except CommitError:
+                        pass
+            await anyio.sleep(0.1)
+
+    @property
+    def leader_ready(self) -> bool:
+        raft = self.raft
+        return raft is not None and raft.is_leader and self.ready_term == raft.raftCurrentTerm
+
     async def run_scanner(self) -> None:
         interval = max(self.config.scanNotActiveBrokerInterval, 100) / 1000
         await anyio.sleep(min(2.0, interval))
@@ -129,7 +153,7 @@ class ControllerService:
                 if b.last_ms + b.timeout_ms < now:
                     del self.live[key]
                     log.info("broker %s id %d at %s stopped heartbeating", key[1], key[2], b.address)
-            if self.is_leader:
+            if self.leader_ready:
                 await self._elect_where_master_dead()
             await anyio.sleep(interval)
 
@@ -186,7 +210,7 @@ class ControllerService:
 
     async def _write(self, decide: Callable[[], Decision]) -> Decision:
         raft = self.raft
-        if raft is None or not raft.is_leader:
+        if raft is None or not self.leader_ready:
             return Decision(Code.NOT_LEADER, remark=f"controller {self.self_id} is not the leader "
                                                      f"(leader: {self.leader_addr() or 'none'})")
         async with self._lock:
@@ -201,7 +225,7 @@ class ControllerService:
 
     def _read(self, decide: Callable[[], Decision]) -> Decision:
         raft = self.raft
-        if raft is None or not raft.is_leader:
+        if raft is None or not self.leader_ready:
             return Decision(Code.NOT_LEADER, remark=f"controller {self.self_id} is not the leader")
         with raft.lock:
             return decide()
@@ -302,7 +326,7 @@ class ControllerService:
             "group": self.config.controllerDLegerGroup,
             "controllerLeaderId": self.leader_id(),
             "controllerLeaderAddress": self.leader_addr(),
-            "isLeader": "true" if self.is_leader else "false",
+            "isLeader": "true" if self.leader_ready else "false",
             "peers": peers,
         })
 
@@ -312,7 +336,7 @@ class ControllerService:
         except (ValueError, TypeError) as e:
             return cmd.response(Code.INVALID_REQUEST, f"body must be a JSON list of broker names: {e}")
         raft = self.raft
-        if raft is None or not raft.is_leader:
+        if raft is None or not self.leader_ready:
             return cmd.response(Code.NOT_LEADER, f"controller {self.self_id} is not the leader")
         table: dict[str, Any] = {}
         with raft.lock:

@@ -345,6 +345,7 @@ class ReplicasInfo:
 
 
 _APPLY: dict[str, Callable[[ReplicasInfo, dict[str, Any]], None]] = {
+    "Noop": lambda state, ev: None,  # a new leader's first entry: it commits what earlier terms left
     "AlterSyncStateSet": ReplicasInfo._apply_alter,
     "ApplyBrokerId": ReplicasInfo._apply_broker_id,
     "ElectMaster": ReplicasInfo._apply_elect,

@@ -106,6 +106,11 @@ async def bench_put(base: Path) -> None:
         for batch in (1, 32):
             root = Path(tempfile.mkdtemp(dir=base))
             msgs = messages(n, size, keys)
+            chunks: list[list[MessageRecord]] = []
+            if batch > 1:  # built before the clock starts, and frozen like the messages: test data
+                by_queue = [msgs[q::QUEUES] for q in range(QUEUES)]
+                chunks = [qm[i : i + batch] for qm in by_queue for i in range(0, len(qm), batch)]
+                gc.freeze()
             async with make_store(root, messageIndexEnable=index) as store:
                 clock = Clock()
                 if batch == 1:
@@ -114,14 +119,12 @@ async def bench_put(base: Path) -> None:
                         await put(m)
                 else:
                     put_many = store.put_messages
-                    by_queue: list[list[MessageRecord]] = [msgs[q::QUEUES] for q in range(QUEUES)]
-                    chunks = [qm[i : i + batch] for qm in by_queue for i in range(0, len(qm), batch)]
                     for c in chunks:
                         await put_many(c)
                 await store.wait_dispatched()
                 wall, cpu = clock.lap()
                 nbytes = store.stats()["put_bytes"]
-            del msgs
+            del msgs, chunks
             gc.unfreeze()
             kind = "single" if batch == 1 else f"batch {batch}"
             note = " +KEYS" if keys else "" if index else " noidx"

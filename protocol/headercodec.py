@@ -148,6 +148,7 @@ _NO_EXT: Final[dict[str, str]] = {}  # a sentinel: never handed out (a missing e
 _INT_MIN: Final = JAVA_INT_MIN
 _INT_MAX: Final = JAVA_INT_MAX
 _new_command = object.__new__
+_STR_ONLY: Final = frozenset((str,))
 _HEADER_KEYS: Final = frozenset(
     ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
 )
@@ -208,6 +209,11 @@ def _json_ext(ext: Any, fast: bool, escapes: bool) -> dict[str, str]:
             return ext
     except TypeError:  # a value is not a string (C++ and client A send numbers)
         pass
+    return _ext_to_strings(ext, fast)
+
+
+def _ext_to_strings(ext: dict[Any, Any], fast: bool) -> dict[str, str]:
+    """:func:`_json_ext`'s loop: every value to its string, refusing what Java would."""
     out: dict[str, str] = {}
     for k, v in ext.items():
         if not k.isascii():
@@ -316,9 +322,10 @@ def decode_json_header(header: bytes | bytearray, body: bytes) -> RemotingComman
         except Exception:  # noqa: BLE001 - not UTF-8, NaN, a huge number, syntax: the strict parser words it
             h = None
         if type(h) is dict and _HEADER_KEYS.issuperset(h):
-            # The shape every client sends, checked inline: four Java ints, extFields of strings, a
-            # known language, no remark. orjson refuses a lone surrogate escape, so no string here
-            # holds one. Anything else takes the field-by-field checks below.
+            # The shape clients send, checked inline: four Java ints, extFields of strings (or of
+            # numbers and booleans, as C++ writes them), a known language, a string remark or none.
+            # orjson refuses a lone surrogate escape, so no string here holds one. Anything else
+            # takes the field-by-field checks below.
             get = h.get
             code = get("code")
             opaque = get("opaque", 0)
@@ -327,20 +334,21 @@ def decode_json_header(header: bytes | bytearray, body: bytes) -> RemotingComman
             ext = get("extFields", _NO_EXT)
             lang = get("language", "OTHER")
             st = get("serializeTypeCurrentRPC")
+            remark = get("remark")
             if (
                 type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
-                and type(ext) is dict and type(lang) is str and get("remark") is None
+                and type(ext) is dict and type(lang) is str and (remark is None or type(remark) is str)
                 and (st is None or type(st) is str)
                 and _INT_MIN <= code <= _INT_MAX and _INT_MIN <= opaque <= _INT_MAX
                 and _INT_MIN <= flag <= _INT_MAX and _INT_MIN <= version <= _INT_MAX
                 and lang in _LANG_BYTES
             ):
-                try:
-                    _join(ext.values())  # TypeError unless every value is a str
-                    plain = True
-                except TypeError:
-                    plain = False
-                if plain:
+                if not _STR_ONLY.issuperset(map(type, ext.values())):  # C++ sends numbers and booleans
+                    try:
+                        ext = _ext_to_strings(ext, True)
+                    except _NotPlain:  # a float, a container, a huge number: the checks below decide
+                        ext = None
+                if ext is not None:
                     if ext is _NO_EXT:
                         ext = {}
                     cmd = _new_command(RemotingCommand)
@@ -349,7 +357,7 @@ def decode_json_header(header: bytes | bytearray, body: bytes) -> RemotingComman
                     cmd.version = version
                     cmd.opaque = opaque
                     cmd.flag = flag
-                    cmd.remark = None
+                    cmd.remark = remark
                     cmd.ext = ext
                     cmd.body = body
                     cmd.serialize_type = _JSON

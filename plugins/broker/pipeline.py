@@ -40,7 +40,7 @@ class PutPipeline:
     def may_defer(props: str) -> bool:
         """Cheap pre-check on the hot path: could any stage (or refusal) apply to these properties?
 
-        The batch loop of ``send.py`` repeats this test inline: keep the two alike."""
+        ``send.py`` repeats this test inline (single and batch sends): keep them alike."""
         return "DELAY\x01" in props or "TIMER_" in props or "TRAN_MSG\x01" in props
 
     def route(self, rec: MessageRecord) -> PutResult | None:

@@ -98,8 +98,10 @@ def client_headers() -> list[bytes]:
     send = {"a": "group", "b": "Topic", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1795489962361",
             "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
     out = []
-    for ext in (send, {**send, "i": "é\u2028"}, {"queueId": 1, "flag": 0, "batch": False}, {}, None):
-        for extra in ({}, {"remark": "r"}, {"language": "CPP"}, {"language": "KLINGON"}, {"language": 3},
+    cpp = {"queueId": 1, "flag": 0, "batch": False, "AccessKey": "", "n": None}
+    for ext in (send, {**send, "i": "é\u2028"}, cpp, {**cpp, "big": 2**63}, {**cpp, "f": 1.5}, {**cpp, "l": [1]},
+                {**cpp, "neg": -(2**63)}, {}, None):
+        for extra in ({}, {"remark": "r"}, {"remark": ""}, {"remark": 5}, {"language": "CPP"}, {"language": "KLINGON"}, {"language": 3},
                       {"version": 2**31}, {"opaque": -1}, {"serializeTypeCurrentRPC": 1}, {"flag": 1.0}):
             h: dict[str, Any] = {"code": 310, "flag": 0, "language": "JAVA", "opaque": 7, "version": 409}
             if ext is not None:

@@ -6,6 +6,7 @@ body, tags, keys, properties, msg_id, queue_id, queue_offset, reconsume_times, .
 
 from __future__ import annotations
 
+import datetime
 import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -28,7 +29,9 @@ __all__ = [
     "SendStatus",
 ]
 
-_RESERVED = frozenset((Prop.TAGS, Prop.KEYS, Prop.DELAY, Prop.UNIQ_KEY, Prop.TRAN_MSG, Prop.PGROUP))
+_TIMER = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_RESERVED = frozenset((Prop.TAGS, Prop.KEYS, Prop.DELAY, Prop.UNIQ_KEY, Prop.TRAN_MSG, Prop.PGROUP, *_TIMER,
+                       "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY"))
 
 
 class Message:
@@ -36,7 +39,10 @@ class Message:
 
     ``body`` may be ``str`` (UTF-8 encoded) or bytes; ``keys`` a string or a list of
     strings (stored space separated, each one indexed by the broker); ``delay_level``
-    1..18 maps to the broker's ``1s 5s 10s 30s 1m ... 2h`` levels.
+    1..18 maps to the broker's ``1s 5s 10s 30s 1m ... 2h`` levels. ``deliver_at`` (epoch
+    ms, or an aware ``datetime``) and ``delay`` (seconds, or a ``timedelta``) make a timer
+    message (RocketMQ 5's ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS``), delivered no earlier
+    than asked, within the broker's ``timerPrecisionMs``.
     """
 
     __slots__ = ("topic", "body", "flag", "properties")
@@ -50,6 +56,8 @@ class Message:
         properties: Mapping[str, str] | None = None,
         delay_level: int = 0,
         flag: int = 0,
+        deliver_at: int | datetime.datetime | None = None,
+        delay: float | datetime.timedelta | None = None,
     ) -> None:
         if not topic:
             raise ValueError("a message needs a topic")
@@ -71,6 +79,10 @@ class Message:
             self.keys = keys  # type: ignore[assignment]
         if delay_level:
             self.delay_level = delay_level
+        if deliver_at is not None:
+            self.deliver_at = deliver_at  # type: ignore[assignment]
+        if delay is not None:
+            self.delay = delay  # type: ignore[assignment]
 
     # -- system properties as attributes --------------------------------------------------
     @property
@@ -111,6 +123,47 @@ class Message:
         else:
             self.properties.pop(Prop.DELAY, None)
 
+    @property
+    def deliver_at(self) -> int | None:
+        """Epoch ms the message is due (``TIMER_DELIVER_MS``), None when not set."""
+        v = self.properties.get("TIMER_DELIVER_MS")
+        return int(v) if v else None
+
+    @deliver_at.setter
+    def deliver_at(self, when: int | datetime.datetime | None) -> None:
+        for name in _TIMER:
+            self.properties.pop(name, None)
+        if when is None:
+            return
+        if isinstance(when, datetime.datetime):
+            if when.tzinfo is None:
+                raise ValueError("deliver_at needs an aware datetime (with tzinfo)")
+            when = int(when.timestamp() * 1000)
+        if isinstance(when, bool) or not isinstance(when, int) or when < 0:
+            raise ValueError(f"deliver_at must be epoch milliseconds >= 0 or a datetime, not {when!r}")
+        self.properties["TIMER_DELIVER_MS"] = str(when)
+
+    @property
+    def delay(self) -> float | None:
+        """Seconds after the broker receives the message that it is due (``TIMER_DELAY_MS``/``_SEC``)."""
+        ms = self.properties.get("TIMER_DELAY_MS")
+        if ms:
+            return int(ms) / 1000
+        sec = self.properties.get("TIMER_DELAY_SEC")
+        return float(sec) if sec else None
+
+    @delay.setter
+    def delay(self, seconds: float | datetime.timedelta | None) -> None:
+        for name in _TIMER:
+            self.properties.pop(name, None)
+        if seconds is None:
+            return
+        if isinstance(seconds, datetime.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"delay must be seconds >= 0 or a timedelta, not {seconds!r}")
+        self.properties["TIMER_DELAY_MS"] = str(round(seconds * 1000))
+
     def put_property(self, name: str, value: str) -> None:
         if name in _RESERVED:
             raise ValueError(f"{name} is a system property; use the attribute instead")
@@ -140,6 +193,7 @@ class SendResult:
     queue_offset: int
     transaction_id: str | None = None
     region_id: str | None = None
+    recall_handle: str | None = None  # a timer message's handle for Producer.recall (RocketMQ 5.3.2+)
 
     @property
     def msg_ids(self) -> list[str]:

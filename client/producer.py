@@ -8,6 +8,7 @@ client does. Sync sends retry on another broker (``retry_times``, default 2) wit
 
 from __future__ import annotations
 
+import base64
 import inspect
 import logging
 import struct
@@ -111,6 +112,7 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str) ->
         queue_offset=response_int(resp, "queueOffset", -1, what=what),
         transaction_id=ext.get("transactionId") or None,
         region_id=ext.get("MSG_REGION") or None,
+        recall_handle=ext.get("recallHandle") or None,
     )
 
 
@@ -414,6 +416,28 @@ class Producer(ClientBase):
         inst = self.instance
         addr = inst.master_addr(queue.broker_name) or await inst.find_broker_addr(queue.broker_name, queue.topic)
         await inst.oneway(addr, p.code, self._ext(p, queue), p.body)
+
+    async def recall(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
+        """Cancel a timer message not yet delivered, by the ``recall_handle`` its send returned.
+
+        RECALL_MESSAGE (RocketMQ 5.3.2+) to the broker named in the handle; the broker must have
+        ``recallMessageEnable``. Returns the message's id (UNIQ_KEY); BrokerError when refused
+        (forbidden, unknown topic, a bad or expired handle)."""
+        self._check_running()
+        try:
+            parts = base64.urlsafe_b64decode(recall_handle.encode("ascii")).decode("utf-8").split(" ")
+        except (ValueError, UnicodeError) as e:
+            raise ValueError(f"not a recall handle: {e}") from None
+        if len(parts) < 5 or parts[0] != "v1":
+            raise ValueError("not a recall handle (expected v1 <topic> <broker> <time> <id>)")
+        inst = self.instance
+        addr = inst.master_addr(parts[2]) or await inst.find_broker_addr(parts[2], topic)
+        cmd = RemotingCommand.request(RequestCode.RECALL_MESSAGE, {
+            "producerGroup": self.group, "topic": topic, "recallHandle": recall_handle})
+        resp = await inst.remoting.invoke(addr, cmd, self.options.send_timeout if timeout is None else timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, f"recall in {topic}", addr)
+        return resp.ext.get("msgId", parts[4])
 
     async def wait_async_sends(self) -> None:
         """Wait until every ``send_async`` started so far has completed."""

@@ -181,6 +181,15 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 60_000
     rejectTransactionMessage: bool = False
+    # timer messages (RocketMQ 5's TIMER_* properties; the bundled "timer" processors plugin)
+    timerWheelEnable: bool = True
+    timerMaxDelaySec: int = 3 * 86_400
+    timerPrecisionMs: int = 1_000  # snapped to 100 / 200 / 500 / 1000 as RocketMQ does
+    timerFlushIntervalMs: int = 1_000
+    timerCongestNumEachSlot: int = 2**31 - 1  # parked messages per slot before flow control (off)
+    timerEnableRetryUntilSuccess: bool = False
+    mappedFileSizeTimerLog: int = 100 * 1024 * 1024
+    recallMessageEnable: bool = False
 
     def store_root(self) -> Path:
         if self.storePathRootDir:
@@ -244,7 +253,7 @@ class RootConfig:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
         out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
         out["remoting"] = ["tcp"]
-        out["processors"] = self.roles() + (["schedule", "transaction"] if self.broker is not None else [])
+        out["processors"] = self.roles() + (["schedule", "transaction", "timer"] if self.broker is not None else [])
         out["filters"] = ["tag", "sql92", "class"]
         out["allocation"] = list(ALL_ALLOCATORS)
         if self.broker is not None:

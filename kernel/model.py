@@ -59,6 +59,10 @@ class PutStatus(enum.IntEnum):
     PROPERTIES_SIZE_EXCEEDED = 7
     OS_PAGECACHE_BUSY = 8
     UNKNOWN_ERROR = 9
+    # RocketMQ 5 timer messages (the timer plugin's refusals)
+    WHEEL_TIMER_FLOW_CONTROL = 10
+    WHEEL_TIMER_MSG_ILLEGAL = 11
+    WHEEL_TIMER_NOT_ENABLE = 12
 
 
 @attrs.define(slots=True)

@@ -47,6 +47,8 @@ class RequestCode(enum.IntEnum):
     DELETE_ACL_CONFIG = 51
     GET_BROKER_CLUSTER_ACL_INFO = 52
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
+    GET_TIMER_CHECK_POINT = 60  # RocketMQ 5 timer messages
+    GET_TIMER_METRICS = 61
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -109,6 +111,7 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    RECALL_MESSAGE = 370  # RocketMQ 5.3.2+: cancel a timer message by its recall handle
     # RocketMQ 5 controller mode (automatic failover)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -202,6 +205,7 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # RocketMQ 5 (a bad recall handle)
     # controller mode
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001

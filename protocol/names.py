@@ -29,6 +29,7 @@ TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"  # RocketMQ 5 timer messages wait here
 
 #: Topics a client may neither create nor delete (RocketMQ's ``SYSTEM_TOPIC_SET``).
 SYSTEM_TOPICS: Final = frozenset(
@@ -42,11 +43,12 @@ SYSTEM_TOPICS: Final = frozenset(
         TRANS_CHECK_MAX_TIME_TOPIC,
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
+        TIMER_TOPIC,
     )
 )
 #: Topics no producer may send to directly (the broker routes messages there itself).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
-    (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
+    (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC)
 )
 
 

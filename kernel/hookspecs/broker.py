@@ -67,6 +67,10 @@ class BrokerContext(Protocol):
         """Commit a consumer offset (persisted with the broker's consumerOffset.json)."""
         ...
 
+    def has_topic(self, topic: str) -> bool:
+        """Whether the broker has a config for ``topic``."""
+        ...
+
     def ensure_topic(self, topic: str, queues: int, perm: int = 6) -> None:
         """Create the topic's config if it has none (a system topic used on first need), registered
         with the name servers with the next round."""

@@ -164,6 +164,9 @@ class BrokerController:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offsets.commit(group, topic, queue_id, offset)
 
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.topics.table
+
     def ensure_topic(self, topic: str, queues: int, perm: int = 6) -> None:
         if topic not in self.topics.table:
             self.topics.update(TopicConfig(topic, queues, queues, perm))

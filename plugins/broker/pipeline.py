@@ -3,7 +3,7 @@
 Stages come from plugins (``rmq_broker_put_stages``): the schedule plugin parks DELAY
 messages, a timer plugin would stage TIMER_* messages, a transaction plugin half
 messages. The broker itself only knows which properties defer a message, so that one
-no stage claims is refused (RocketMQ 5 answers a timer message with MESSAGE_ILLEGAL
+no stage claims is refused (RocketMQ 5 answers a timer message with WHEEL_TIMER_NOT_ENABLE
 when its timer wheel is off) instead of being stored as if it were due now.
 """
 
@@ -35,6 +35,7 @@ class PutPipeline:
         self.stages = ordered
         self._keys = [(s.trigger + "\x01", s) for s in ordered]
         self.claimed = frozenset(seen)
+        self._answering = [s for s in ordered if callable(getattr(s, "response_fields", None))]
 
     @staticmethod
     def may_defer(props: str) -> bool:
@@ -44,16 +45,33 @@ class PutPipeline:
         return "DELAY\x01" in props or "TIMER_" in props or "TRAN_MSG\x01" in props
 
     def route(self, rec: MessageRecord) -> PutResult | None:
-        """Apply the first stage whose property ``rec`` carries; a PutResult refuses the message."""
+        """Apply the stages whose property ``rec`` carries, in priority order, until one moves it.
+
+        A stage that leaves the message where it is (a DELAY of 0, a timer already due) lets the
+        next one look at it; one that re-routes it (another topic) or refuses it ends the walk.
+        A refusal is returned as a PutResult."""
         props = rec.properties
+        topic = rec.topic
         for key, stage in self._keys:
             if key in props:
-                return stage.route(rec)
+                refused = stage.route(rec)
+                if refused is not None or rec.topic != topic:
+                    return refused
+                props = rec.properties
         return self._unclaimed(rec)
+
+    def response_fields(self, rec: MessageRecord) -> dict[str, str] | None:
+        """Extra send-response header fields for a message a stage re-routed (a timer's recallHandle)."""
+        for stage in self._answering:
+            fields = stage.response_fields(rec)
+            if fields:
+                return fields
+        return None
 
     def _unclaimed(self, rec: MessageRecord) -> PutResult | None:
         props = rec.properties
-        if "DELAY\x01" in props and not rec.sys_flag & SysFlag.TX_PREPARED:
+        claimed = self.claimed
+        if "DELAY\x01" in props and "DELAY" not in claimed and not rec.sys_flag & SysFlag.TX_PREPARED:
             raw = prop_value(props, Prop.DELAY) or "0"
             if raw.strip() not in ("", "0") and not raw.lstrip().startswith("-"):
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
@@ -61,9 +79,10 @@ class PutPipeline:
                 ))
         if "TIMER_" in props:
             for name in TIMER_PROPS:
-                if prop_value(props, name) is not None:
-                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
-                        f"Accurate timer message is not enabled: {name} is set but no plugin handles timer messages"
+                if name not in claimed and prop_value(props, name) is not None:
+                    return PutResult(PutStatus.WHEEL_TIMER_NOT_ENABLE, remark=(
+                        f"accurate timer message is not enabled: {name} is set but no plugin handles timer "
+                        "messages (select the 'timer' processors plugin)"
                     ))
         return None
 

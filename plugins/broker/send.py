@@ -52,6 +52,10 @@ _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg properties length limit 32k."),
     PutStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
     PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+    # RocketMQ 5's mapping; the remark is the timer stage's own
+    PutStatus.WHEEL_TIMER_FLOW_CONTROL: (ResponseCode.SYSTEM_ERROR, ""),
+    PutStatus.WHEEL_TIMER_MSG_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, ""),
+    PutStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, ""),
 }
 _STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                            PutStatus.SLAVE_NOT_AVAILABLE))
@@ -156,23 +160,29 @@ class SendProcessor:
                 return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume)
             born = conn.attributes.get(_BORN_KEY) or b.born_host(conn)
             rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, born, reconsume)
+            extra = None
             if "DELAY\x01" in props or "TIMER_" in props or "TRAN_MSG\x01" in props:  # PutPipeline.may_defer
                 refused = b.pipeline.route(rec)  # delay levels, timers, half messages: re-routed by their stage
                 if refused is not None:
                     return self._answer(cmd, queue_id, refused, None)
+                if rec.topic != topic and not reconsume:
+                    extra = b.pipeline.response_fields(rec)  # a parked timer message's recallHandle
             result = await b.store.put_message(rec)
             if b.sync_master and b.replication is not None and result.status is _PUT_OK:
                 await b.wait_slave(result)
         finally:
             self.inflight -= 1
         if result.status is _PUT_OK:  # the common case, inline
-            return cmd.response(0, None, {
+            fields = {
                 "msgId": f"{b.msg_id_prefix}{result.wrote_offset:016X}",
                 "queueId": qid_text,
                 "queueOffset": str(result.queue_offset),
                 "MSG_REGION": cfg.region,
                 "TRACE_ON": b.trace_on,
-            })
+            }
+            if extra:
+                fields.update(extra)
+            return cmd.response(0, None, fields)
         return self._answer(cmd, queue_id, result, None)
 
     def _check_topic(self, conn: Connection, cmd: RemotingCommand, topic: str,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.broker.schedule")
 
 BATCH = 32
+_TIMER_PROPS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
 
 def record_store_timestamp(rec: bytes | memoryview) -> int:
@@ -42,7 +43,7 @@ class DelayLevelStage:
     """
 
     trigger = Prop.DELAY
-    priority = 300
+    priority = 300  # before timer stages: a delay level wins
 
     def __init__(self, delay_levels: list[int]) -> None:
         self.levels = len(delay_levels)
@@ -57,9 +58,10 @@ class DelayLevelStage:
         if level <= 0:
             return None
         level = min(level, self.levels)
-        rec.properties = set_props(rec.properties, {
-            Prop.DELAY: str(level), Prop.REAL_TOPIC: rec.topic, Prop.REAL_QID: str(rec.queue_id),
-        })
+        changes = {Prop.DELAY: str(level), Prop.REAL_TOPIC: rec.topic, Prop.REAL_QID: str(rec.queue_id)}
+        if "TIMER_" in rec.properties:  # a delay level wins over timer properties (RocketMQ 5 drops them)
+            changes.update(dict.fromkeys(_TIMER_PROPS))
+        rec.properties = set_props(rec.properties, changes)
         rec.topic = SCHEDULE_TOPIC
         rec.queue_id = level - 1
         return None

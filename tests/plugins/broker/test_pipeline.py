@@ -46,7 +46,7 @@ async def test_unclaimed_deferrals_are_refused_and_consume_nothing(broker_env: A
         r = await env.send("D", b"later", props={"DELAY": "3"})
         assert r.code == ResponseCode.MESSAGE_ILLEGAL and "no plugin handles DELAY" in r.remark
         r = await env.send("D", b"later", props={"TIMER_DELIVER_MS": "1999999999999"})
-        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "timer message is not enabled" in r.remark
+        assert r.code == ResponseCode.SYSTEM_ERROR and "timer message is not enabled" in r.remark
         r = await env.send("D", b"now", props={"DELAY": "0"})  # level 0: not deferred
         assert r.code == 0 and r.ext["queueOffset"] == "1"
         r = await env.send("D", b"tx", props={"TRAN_MSG": "true"})

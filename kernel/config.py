@@ -170,7 +170,6 @@ class BrokerConfig:
     cleanResourceInterval: int = 10_000
     deleteCommitLogFilesInterval: int = 100
     deleteConsumeQueueFilesInterval: int = 100
-    destroyMapedFileIntervalForcibly: int = 120_000
     # delay and retry
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     flushDelayOffsetInterval: int = 10_000
@@ -310,6 +309,9 @@ def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
                "log": LogConfig}.get(section, RootConfig)
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
+        why = UNSUPPORTED_KEYS.get(extras[0])
+        if why is not None:
+            return f"{source}: {key} is a RocketMQ setting rmq does not support yet: {why}"
         return f"{source}: unknown key {key!r}{did_you_mean(extras[0], known)}"
     return f"{source}: {path or '(top level)'}: {text}"
 
@@ -425,13 +427,32 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         except ValueError as e:
             raise ConfigError(f"{source}: controller.{e}") from None
     if cfg.broker is not None:
-        problem = _broker_role_problem(cfg.broker)
+        problem = _broker_role_problem(cfg.broker) or _broker_values_problem(cfg.broker)
         if problem:
             raise ConfigError(f"{source}: {problem}")
     return cfg
 
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+#: RocketMQ settings a broker.conf may carry that rmq refuses (with the reason) rather than ignore.
+UNSUPPORTED_KEYS = {
+    "destroyMapedFileIntervalForcibly": "a deleted segment is unlinked at once and unmapped when its last "
+    "reader lets go; there is nothing to destroy forcibly (remove the key)",
+}
+
+
+def _broker_values_problem(b: BrokerConfig) -> str:
+    """Values rmq cannot honour yet, and the timer's ranges: refused at start, never ignored."""
+    if b.filterSupportRetry:
+        return ("broker.filterSupportRetry: true is not supported yet (subscription filters are not applied "
+                "to messages in retry topics); remove the key or set it to false")
+    for key in ("timerMaxDelaySec", "timerFlushIntervalMs", "timerCongestNumEachSlot"):
+        if getattr(b, key) <= 0:
+            return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
+    if b.mappedFileSizeTimerLog < 4096:
+        return f"broker.mappedFileSizeTimerLog: at least 4096 bytes (got {b.mappedFileSizeTimerLog})"
+    return ""
 
 
 def _broker_role_problem(b: BrokerConfig) -> str:

@@ -397,6 +397,8 @@ class BrokerController:
             else:
                 log.warning("no namesrvAddr and no embedded namesrv: broker %s will not register", self.broker_addr)
             stack.callback(scope.cancel)  # loops stop first on exit
+            self.send_processor.flow.start()
+            stack.callback(self.send_processor.flow.stop)
 
             async def loops() -> None:
                 with scope:

@@ -14,6 +14,7 @@ import random
 from typing import TYPE_CHECKING
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
+from rmq.plugins.broker.flowcontrol import SendFlowControl
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
@@ -65,6 +66,8 @@ class SendProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
         self.inflight = 0
+        cfg = ctx.config
+        self.flow = SendFlowControl(cfg.waitTimeMillsInSendQueue, cfg.osPageCacheBusyTimeOutMills)
 
     def register(self, registry: object, owner: str) -> None:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -79,6 +82,8 @@ class SendProcessor:
                 f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, {self.inflight} sends in "
                 f"flight (sendThreadPoolQueueCapacity {cfg.sendThreadPoolQueueCapacity})",
             )
+        if self.flow.busy:  # the loop just stalled: sends read meanwhile fail fast (flowcontrol.py)
+            return cmd.response(ResponseCode.SYSTEM_BUSY, self.flow.remark)
         ext = cmd.ext
         code = cmd.code
         keys = SEND_V2 if code in SEND_V2_CODES else SEND_LONG

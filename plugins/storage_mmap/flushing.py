@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -98,6 +99,7 @@ class LogicsFlusher:
     def __init__(self, store: MmapMessageStore) -> None:
         self.store = store
         self._index_threads: list[threading.Thread] = []
+        self._last_thorough = time.monotonic()
 
     async def run(self) -> None:
         """Flush consume queues, then persist the checkpoint with the times captured before the flush."""
@@ -115,11 +117,20 @@ class LogicsFlusher:
         await anyio.to_thread.run_sync(self._flush_sync, logics_ts, physic_ts)
 
     def _flush_sync(self, logics_ts: int, physic_ts: int) -> None:
+        """flushConsumeQueueLeastPages dirty pages per file, or everything once every
+        flushConsumeQueueThoroughInterval (RocketMQ's FlushConsumeQueueService)."""
+        cfg = self.store.config
+        least = cfg.flushConsumeQueueLeastPages
+        now = time.monotonic()
+        if now - self._last_thorough >= cfg.flushConsumeQueueThoroughInterval / 1000:
+            self._last_thorough = now
+            least = 0
         for cq in self.store.cqs:
-            cq.flush_files(0)
+            cq.flush_files(least)
         cp = self.store.checkpoint
         if cp is not None:
-            cp.logics_ts = max(cp.logics_ts, logics_ts)
+            if least == 0:  # only a thorough round vouches for every consume queue up to logics_ts
+                cp.logics_ts = max(cp.logics_ts, logics_ts)
             cp.physic_ts = max(cp.physic_ts, physic_ts)
             cp.flush()
 

@@ -136,9 +136,13 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> i
     if deleted:
         store._n_deleted["commitlog"] += deleted
         cl_min = cl.min_offset
-        for cq in store.cqs:
-            store._n_deleted["consumequeue"] += cq.delete_expired(cl_min)
+        pause = 0 if force else cfg.deleteConsumeQueueFilesInterval / 1000
+        for cq in list(store.cqs):
+            n = cq.delete_expired(cl_min)
+            store._n_deleted["consumequeue"] += n
             cq.correct_min_offset(cl_min)
+            if n and pause > 0:  # RocketMQ's deleteConsumeQueueFilesInterval: spread the unlinks out
+                await anyio.sleep(pause)
         if store.index is not None:
             store._n_deleted["index"] += store.index.delete_expired(cl_min)
         store.cqs.prune_tombstones(cl_min)

@@ -561,3 +561,27 @@ async def test_live_dispatch_equals_replayed_dispatch(
     async with store_factory(tmp_path, P(replay)) as store:
         assert store.stats()["dispatched_from_parse"] == len(replay.requests)
     assert len(live.requests) > 600 and replay.requests == live.requests
+
+
+@pytest.mark.anyio
+async def test_consume_queue_flush_least_pages_and_thorough_interval(
+    tmp_path: Path, store_factory: Callable[..., Any]
+) -> None:
+    """flushConsumeQueueLeastPages holds back a queue with fewer dirty pages; the thorough interval
+    flushes it anyway, and only a thorough round moves the checkpoint's logics time."""
+    async with store_factory(tmp_path / "a", flushConsumeQueueLeastPages=1000,
+                             flushConsumeQueueThoroughInterval=3_600_000) as store:
+        for i in range(5):
+            assert (await store.put_message(rec(i))).status is PutStatus.PUT_OK
+        await store.wait_dispatched()
+        await anyio.sleep(0.3)  # several flush rounds (flushIntervalConsumeQueue 50 ms)
+        cq = next(iter(store.cqs))
+        assert cq.files[0].flushed == 0 and store.checkpoint is not None and store.checkpoint.logics_ts == 0
+    async with store_factory(tmp_path / "b", flushConsumeQueueLeastPages=1000,
+                             flushConsumeQueueThoroughInterval=100) as store:
+        for i in range(5):
+            await store.put_message(rec(i))
+        await store.wait_dispatched()
+        await anyio.sleep(0.4)
+        cq = next(iter(store.cqs))
+        assert cq.files[0].flushed == 5 * 20 and store.checkpoint is not None and store.checkpoint.logics_ts > 0

@@ -1,0 +1,38 @@
+"""No accepted-and-ignored settings: every key rmqd accepts is read by the code that gives it its
+RocketMQ effect, and RocketMQ keys or values rmq cannot honour yet are refused at start with one line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import attrs
+import pytest
+
+from rmq.kernel.config import BrokerConfig, ConfigError, ControllerConfig, NamesrvConfig, structure_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = [p for d in ("plugins", "kernel", "client", "connectors", "protocol") for p in (ROOT / d).rglob("*.py")]
+
+
+@pytest.mark.parametrize("cls", [BrokerConfig, NamesrvConfig, ControllerConfig], ids=lambda c: c.__name__)
+def test_every_accepted_key_is_read_somewhere(cls: type) -> None:
+    text = "\n".join(p.read_text() for p in SOURCES if p.name != "config.py")
+    config_py = (ROOT / "kernel" / "config.py").read_text()
+    unread = []
+    for f in attrs.fields(cls):
+        uses = re.findall(rf"\b{f.name}\b", text) + re.findall(rf"(?:self|b|cfg)\.{f.name}\b", config_py)
+        if not uses:
+            unread.append(f.name)
+    assert unread == [], f"{cls.__name__} accepts keys nothing reads: {unread}"
+
+
+def test_unsupported_rocketmq_keys_and_values_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"rmqd.toml: broker.destroyMapedFileIntervalForcibly is a RocketMQ "
+                                          r"setting rmq does not support yet: .*unlinked at once"):
+        structure_config({"broker": {"destroyMapedFileIntervalForcibly": 120000}}, "rmqd.toml")
+    with pytest.raises(ConfigError, match=r"broker.filterSupportRetry: true is not supported yet"):
+        structure_config({"broker": {"filterSupportRetry": True}}, "rmqd.toml")
+    assert structure_config({"broker": {"filterSupportRetry": False}}, "rmqd.toml").broker is not None
+    with pytest.raises(ConfigError, match=r"broker.timerMaxDelaySec: must be above 0"):
+        structure_config({"broker": {"timerMaxDelaySec": 0}}, "rmqd.toml")

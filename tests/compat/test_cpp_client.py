@@ -258,3 +258,33 @@ def test_two_namesrvs_one_down(rmqd_factory: Any, cpp: Any, compat: Any) -> None
     assert [ln.get("status") for ln in p.finish(60) if "i" in ln] == [0] * 20
     msgs = pulled(cpp, both, "TwoNs", "CG_TWO")
     assert sorted(m["body"] for m in msgs) == sorted(f"body-{i}" for i in range(20))
+
+
+def test_timer_properties_from_the_cpp_client(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
+    """librocketmq 1.2.3 predates timer messages, but a user property is all a 5.x producer sends:
+    TIMER_DELAY_MS set by the C++ client is honoured (never early), and a beyond-horizon one refused."""
+    proc = rmqd_factory(broker_conf={"timerPrecisionMs": 100, "timerMaxDelaySec": 60})
+    compat.create_topic(proc, "CompatTm", 1)
+    t0 = time.time()
+    p = cpp("produce", namesrv=proc.namesrv_addr, topic="CompatTm", count=3, method="sync",
+            props={"TIMER_DELAY_MS": "1500"})
+    sent = [ln for ln in p.finish(60) if "i" in ln]
+    assert [s.get("status") for s in sent] == [0, 0, 0]
+    c = cpp("pull", namesrv=proc.namesrv_addr, topic="CompatTm", props=["TIMER_OUT_MS", "REAL_TOPIC"])
+    early = [ln for ln in c.finish(60) if "msg" in ln]
+    assert early == [] or time.time() - t0 >= 1.4  # nothing visible before it is due
+    deadline = time.monotonic() + 30
+    got: list[dict[str, Any]] = []
+    while len(got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        c = cpp("pull", namesrv=proc.namesrv_addr, topic="CompatTm", props=["TIMER_OUT_MS", "REAL_TOPIC"])
+        got = [ln["msg"] for ln in c.finish(60) if "msg" in ln]
+    assert sorted(m["body"] for m in got) == ["body-0", "body-1", "body-2"]
+    assert all(m["props"]["REAL_TOPIC"] == "CompatTm" and m["props"]["TIMER_OUT_MS"] for m in got)
+    assert time.time() - t0 >= 1.4
+    far = cpp("produce", namesrv=proc.namesrv_addr, topic="CompatTm", count=1, method="sync",
+              props={"TIMER_DELAY_MS": "120000"})
+    lines = [ln for ln in far.finish(60) if "i" in ln]
+    assert len(lines) == 1 and "error" in lines[0]  # librocketmq reports its last retry, not the broker's remark
+    c = cpp("pull", namesrv=proc.namesrv_addr, topic="CompatTm")
+    assert len([ln for ln in c.finish(60) if "msg" in ln]) == 3  # the refused one was not stored

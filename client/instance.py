@@ -34,6 +34,7 @@ from rmq.client.route import TopicRoute, json_int, json_object
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageQueue
 from rmq.kernel.net import local_ipv4
+from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.dispatch import Router
@@ -124,6 +125,29 @@ def _str_list(value: Any, what: str) -> list[str]:
     return value
 
 
+class SigningRemotingClient:
+    """A remoting client that signs every request it sends (ACL: AccessKey + Signature extFields)."""
+
+    def __init__(self, inner: RemotingClient, access_key: str, secret_key: str, token: str | None) -> None:
+        self._inner = inner
+        self._ak, self._sk, self._token = access_key, secret_key, token
+
+    def _sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.ext is None:
+            cmd.ext = {}
+        sign(cmd.ext, cmd.body, self._ak, self._sk, self._token)
+        return cmd
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        return await self._inner.invoke(addr, self._sign(cmd), timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await self._inner.invoke_oneway(addr, self._sign(cmd))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class ClientInstance:
     """Name-server access, route cache, broker table, heartbeat and route timers, request routing."""
 
@@ -180,6 +204,9 @@ class ClientInstance:
                 await stack.enter_async_context(remoting)  # type: ignore[arg-type]
             else:
                 stack.push_async_callback(remoting.aclose)
+            if self.options.credentials:
+                remoting = SigningRemotingClient(remoting, *self.options.credentials,
+                                                 self.options.security_token)  # type: ignore[assignment]
             self._remoting = remoting
             self.tg = await stack.enter_async_context(anyio.create_task_group())
             self.tg.start_soon(self._route_loop)

@@ -37,6 +37,9 @@ class ClientOptions:
     route_interval: float = attrs.field(default=30.0, validator=_positive)
     request_timeout: float = attrs.field(default=3.0, validator=_positive)  # admin/offset/route calls
     use_uvloop: bool = True  # blocking facade only
+    # ACL: (access_key, secret_key) signs every request as RocketMQ's AclClientRPCHook does
+    credentials: tuple[str, str] | None = attrs.field(default=None, converter=lambda v: tuple(v) if v else None)
+    security_token: str | None = None
 
 
 @attrs.define(kw_only=True)

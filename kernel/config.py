@@ -189,6 +189,9 @@ class BrokerConfig:
     timerEnableRetryUntilSuccess: bool = False
     mappedFileSizeTimerLog: int = 100 * 1024 * 1024
     recallMessageEnable: bool = False
+    # access control (RocketMQ ACL 1.0; the bundled "plain" auth plugin)
+    aclEnable: bool = False
+    plainAclFile: str = ""  # "" = plain_acl.yml beside the config file, else <store root>/conf/plain_acl.yml
 
     def store_root(self) -> Path:
         if self.storePathRootDir:
@@ -217,6 +220,7 @@ NAMESPACES = (
     "remoting",
     "processors",
     "extensions",
+    "auth",
 )
 ALL_ALLOCATORS = [
     "averagely",
@@ -259,6 +263,7 @@ class RootConfig:
             out["storage"] = ["mmap"]
             out["flush"] = ["sync" if self.broker.flushDiskType.upper() == "SYNC_FLUSH" else "async"]
             out["replication"] = ["ha"]
+            out["auth"] = ["plain"]
         out.update({ns: list(names) for ns, names in self.plugins.items()})
         return out
 

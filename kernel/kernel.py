@@ -113,7 +113,7 @@ class Kernel:
         registry = ProcessorRegistry(role, self)
         self.hook.rmq_processors_register(kernel=self, registry=registry)
         role_config = getattr(self.config, role, None)
-        if not getattr(role_config, "allowRemoteAdmin", True):
+        if not getattr(role_config, "allowRemoteAdmin", True) and not getattr(role_config, "aclEnable", False):
             registry.interceptors.insert(0, LoopbackAdminGuard(role))  # before any plugin's interceptor
         server = self.hook.rmq_remoting_make_server(kernel=self, config=config, handler=make_handler(registry))
         if server is None:

@@ -22,6 +22,7 @@ import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess
@@ -129,12 +130,15 @@ def cpp(rmqd_factory: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
 
 
 def admin(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-          timeout: float = 5.0) -> RemotingCommand:
-    """One raw request with rmq's own remoting client, from synchronous test code."""
+          timeout: float = 5.0, credentials: tuple[str, str] | None = None) -> RemotingCommand:
+    """One raw request with rmq's own remoting client, from synchronous test code (signed for ACL
+    when ``credentials`` are given)."""
 
     async def go() -> RemotingCommand:
         async with TcpRemotingClient(RemotingConfig(name="compat-admin")) as c:
             cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()}, body)
+            if credentials:
+                sign(cmd.ext, cmd.body, *credentials)
             return await c.invoke(addr, cmd, timeout)
 
     return anyio.run(go)

@@ -8,6 +8,7 @@ clients, and a client that hangs can be killed without taking pytest with it.
 
 Modes:
   produce  {"namesrv","topic","count","start","method": sync|oneway|orderly|batch|async, "tags","keys",
+            "credentials": [accessKey, secretKey, channel],
             "props": {name: value-template}, "delay", "group", "batch_size", "arg_mod", "interval_ms",
             "stop_on_error"}
   pull     {"namesrv","topic","group","expression","props": [names]}
@@ -75,6 +76,8 @@ def build(cfg: dict[str, Any], i: int) -> Message:
 def produce(cfg: dict[str, Any]) -> None:
     p = Producer(cfg.get("group", "PG_COMPAT"))
     p.set_namesrv_addr(cfg["namesrv"])
+    if cfg.get("credentials"):  # ACL: librocketmq signs every request (ClientRPCHook, OnsChannel included)
+        p.set_session_credentials(*cfg["credentials"])
     p.start()
     method = cfg.get("method", "sync")
     start, count = int(cfg.get("start", 0)), int(cfg["count"])
@@ -114,6 +117,8 @@ def produce(cfg: dict[str, Any]) -> None:
 def pull(cfg: dict[str, Any]) -> None:
     c = PullConsumer(cfg.get("group", "CG_PULL"))
     c.set_namesrv_addr(cfg["namesrv"])
+    if cfg.get("credentials"):
+        c.set_session_credentials(*cfg["credentials"])
     c.start()
     props = list(cfg.get("props") or [])
     try:

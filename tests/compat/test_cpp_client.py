@@ -288,3 +288,28 @@ def test_timer_properties_from_the_cpp_client(rmqd_factory: Any, cpp: Any, compa
     assert len(lines) == 1 and "error" in lines[0]  # librocketmq reports its last retry, not the broker's remark
     c = cpp("pull", namesrv=proc.namesrv_addr, topic="CompatTm")
     assert len([ln for ln in c.finish(60) if "msg" in ln]) == 3  # the refused one was not stored
+
+
+def test_acl_signatures_from_the_cpp_client(rmqd_factory: Any, cpp: Any, compat: Any, tmp_path: Any) -> None:
+    """librocketmq's set_session_credentials signs as our broker checks (its OnsChannel field
+    included); a wrong secret is refused and nothing is stored."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: cppuser1\n    secretKey: cppsecret1\n    defaultTopicPerm: PUB|SUB\n"
+                   "    defaultGroupPerm: SUB\n  - accessKey: rmqadmin\n    secretKey: adminsecret\n    admin: true\n"
+                   "globalWhiteRemoteAddresses: []\n")
+    proc = rmqd_factory(broker_conf={"aclEnable": True, "plainAclFile": str(acl)})
+    created = compat.admin(proc.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "CompatAcl", "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, credentials=("rmqadmin", "adminsecret"))
+    assert created.code == 0, created.remark
+    good = cpp("produce", namesrv=proc.namesrv_addr, topic="CompatAcl", count=3, method="sync",
+               credentials=["cppuser1", "cppsecret1", "ALIYUN"])
+    assert [ln.get("status") for ln in good.finish(60) if "i" in ln] == [0, 0, 0]
+    bad = cpp("produce", namesrv=proc.namesrv_addr, topic="CompatAcl", count=1, method="sync",
+              credentials=["cppuser1", "not-the-secret", "ALIYUN"])
+    lines = [ln for ln in bad.finish(60) if "i" in ln]
+    assert len(lines) == 1 and "error" in lines[0]
+    c = cpp("pull", namesrv=proc.namesrv_addr, topic="CompatAcl", group="CG_ACL",
+            credentials=["cppuser1", "cppsecret1", "ALIYUN"])
+    assert sorted(ln["msg"]["body"] for ln in c.finish(60) if "msg" in ln) == ["body-0", "body-1", "body-2"]
+    assert any("Check signature failed for accessKey=cppuser1" in ln for ln in proc.log_lines())

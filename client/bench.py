@@ -96,19 +96,26 @@ async def _reporter(stats: Stats, label: str, quiet: bool) -> None:
             print(line, flush=True)
 
 
-async def _ensure_topic(ns: str, topic: str, queues: int) -> None:
+async def _ensure_topic(ns: str, topic: str, queues: int, creds: tuple[str, str] | None = None) -> None:
     if queues <= 0:
         return
-    async with Admin(ns) as admin:
+    async with Admin(ns, credentials=creds) as admin:
         await admin.create_topic(topic, queues)
 
 
+def _creds(args: argparse.Namespace) -> tuple[str, str] | None:
+    if bool(args.access_key) != bool(args.secret_key):
+        raise SystemExit("rmq-bench: --access-key and --secret-key go together")
+    return (args.access_key, args.secret_key) if args.access_key else None
+
+
 async def run_producer(args: argparse.Namespace) -> Stats:
-    await _ensure_topic(args.namesrv, args.topic, args.queues)
+    await _ensure_topic(args.namesrv, args.topic, args.queues, _creds(args))
     body = (b"x" * args.size) if args.size > 0 else b""
     stats = Stats()
     stop = time.perf_counter() + args.duration
-    async with Producer(args.group, args.namesrv, compress_over=args.compress_over) as producer:
+    async with Producer(args.group, args.namesrv, compress_over=args.compress_over,
+                        credentials=_creds(args)) as producer:
         # warm: routes, connections
         await producer.send(Message(args.topic, body, tags=args.tags))
 
@@ -187,6 +194,7 @@ async def run_consumer(args: argparse.Namespace) -> Stats:
         consume_from_where="FIRST_OFFSET" if args.from_where == "first" else "LAST_OFFSET",
         pull_batch_size=args.pull_batch,
         consume_concurrency=args.concurrency,
+        credentials=_creds(args),
     ) as consumer:
         consumer.subscribe(args.topic, args.expression)
         async with anyio.create_task_group() as tg:
@@ -204,7 +212,7 @@ async def run_consumer(args: argparse.Namespace) -> Stats:
 
 async def run_e2e(args: argparse.Namespace) -> Stats:
     """Producer and consumer in one process: latency = receive time - timestamp written in the body."""
-    await _ensure_topic(args.namesrv, args.topic, args.queues)
+    await _ensure_topic(args.namesrv, args.topic, args.queues, _creds(args))
     stats = Stats()
     pad = b"p" * max(0, args.size - 8)
 
@@ -212,14 +220,15 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
         (sent,) = _TS.unpack_from(msg.body, 0)
         stats.record((time.perf_counter_ns() - sent) / 1e6)
 
-    async with PushConsumer(args.group, args.namesrv, listener=listener, consume_from_where="LAST_OFFSET") as consumer:
+    async with PushConsumer(args.group, args.namesrv, listener=listener, consume_from_where="LAST_OFFSET",
+                            credentials=_creds(args)) as consumer:
         consumer.subscribe(args.topic, "*")
         # wait until this consumer owns queues (its rebalance ran)
         with anyio.fail_after(30):
             while not consumer.assignment():  # noqa: ASYNC110 - start-up only
                 await anyio.sleep(0.05)
         await anyio.sleep(0.5)
-        async with Producer(args.group + "_p", args.namesrv) as producer:
+        async with Producer(args.group + "_p", args.namesrv, credentials=_creds(args)) as producer:
             await producer.send(Message(args.topic, _TS.pack(time.perf_counter_ns()) + pad))
             await anyio.sleep(0.5)
             stats.all_lat.clear()
@@ -264,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-q", "--quiet", action="store_true", help="no per-second lines")
         p.add_argument("-v", "--verbose", action="store_true")
         p.add_argument("--no-uvloop", action="store_true")
+        p.add_argument("--access-key", default=None, help="ACL: sign requests with this access key")
+        p.add_argument("--secret-key", default=None, help="ACL: ... and this secret key")
 
     p = sub.add_parser("producer", help="send as fast as possible")
     common(p)

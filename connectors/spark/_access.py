@@ -59,9 +59,11 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Session:
     """A connection to one RocketMQ cluster (name server list), usable from any thread."""
 
-    def __init__(self, nameserver: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, nameserver: str, timeout_s: float = 10.0,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.nameserver = nameserver
         self.timeout_s = timeout_s
+        self.credentials = credentials
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rmq-spark-io", daemon=True)
         self._thread.start()
@@ -97,7 +99,7 @@ class Session:
         from rmq.client import PullConsumer
 
         return PullConsumer(group, namesrv_addr=self.nameserver, request_timeout=self.timeout_s,
-                            pull_timeout=self.timeout_s)
+                            pull_timeout=self.timeout_s, credentials=self.credentials)
 
     def _host(self, client: Any) -> Any:
         """Enter ``async with client`` in a task of the loop that stays until close()."""
@@ -158,7 +160,8 @@ class Session:
             if self._admin is None:
                 from rmq.client import Admin
 
-                self._admin = self._host(Admin(namesrv_addr=self.nameserver, request_timeout=self.timeout_s))
+                self._admin = self._host(Admin(namesrv_addr=self.nameserver, request_timeout=self.timeout_s,
+                                                  credentials=self.credentials))
             return self._admin
 
     def list_topics(self) -> list[str]:
@@ -314,7 +317,7 @@ class Session:
                 from rmq.client import Producer as ClientProducer
 
                 client = ClientProducer(group, namesrv_addr=self.nameserver, send_timeout=send_timeout_s,
-                                        request_timeout=self.timeout_s)
+                                        request_timeout=self.timeout_s, credentials=self.credentials)
                 p = self._producers[group] = Producer(self, self._host(client))
             return p
 
@@ -464,21 +467,21 @@ def _mq(q: QueueRef) -> Any:
     return MessageQueue(q.topic, q.broker, q.queue_id)
 
 
-_shared: dict[tuple[str, float], Session] = {}
+_shared: dict[tuple[str, float, tuple[str, str] | None], Session] = {}
 _all_sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed at exit, so no loop dies mid-task
 _shared_lock = threading.Lock()
 
 
-def shared_session(nameserver: str, timeout_s: float) -> Session:
+def shared_session(nameserver: str, timeout_s: float, credentials: tuple[str, str] | None = None) -> Session:
     """One session per (name servers, timeout) per Python worker, reused by later tasks.
 
     Spark reuses Python workers, so this saves the route fetch and connects on every task.
     """
-    key = (nameserver, timeout_s)
+    key = (nameserver, timeout_s, credentials)
     with _shared_lock:
         s = _shared.get(key)
         if s is None or not s.alive:
-            s = _shared[key] = Session(nameserver, timeout_s)
+            s = _shared[key] = Session(nameserver, timeout_s, credentials)
         return s
 
 

@@ -49,6 +49,8 @@ SOURCE_OPTIONS = (
     "timestampSource",
     "pullBatchSize",
     "requestTimeoutMs",
+    "accessKey",
+    "secretKey",
 )
 SINK_OPTIONS = (
     "nameserver",
@@ -57,6 +59,8 @@ SINK_OPTIONS = (
     "batchSize",
     "sendTimeoutMs",
     "requestTimeoutMs",
+    "accessKey",
+    "secretKey",
 )
 # Options Spark itself may put next to the user's; accepted and ignored.
 _SPARK_INJECTED = ("path", "paths", "checkpointLocation", "queryName")
@@ -124,6 +128,7 @@ class SourceConfig:
     timestamp_source: Literal["store", "born"] = "store"
     pull_batch_size: int = 256
     request_timeout_s: float = 10.0
+    credentials: tuple[str, str] | None = None  # ACL: accessKey, secretKey
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,14 @@ class SinkConfig:
     batch_size: int = 256
     send_timeout_s: float = 10.0
     request_timeout_s: float = 10.0
+    credentials: tuple[str, str] | None = None  # ACL: accessKey, secretKey
+
+
+def _credentials(opts: dict[str, str]) -> tuple[str, str] | None:
+    ak, sk = (opts.get("accessKey") or "").strip(), (opts.get("secretKey") or "").strip()
+    if bool(ak) != bool(sk):
+        raise RocketMQOptionError("secretKey" if ak else "accessKey", "give accessKey and secretKey together (ACL)")
+    return (ak, sk) if ak else None
 
 
 def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:
@@ -362,6 +375,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         timestamp_source=ts_source,  # type: ignore[arg-type]
         pull_batch_size=_int(opts, "pullBatchSize") or 256,
         request_timeout_s=(timeout_ms or 10_000) / 1000.0,
+        credentials=_credentials(opts),
     )
 
 
@@ -381,6 +395,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
         batch_size=_int(opts, "batchSize") or 256,
         send_timeout_s=(send_ms or 10_000) / 1000.0,
         request_timeout_s=(req_ms or 10_000) / 1000.0,
+        credentials=_credentials(opts),
     )
 
 

@@ -98,6 +98,7 @@ class ReadSpec:
     born_time: bool
     include_headers: bool
     pull_batch_size: int
+    credentials: tuple[str, str] | None = None
 
 
 def tag_set(expression: str | None) -> frozenset[str] | None:
@@ -114,7 +115,7 @@ def read_range(spec: ReadSpec, part: RangePartition, schema: pa.Schema) -> Itera
     from rmq.connectors.spark._schema import SYSTEM_PROPERTIES
 
     q = QueueRef(part.topic, part.broker, part.queue_id)
-    session = _access.shared_session(spec.nameserver, spec.timeout_s)
+    session = _access.shared_session(spec.nameserver, spec.timeout_s, spec.credentials)
     cols = Columns()
 
     def batch() -> pa.RecordBatch:
@@ -151,7 +152,8 @@ class _Planner:
 
     def _open(self) -> _access.Session:
         if self._session is None:
-            self._session = _access.Session(self.config.nameserver, self.config.request_timeout_s)
+            self._session = _access.Session(self.config.nameserver, self.config.request_timeout_s,
+                                            self.config.credentials)
         return self._session
 
     def _close(self) -> None:
@@ -218,6 +220,7 @@ class _Planner:
         return ReadSpec(
             nameserver=cfg.nameserver,
             timeout_s=cfg.request_timeout_s,
+            credentials=cfg.credentials,
             expression=expression,
             expression_type=kind,
             tags=tags,

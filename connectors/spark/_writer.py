@@ -118,7 +118,7 @@ class _Sender:
 
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
-        self.session = _access.shared_session(config.nameserver, config.request_timeout_s)
+        self.session = _access.shared_session(config.nameserver, config.request_timeout_s, config.credentials)
         self.producer = self.session.producer(config.producer_group, config.send_timeout_s)
         self._queues: dict[str, list[Any]] = {}
         self._rr = itertools.count(random.randrange(1 << 16))

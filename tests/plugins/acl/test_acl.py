@@ -197,3 +197,17 @@ async def test_admin_client_signs(acl_rmqd: RmqdProcess) -> None:
         with pytest.raises(BrokerError) as e:
             await admin.create_topic("TopicE", 2)
         assert e.value.code == ResponseCode.NO_PERMISSION
+
+
+def test_rmq_bench_signs(acl_rmqd: RmqdProcess) -> None:
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "rmq.client.bench", "producer", "-n", acl_rmqd.namesrv_addr, "-t", "TopicA",
+            "-d", "1", "-q", "-c", "2", "--queues", "0"]
+    ok = subprocess.run([*base, "--access-key", USER[0], "--secret-key", USER[1]], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = subprocess.run([*base, "--access-key", USER[0], "--secret-key", "not-the-secret"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "Check signature failed" in bad.stdout + bad.stderr

@@ -34,6 +34,7 @@ from rmq.client.route import TopicRoute, json_int, json_object
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageQueue
 from rmq.kernel.net import local_ipv4
+from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
@@ -194,7 +195,10 @@ class ClientInstance:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
-            cfg = RemotingConfig(name=self.name, connect_timeout=self.options.request_timeout)
+            o = self.options
+            tls = client_context(verify=o.tls_verify, ca=o.tls_ca or "", cert=o.tls_cert or "",
+                                 key=o.tls_key or "") if o.tls else None
+            cfg = RemotingConfig(name=self.name, connect_timeout=o.request_timeout, tls_client=tls)
             remoting = self.kernel.hook.rmq_remoting_make_client(
                 kernel=self.kernel, config=cfg, handler=self._router.dispatch
             )

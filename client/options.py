@@ -40,6 +40,12 @@ class ClientOptions:
     # ACL: (access_key, secret_key) signs every request as RocketMQ's AclClientRPCHook does
     credentials: tuple[str, str] | None = attrs.field(default=None, converter=lambda v: tuple(v) if v else None)
     security_token: str | None = None
+    # TLS (RocketMQ's tls.enable): trusts any server unless tls_verify (tls.client.authServer), then tls_ca
+    tls: bool = False
+    tls_verify: bool = False
+    tls_ca: str | None = None
+    tls_cert: str | None = None  # client certificate for servers that require one
+    tls_key: str | None = None
 
 
 @attrs.define(kw_only=True)

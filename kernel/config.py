@@ -247,6 +247,7 @@ class RootConfig:
     plugins: dict[str, list[str]] = attrs.field(factory=dict)
     plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
     log: LogConfig = attrs.field(factory=LogConfig)
+    tls: dict[str, Any] = attrs.field(factory=dict)  # opaque here: the remoting plugin reads it
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
 
     def roles(self) -> list[str]:

@@ -11,10 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import hookimpl, structure_options
+from rmq.kernel import ConfigError, hookimpl, structure_options
 from rmq.plugins.remoting_tcp.client import TcpRemotingClient
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.plugins.remoting_tcp.server import TcpRemotingServer
+from rmq.plugins.remoting_tcp.tls import (
+    ServerTls,
+    TlsConfig,
+    TlsConfigError,
+    client_context_for,
+    structure_tls,
+)
 from rmq.protocol.command import (
     RemotingClosedError,
     RemotingConnectError,
@@ -62,6 +69,8 @@ class TcpRemotingPlugin:
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: TcpOptions = structure_options(TcpOptions, options)
+        self._tls_cfg: TlsConfig | None = None
+        self._server_tls: ServerTls | None = None
 
     def _apply(self, config: RemotingConfig) -> RemotingConfig:
         changes: dict[str, Any] = {}
@@ -71,14 +80,35 @@ class TcpRemotingPlugin:
             changes["idle_timeout"] = float(self.options.idle_timeout)
         return attrs.evolve(config, **changes) if changes else config
 
+    def _tls(self, kernel: Any) -> TlsConfig | None:
+        """The daemon's ``[tls]`` table, checked once (a bad one refuses start-up with one line)."""
+        root = getattr(kernel, "config", None)
+        doc = getattr(root, "tls", None)
+        if doc is None:
+            return None
+        if self._tls_cfg is None:
+            try:
+                self._tls_cfg = structure_tls(doc)
+                self._server_tls = ServerTls(self._tls_cfg) if self._tls_cfg.server_mode != "disabled" else None
+            except TlsConfigError as e:
+                raise ConfigError(f"{root.source}: tls: {e}") from None
+        return self._tls_cfg
+
     @hookimpl(trylast=True)
     def rmq_remoting_make_server(
         self, kernel: Any, config: RemotingConfig, handler: RequestHandler
     ) -> TcpRemotingServer:
-        return TcpRemotingServer(self._apply(config), handler)
+        config = self._apply(config)
+        if self._tls(kernel) is not None and config.tls_server is None and self._server_tls is not None:
+            config = attrs.evolve(config, tls_server=self._server_tls)
+        return TcpRemotingServer(config, handler)
 
     @hookimpl(trylast=True)
     def rmq_remoting_make_client(
         self, kernel: Any, config: RemotingConfig, handler: RequestHandler | None
     ) -> TcpRemotingClient:
-        return TcpRemotingClient(self._apply(config), handler, kernel=kernel)
+        config = self._apply(config)
+        tls = self._tls(kernel)
+        if config.tls_client is None and tls is not None and tls.enable:  # rmqd's own outgoing connections
+            config = attrs.evolve(config, tls_client=client_context_for(tls))
+        return TcpRemotingClient(config, handler, kernel=kernel)

@@ -99,11 +99,17 @@ class TcpRemotingClient:
         limit = cfg.connect_timeout if connect_timeout is None else min(connect_timeout, cfg.connect_timeout)
         try:
             with anyio.fail_after(limit):
-                stream = await anyio.connect_tcp(host, port)
+                if cfg.tls_client is not None:
+                    stream = await anyio.connect_tcp(host, port, ssl_context=cfg.tls_client, tls_standard_compatible=False)
+                else:
+                    stream = await anyio.connect_tcp(host, port)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
-        except OSError as exc:
+        except OSError as exc:  # ssl.SSLError included
             raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
+        except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:  # the server closed during the TLS handshake
+            cause = exc.__cause__ or exc
+            raise RemotingConnectError(f"TLS handshake with {addr} failed: {cause!r}") from None
         conn = TcpConnection.for_config(stream, self._handler, cfg, next(self._ids), self._rlog)
         conn.on_close(lambda c: self._forget(addr, c))
         tg.start_soon(conn.run)

@@ -146,9 +146,18 @@ class TcpRemotingServer:
         conn: AsyncioConnection | None = None
         attached = False  # once the transport owns the socket, only the transport closes it
         try:
+            ctx = None
+            if cfg.tls_server is not None:
+                ctx = await self._tls_for(sock)
+                if ctx is False:
+                    return
             conn = AsyncioConnection.for_config(self._handler, cfg, next(self._ids), self._rlog)
             self._conns[conn.id] = conn
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, sock)  # type: ignore[arg-type,return-value]
+            if ctx is None:
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, sock)  # type: ignore[arg-type,return-value]
+            else:
+                await asyncio.get_running_loop().connect_accepted_socket(  # type: ignore[arg-type]
+                    lambda: conn, sock, ssl=ctx, ssl_handshake_timeout=cfg.connect_timeout * 3)  # type: ignore[return-value]
             attached = True
             log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.wait_closed()
@@ -166,6 +175,37 @@ class TcpRemotingServer:
             self._held -= 1
             if conn is not None:
                 self._conns.pop(conn.id, None)
+
+    async def _tls_for(self, sock: socket.socket) -> Any:
+        """Peek at the first byte (RocketMQ's same-port rule): 0x16 opens a TLS handshake, anything
+        else is plaintext. The SSL context, None for plaintext, or False: the connection is refused."""
+        tls = self.config.tls_server
+        name = self.config.name
+        with anyio.move_on_after(self.config.idle_timeout):
+            wait = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable  # anyio >= 4.7 renamed it
+            await wait(sock)
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            first = b""
+        except OSError:
+            return False
+        if not first:
+            return False  # closed, or silent for the idle timeout
+        peer = _peer_of(sock)
+        if first[0] == 0x16:
+            if tls.mode == "disabled":
+                return False
+            ctx = await anyio.to_thread.run_sync(tls.context)
+            if ctx is None:
+                self._rlog.warning("tls-unavailable", "%s: TLS handshake from %s refused: no certificate", name, peer)
+                return False
+            return ctx
+        if tls.mode == "enforcing":
+            self._rlog.info("tls-enforcing", "%s: plaintext connection from %s refused (tls server.mode enforcing)",
+                            name, peer)
+            return False
+        return None
 
     async def _on_accept(self, stream: SocketStream) -> None:
         """Set up and serve one accepted socket; nothing raised here leaves this task."""
@@ -194,6 +234,14 @@ class TcpRemotingServer:
             await conn.aclose()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
+
+
+def _peer_of(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
 
 
 async def _close_quietly(stream: SocketStream) -> None:

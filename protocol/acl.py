@@ -9,7 +9,6 @@ C++ client (whose extra ``OnsChannel`` field is just another extField) compute.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from collections.abc import Mapping
 
@@ -22,15 +21,11 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 def signature(ext: Mapping[str, str], body: bytes | None, secret_key: str, *, skip: frozenset[str] = frozenset()) -> str:
     """The Signature of a request's extFields and body under ``secret_key``."""
-    mac = hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha1)
-    for key in sorted(ext):
-        if key != SIGNATURE and key not in skip:
-            value = ext[key]
-            if value is not None:
-                mac.update(str(value).encode("utf-8"))
+    text = "".join([str(ext[k]) for k in sorted(ext) if k != SIGNATURE and k not in skip and ext[k] is not None])
+    data = text.encode("utf-8")
     if body:
-        mac.update(body)
-    return base64.b64encode(mac.digest()).decode("ascii")
+        data += body
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), data, "sha1")).decode("ascii")
 
 
 def sign(ext: dict[str, str], body: bytes | None, access_key: str, secret_key: str,

@@ -28,6 +28,7 @@ from rmq.kernel import (
     hookimpl,
     structure_options,
 )
+from rmq.plugins.remoting_tcp.tls import ServerTls, client_context_for, structure_tls
 from rmq.plugins.replication.frames import (
     FrameError,
     ReportReader,
@@ -72,4 +73,12 @@ class HaReplicationPlugin:
                 f"{type(store).__name__} cannot"
             )
         notifier = self._notifiers.pop(id(store), None) or DataNotifier()
-        return HAService(store, store, config, notifier)  # type: ignore[return-value]
+        svc = HAService(store, store, config, notifier)
+        tls_doc = getattr(kernel.config, "tls", None)
+        if tls_doc:
+            tls = structure_tls(tls_doc)  # already checked by the remoting plugin at start-up
+            if tls.server_mode == "enforcing":
+                svc.tls_server = ServerTls(tls).context()
+            if tls.enable:
+                svc.tls_client = client_context_for(tls)
+        return svc  # type: ignore[return-value]

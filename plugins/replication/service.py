@@ -30,11 +30,13 @@ Failover (a controller promoting a slave) needs only ``set_role`` and
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import SocketStream
+from anyio.streams.tls import TLSListener
 
 from rmq.kernel import RateLimitedLog, ReplicaError, Watermark
 from rmq.plugins.replication.frames import (
@@ -151,6 +153,10 @@ class HAService:
         self.applied_chunks = 0
         # controller mode: slaves open with a 16-byte handshake naming their broker id (AutoSwitchHA's layout)
         self.handshake = bool(getattr(config, "enableControllerMode", False))
+        # TLS on the HA port: only when every port must be TLS (tls server.mode enforcing); a slave with
+        # tls.enable connects with TLS. Otherwise plain, as RocketMQ's HA always is (Java peers interoperate).
+        self.tls_server: ssl.SSLContext | None = None
+        self.tls_client: ssl.SSLContext | None = None
         self.identity = -1  # this broker's controller-assigned id, sent in that handshake
 
     # ------------------------------------------------------------------ ReplicationService
@@ -252,6 +258,9 @@ class HAService:
             local_host=self.host or None, local_port=self.port, reuse_port=False
         )
         self.port = self._listener.extra(anyio.abc.SocketAttribute.local_port)
+        if self.tls_server is not None:
+            self._listener = TLSListener(self._listener, self.tls_server, standard_compatible=False,
+                                         handshake_timeout=CONNECT_TIMEOUT)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._serve)
@@ -424,7 +433,11 @@ class HAService:
     async def _session(self, addr: str) -> str:
         host, _, port = addr.rpartition(":")
         with anyio.fail_after(CONNECT_TIMEOUT):
-            stream = await anyio.connect_tcp(host, int(port))
+            if self.tls_client is not None:
+                stream = await anyio.connect_tcp(host, int(port), ssl_context=self.tls_client,
+                                                 tls_standard_compatible=False)
+            else:
+                stream = await anyio.connect_tcp(host, int(port))
         async with stream:
             self.log.reset_replica()
             self.diverged = ""

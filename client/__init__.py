@@ -33,6 +33,7 @@ from rmq.client.producer import Producer
 from rmq.client.pull import LitePullConsumer, PullConsumer
 from rmq.client.push import PushConsumer
 from rmq.client.selector import HashSelector, RandomSelector, RoundRobinSelector
+from rmq.client.simple import SimpleConsumer, delivery_attempt
 from rmq.client.transaction import TransactionProducer, TransactionSendResult
 
 __all__ = [
@@ -53,8 +54,10 @@ __all__ = [
     "NoRouteError",
     "Producer",
     "PullConsumer",
+    "SimpleConsumer",
     "PullResult",
     "PullStatus",
+    "delivery_attempt",
     "PushConsumer",
     "QueueProgress",
     "RandomSelector",

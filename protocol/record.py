@@ -34,6 +34,7 @@ __all__ = [
     "born_host_width",
     "physical_offset_at",
     "queue_offset_at",
+    "reconsume_times_pos",
     "store_host_width",
     "store_timestamp_at",
 ]
@@ -77,6 +78,12 @@ def store_timestamp_at(buf: Any, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` (its place depends on the born host's width)."""
     (sys_flag,) = _I.unpack_from(buf, pos + SYS_FLAG)
     return _Q.unpack_from(buf, pos + BORN_HOST + born_host_width(sys_flag))[0]  # type: ignore[no-any-return]
+
+
+def reconsume_times_pos(buf: Any, pos: int) -> int:
+    """Where RECONSUMETIMES of the record at ``pos`` is (after both hosts, whose widths vary)."""
+    (sys_flag,) = _I.unpack_from(buf, pos + SYS_FLAG)
+    return pos + BORN_HOST + born_host_width(sys_flag) + 8 + store_host_width(sys_flag)
 
 
 def queue_offset_at(buf: Any, pos: int) -> int:

@@ -80,6 +80,9 @@ RESOURCES: dict[int, Callable[[RemotingCommand], Resources]] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: _group("group"),
     RequestCode.PULL_MESSAGE: _group("consumerGroup", topic=True),
     361: _group("consumerGroup", topic=True),  # LITE_PULL_MESSAGE (RocketMQ 5's lite pull consumer)
+    200050: _group("consumerGroup", topic=True),  # POP_MESSAGE
+    200051: _group("consumerGroup", topic=True),  # ACK_MESSAGE
+    200053: _group("consumerGroup", topic=True),  # CHANGE_MESSAGE_INVISIBLETIME
     RequestCode.QUERY_MESSAGE: lambda cmd: [(cmd.ext.get("topic", ""), SUB, False)],
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: _group("consumerGroup"),

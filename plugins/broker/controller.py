@@ -34,6 +34,7 @@ from rmq.plugins.broker.locks import RebalanceLockManager
 from rmq.plugins.broker.longpoll import ArrivalNotifier, PullHoldService
 from rmq.plugins.broker.offsets import ConsumerOffsetManager
 from rmq.plugins.broker.pipeline import PutPipeline
+from rmq.plugins.broker.pop import PopProcessor
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
 from rmq.plugins.broker.replicas import ReplicasManager
@@ -102,11 +103,13 @@ class BrokerController:
         self.pull_processor = PullProcessor(self)
         self.consumer_processor = ConsumerProcessor(self)
         self.admin_processor = AdminProcessor(self)
+        self.pop_processor = PopProcessor(self)
 
     # ------------------------------------------------------------------ processors
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
-        for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor):
+        for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor,
+                     self.pop_processor):
             proc.register(registry, owner)
         if self.replicas is not None:
             self.replicas.register(registry, owner)

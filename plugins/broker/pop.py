@@ -1,0 +1,305 @@
+"""POP consumption (RocketMQ 5): POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME
+(200053), with RocketMQ 5's header fields and receipt (``extraInfo``) format.
+
+A pop hands out messages of a group's queues, each invisible to later pops for the requested time;
+an ack retires one; a message not acked in time is handed out again with one more delivery attempt
+(RECONSUMETIMES in the returned record), and after the group's ``retryMaxTimes`` + 1 deliveries it
+goes to ``%DLQ%<group>``. With ``order=true`` a queue holding an unacked, still invisible batch is
+skipped, and an expired batch comes back first, in order (FIFO).
+
+How it differs from RocketMQ, and why: RocketMQ copies an expired message into a per-group retry
+topic and keeps checkpoints and acks as timer messages in a revive topic. Here a message is handed
+out again from its own queue; the pop state (in flight, attempts) lives in memory, and what is
+durable is the group's consumer offset, committed at the first unacked message. After a restart
+every message from there on is handed out again: at-least-once, as RocketMQ, with the attempt
+count starting over. The receipt is RocketMQ's ``startOffset popTime invisibleTime reviveQid
+topicType brokerName queueId queueOffset``; ``popTime`` (changed by every redelivery and by a
+change of invisible time) tells a current receipt from a stale one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from rmq.kernel import FilterExpressionError, GetStatus, PutStatus, RateLimitedLog, record_of
+from rmq.protocol.codes import ResponseCode
+from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
+from rmq.protocol.common import Perm
+from rmq.protocol.message import MessageDecodeError, decode_message
+from rmq.protocol.names import dlq_topic, printable
+from rmq.protocol.record import reconsume_times_pos
+
+if TYPE_CHECKING:
+    from rmq.kernel import Connection
+    from rmq.plugins.broker.context import ProcessorContext
+
+log = logging.getLogger("rmq.broker.pop")
+refusals = RateLimitedLog(log)
+
+POP_MESSAGE = 200050
+ACK_MESSAGE = 200051
+CHANGE_MESSAGE_INVISIBLETIME = 200053
+ORDER_REVIVE_QID = 999  # RocketMQ's revive queue id that marks an ordered (FIFO) receipt
+MAX_BATCH = 32
+MAX_POLL_MS = 20_000
+_DELIVERED = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                        PutStatus.SLAVE_NOT_AVAILABLE))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.define(slots=True)
+class InFlight:
+    pop_time: int
+    invisible_until: int
+    invisible_time: int
+    attempts: int  # deliveries so far
+
+
+@attrs.define(slots=True)
+class QueueState:
+    next_offset: int
+    inflight: dict[int, InFlight] = attrs.field(factory=dict)
+    committed: int = -1
+
+    def commit_point(self) -> int:
+        return min(self.inflight) if self.inflight else self.next_offset
+
+    def blocked(self, now: int) -> bool:
+        return any(f.invisible_until > now for f in self.inflight.values())
+
+
+class PopProcessor:
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
+        self.queues: dict[tuple[str, str, int], QueueState] = {}
+        self.dlq = 0
+
+    def register(self, registry: object, owner: str) -> None:
+        for code, fn in ((POP_MESSAGE, self.pop), (ACK_MESSAGE, self.ack),
+                         (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)):
+            registry.register(code, fn, owner=owner)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ state
+
+    def _state(self, group: str, topic: str, qid: int) -> QueueState:
+        key = (group, topic, qid)
+        st = self.queues.get(key)
+        if st is None:
+            store = self.ctx.store
+            committed = self.ctx.query_offset(group, topic, qid)
+            lo = store.get_min_offset(topic, qid)
+            start = committed if committed >= 0 else lo  # a new group starts at the queue's oldest message
+            st = self.queues[key] = QueueState(max(start, lo), committed=committed)
+        return st
+
+    def _commit(self, group: str, topic: str, qid: int, st: QueueState) -> None:
+        point = st.commit_point()
+        if point != st.committed:
+            st.committed = point
+            self.ctx.commit_offset(group, topic, qid, point)
+
+    # ------------------------------------------------------------------ POP_MESSAGE
+
+    def _check(self, cmd: RemotingCommand, group: str, topic: str) -> RemotingCommand | None:
+        b = self.ctx
+        if b.is_slave:
+            return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "pop is served by masters")
+        if not b.config.brokerPermission & Perm.READ:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.brokerName}] pulling message is forbidden")
+        tc = b.topics.table.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{printable(topic, 128)}] not exist, apply first please!")
+        if not tc.perm & Perm.READ:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
+        sg = b.groups.find(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{printable(group, 128)}] does not exist")
+        if not sg.consumeEnable:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        return None
+
+    async def pop(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd, "consumerGroup")
+        topic = ext_str(cmd, "topic")
+        qid = ext_i32(cmd, "queueId", -1)
+        n = ext_i32(cmd, "maxMsgNums", 32)
+        invisible = ext_int(cmd, "invisibleTime")
+        poll = ext_int(cmd, "pollTime", 0)
+        order = (cmd.ext.get("order") or "false").lower() == "true"
+        if not 0 < n <= MAX_BATCH:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums {n} out of range (1..{MAX_BATCH})")
+        if invisible <= 0:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"invisibleTime {invisible} must be above 0")
+        refused = self._check(cmd, group, topic)
+        if refused is not None:
+            return refused
+        tc = self.ctx.topics.table[topic]
+        if qid >= tc.readQueueNums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                                           f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        etype = cmd.ext.get("expType") or "TAG"
+        expr = cmd.ext.get("exp") or "*"
+        try:
+            mfilter = self.ctx.get_filter(group, topic, etype, expr)
+        except FilterExpressionError as e:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+        except LookupError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        queues = [qid] if qid >= 0 else list(range(tc.readQueueNums))
+        if len(queues) > 1:
+            k = random.randrange(len(queues))
+            queues = queues[k:] + queues[:k]
+        deadline = time.monotonic() + min(max(poll, 0), MAX_POLL_MS) / 1000
+        while True:
+            got = await self._collect(group, topic, queues, n, invisible, order, mfilter)
+            if got or time.monotonic() >= deadline or conn.closed:
+                break
+            await anyio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        if not got:
+            return cmd.response(ResponseCode.PULL_NOT_FOUND, "no new message")
+        return self._answer(cmd, topic, got, invisible, order)
+
+    async def _collect(self, group: str, topic: str, queues: list[int], n: int, invisible: int, order: bool,
+                       mfilter: object) -> list[tuple[int, int, bytes, int, int]]:
+        """(queue, offset, record, attempts, pop time) of up to n messages now handed out."""
+        store = self.ctx.store
+        out: list[tuple[int, int, bytes, int, int]] = []
+        sg = self.ctx.groups.find(group)
+        max_deliveries = (sg.retryMaxTimes if sg is not None else 16) + 1
+        for q in queues:
+            if len(out) >= n:
+                break
+            st = self._state(group, topic, q)
+            now = now_ms()
+            if order and st.blocked(now):
+                continue
+            for off in sorted(st.inflight):  # expired first: they come back before new messages
+                f = st.inflight[off]
+                if f.invisible_until > now or len(out) >= n:
+                    continue
+                res = store.get_messages(group, topic, q, off, 1)
+                raw = res.messages[0] if res.status is GetStatus.FOUND and res.messages else None
+                if raw is None or res.queue_offsets[0] != off:
+                    del st.inflight[off]  # gone (retention): nothing left to deliver
+                    continue
+                if f.attempts >= max_deliveries:
+                    await self._to_dlq(group, bytes(raw))
+                    del st.inflight[off]
+                    continue
+                f.attempts += 1
+                f.pop_time, f.invisible_until, f.invisible_time = now, now + invisible, invisible
+                out.append((q, off, bytes(raw), f.attempts, now))
+            if order and any(o[0] == q for o in out):
+                self._commit(group, topic, q, st)
+                continue  # an ordered queue redelivers its batch alone
+            want = n - len(out)
+            if want > 0:
+                res = store.get_messages(group, topic, q, st.next_offset, want, mfilter)  # type: ignore[arg-type]
+                if res.status is GetStatus.FOUND:
+                    for raw, off in zip(res.messages, res.queue_offsets, strict=False):
+                        st.inflight[off] = InFlight(now, now + invisible, invisible, 1)
+                        out.append((q, off, bytes(raw), 1, now))
+                    st.next_offset = res.next_begin_offset
+                elif res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
+                                    GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL):
+                    if res.next_begin_offset > st.next_offset or res.status is not GetStatus.OFFSET_FOUND_NULL:
+                        st.next_offset = max(res.next_begin_offset, store.get_min_offset(topic, q))
+            self._commit(group, topic, q, st)
+        return out
+
+    async def _to_dlq(self, group: str, raw: bytes) -> None:
+        try:
+            msg = decode_message(raw, decompress=False)
+        except MessageDecodeError as e:
+            log.error("pop: an undecodable record could not go to the DLQ of %s: %s", group, e)
+            return
+        dlq = dlq_topic(group)
+        self.ctx.ensure_topic(dlq, 1, Perm.READ_WRITE)
+        result = await self.ctx.put(record_of(msg, dlq, 0, {"ORIGIN_MESSAGE_ID": msg.msg_id or "",
+                                                            "RETRY_TOPIC": msg.topic}))
+        if result.status in _DELIVERED:
+            self.dlq += 1
+        else:
+            log.error("pop: moving a message of %s to %s failed: %s", group, dlq, result.status.name)
+
+    def _answer(self, cmd: RemotingCommand, topic: str, got: list[tuple[int, int, bytes, int, int]],
+                invisible: int, order: bool) -> RemotingCommand:
+        by_queue: dict[int, list[int]] = {}
+        body = bytearray()
+        order_counts = []
+        for q, off, raw, attempts, _pop_time in got:
+            by_queue.setdefault(q, []).append(off)
+            rec = bytearray(raw)
+            pos = reconsume_times_pos(rec, 0)
+            rec[pos:pos + 4] = (attempts - 1).to_bytes(4, "big", signed=True)  # delivery attempt = this + 1
+            body += rec
+            if order:
+                order_counts.append(f"0 qo{q}%{off} {attempts - 1}")
+        pop_time = got[0][4]
+        start = ";".join(f"0 {q} {offs[0]}" for q, offs in by_queue.items())
+        offsets = ";".join(f"0 {q} {','.join(map(str, offs))}" for q, offs in by_queue.items())
+        rest = 0
+        for q in by_queue:
+            rest += max(0, self.ctx.store.get_max_offset(topic, q) - self.queues[(cmd.ext["consumerGroup"], topic, q)]
+                        .next_offset)
+        ext = {"popTime": str(pop_time), "invisibleTime": str(invisible),
+               "reviveQid": str(ORDER_REVIVE_QID if order else 0), "restNum": str(rest),
+               "startOffsetInfo": start, "msgOffsetInfo": offsets}
+        if order:
+            ext["orderCountInfo"] = ";".join(order_counts)
+        return cmd.response(ResponseCode.SUCCESS, None, ext, bytes(body))
+
+    # ------------------------------------------------------------------ ACK / CHANGE_INVISIBLETIME
+
+    def _lookup(self, cmd: RemotingCommand) -> tuple[tuple[str, str, int], QueueState, int, InFlight] | RemotingCommand:
+        group = ext_str(cmd, "consumerGroup")
+        topic = ext_str(cmd, "topic")
+        qid = ext_i32(cmd, "queueId")
+        offset = ext_int(cmd, "offset")
+        parts = (cmd.ext.get("extraInfo") or "").split(" ")
+        if len(parts) < 7:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "extraInfo is not a pop receipt")
+        try:
+            pop_time = int(parts[1])
+        except ValueError:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "extraInfo is not a pop receipt")
+        st = self.queues.get((group, topic, qid))
+        f = st.inflight.get(offset) if st is not None else None
+        if st is None or f is None or f.pop_time != pop_time:
+            return cmd.response(ResponseCode.NO_MESSAGE, (
+                f"receipt of {topic}/{qid}/{offset} is no longer valid: the message was acked, handed out "
+                "again after its invisible time, or the broker restarted"))
+        return (group, topic, qid), st, offset, f
+
+    async def ack(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        found = self._lookup(cmd)
+        if isinstance(found, RemotingCommand):
+            return found
+        (group, topic, qid), st, offset, _f = found
+        del st.inflight[offset]
+        self._commit(group, topic, qid, st)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def change_invisible_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        invisible = ext_int(cmd, "invisibleTime")
+        if not 0 <= invisible <= 12 * 3600 * 1000:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"invisibleTime {invisible} out of range (0..12 h)")
+        found = self._lookup(cmd)
+        if isinstance(found, RemotingCommand):
+            return found
+        _key, _st, _offset, f = found
+        now = now_ms()
+        f.pop_time, f.invisible_until, f.invisible_time = now, now + invisible, invisible
+        revive = (cmd.ext.get("extraInfo") or "").split(" ")[3]
+        return cmd.response(ResponseCode.SUCCESS, None, {
+            "popTime": str(now), "invisibleTime": str(invisible), "reviveQid": revive})

@@ -1,0 +1,140 @@
+"""POP consumption against a real rmqd with our SimpleConsumer: receive + ack, invisible-time expiry
+and redelivery with the attempt count, change of invisible duration (stale receipts refused), the
+DLQ after the group's retryMaxTimes, FIFO blocking with order=true, and acked / unacked messages
+across a SIGKILL and restart."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq.client import BrokerError, Message, Producer, PullConsumer, PullStatus, SimpleConsumer, delivery_attempt
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.message import decode_messages
+from rmq.testing.daemon import RmqdProcess
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    async with TcpRemotingClient(RemotingConfig(name="pop-test")) as c:
+        return await c.invoke(addr, RemotingCommand.request(code, ext, body), 10)
+
+
+async def setup(proc: RmqdProcess, topic: str, n: int, queues: int = 2, group: str = "", retry_max: int = 16) -> None:
+    r = await call(proc.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+    assert r.code == 0
+    if group:
+        import json
+
+        body = json.dumps({"groupName": group, "consumeEnable": True, "retryMaxTimes": retry_max}).encode()
+        assert (await call(proc.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)).code == 0
+    async with Producer("PG_POP", proc.namesrv_addr) as p:
+        for i in range(n):
+            await p.send(Message(topic, f"m{i}".encode(), tags="a" if i % 2 == 0 else "b"))
+
+
+async def test_receive_ack_and_invisible_expiry(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    await setup(proc, "PopA", 6)
+    async with SimpleConsumer("CG_POP_A", proc.namesrv_addr, subscriptions={"PopA": "*"}, await_duration=3) as c:
+        got: list[Any] = []
+        while len(got) < 6:
+            batch = await c.receive(16, invisible_duration=1.5)
+            assert batch, "messages expected"
+            got += batch
+        assert sorted(m.body for m in got) == [f"m{i}".encode() for i in range(6)]
+        assert {delivery_attempt(m) for m in got} == {1}
+        for m in got[:4]:
+            await c.ack(m)
+        assert await c.receive(16, 1.5, await_duration=0.3) == []  # the two unacked are invisible
+        await anyio.sleep(1.6)
+        again: list[Any] = []
+        deadline = time.monotonic() + 10
+        while len(again) < 2 and time.monotonic() < deadline:
+            again += await c.receive(16, 30, await_duration=1)
+        assert sorted(m.body for m in again) == sorted(m.body for m in got[4:])
+        assert {delivery_attempt(m) for m in again} == {2}
+        with pytest.raises(BrokerError) as e:  # the first receipt of a redelivered message is stale
+            await c.ack(got[4])
+        assert e.value.code == ResponseCode.NO_MESSAGE
+        for m in again:
+            await c.ack(m)
+    async with SimpleConsumer("CG_POP_A2", proc.namesrv_addr, subscriptions={"PopA": "a"}, await_duration=2) as c:
+        tagged: list[Any] = []
+        while len(tagged) < 3:
+            b = await c.receive(16, 30)
+            assert b
+            tagged += b
+        assert sorted(m.body for m in tagged) == [b"m0", b"m2", b"m4"]  # a group of its own, filtered by tag
+
+
+async def test_change_invisible_duration_and_dlq(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    await setup(proc, "PopB", 1, queues=1, group="CG_POP_B", retry_max=1)
+    async with SimpleConsumer("CG_POP_B", proc.namesrv_addr, subscriptions={"PopB": "*"}, await_duration=2) as c:
+        [m] = await c.receive(4, invisible_duration=60)
+        old = dict(m.properties)
+        m = await c.change_invisible_duration(m, 0.3)
+        assert m.properties["POP_CK"] != old["POP_CK"]
+        await anyio.sleep(0.5)
+        [m2] = await c.receive(4, invisible_duration=0.3)  # second (last) delivery: retryMaxTimes 1
+        assert delivery_attempt(m2) == 2 and m2.body == m.body
+        await anyio.sleep(0.5)
+        assert await c.receive(4, 0.3, await_duration=0.5) == []  # third would exceed: to the DLQ instead
+    async with PullConsumer("CG_DLQ_CHECK", proc.namesrv_addr) as pc:
+        mq = (await pc.fetch_queues("%DLQ%CG_POP_B"))[0]
+        r = await pc.pull(mq, 0, 8)
+        assert r.status is PullStatus.FOUND and [x.body for x in r.messages] == [b"m0"]
+
+
+async def test_fifo_pop_blocks_the_queue_until_acked_or_expired(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    await setup(proc, "PopC", 4, queues=1)
+    ext = {"consumerGroup": "CG_POP_C", "topic": "PopC", "queueId": "0", "maxMsgNums": "2", "invisibleTime": "800",
+           "pollTime": "0", "bornTime": "0", "initMode": "0", "order": "true"}
+    r = await call(proc.broker_addr, 200050, ext)
+    assert r.code == 0 and [m.body for m in decode_messages(r.body)] == [b"m0", b"m1"]
+    assert r.ext["reviveQid"] == "999" and r.ext["msgOffsetInfo"] == "0 0 0,1"
+    assert (await call(proc.broker_addr, 200050, ext)).code == ResponseCode.PULL_NOT_FOUND  # blocked
+    await anyio.sleep(0.9)
+    r = await call(proc.broker_addr, 200050, ext)  # expired: the same batch first, in order
+    assert [m.body for m in decode_messages(r.body)] == [b"m0", b"m1"]
+    assert [m.reconsume_times for m in decode_messages(r.body)] == [1, 1]
+    for off in ("0", "1"):
+        extra = f"0 {r.ext['popTime']} 800 999 0 broker-a 0 {off}"
+        ack = {"consumerGroup": "CG_POP_C", "topic": "PopC", "queueId": "0", "extraInfo": extra, "offset": off}
+        assert (await call(proc.broker_addr, 200051, ack)).code == 0
+    r = await call(proc.broker_addr, 200050, ext)
+    assert [m.body for m in decode_messages(r.body)] == [b"m2", b"m3"]
+
+
+async def test_acked_stay_acked_and_unacked_come_back_after_a_crash(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory(broker_conf={"flushConsumerOffsetInterval": 100})
+    await setup(proc, "PopD", 6, queues=1)
+    async with SimpleConsumer("CG_POP_D", proc.namesrv_addr, subscriptions={"PopD": "*"}, await_duration=2) as c:
+        got = await c.receive(3, invisible_duration=60)
+        assert [m.body for m in got] == [b"m0", b"m1", b"m2"]
+        for m in got:
+            await c.ack(m)
+        pending = await c.receive(2, invisible_duration=60)
+        assert [m.body for m in pending] == [b"m3", b"m4"]
+    await anyio.sleep(0.5)  # the committed offset (3) reaches consumerOffset.json
+    proc.kill()
+    proc.start()
+    async with SimpleConsumer("CG_POP_D", proc.namesrv_addr, subscriptions={"PopD": "*"}, await_duration=3) as c:
+        back = await c.receive(16, invisible_duration=60)
+    assert [m.body for m in back] == [b"m3", b"m4", b"m5"]  # unacked again, acked never, nothing lost

@@ -11,7 +11,15 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq.client import BrokerError, Message, Producer, PullConsumer, PullStatus, SimpleConsumer, delivery_attempt
+from rmq.client import (
+    BrokerError,
+    Message,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    SimpleConsumer,
+    delivery_attempt,
+)
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode

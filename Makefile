@@ -5,8 +5,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# the official RocketMQ 5 Python SDK (gRPC) for the compatibility tests, in a venv of its own
+VENV5  ?= .venv5
 
-.PHONY: demo test fuzz install install-test lint bench clean
+.PHONY: demo test fuzz install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +17,20 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[fast]"
 
-install-test: $(BIN)/python
+install-test: $(BIN)/python $(VENV5)/bin/python
 	$(BIN)/pip install -q -e ".[test,spark]" -e tests/fake_plugin
+
+$(VENV5)/bin/python:
+	$(PYTHON) -m venv $(VENV5)
+	$(VENV5)/bin/python -m pip install -q "rocketmq-python-client==5.1.2"
+
+# regenerate the gRPC code of the RocketMQ 5 endpoint from the vendored protos (needs grpcio-tools 1.85.1)
+protos:
+	cd plugins/grpc_proxy && ../../$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=v2 --grpc_python_out=v2 \
+		apache/rocketmq/v2/definition.proto apache/rocketmq/v2/service.proto
+	mv plugins/grpc_proxy/v2/apache/rocketmq/v2/*.py plugins/grpc_proxy/v2/ && rm -rf plugins/grpc_proxy/v2/apache \
+		plugins/grpc_proxy/v2/definition_pb2_grpc.py
+	sed -i 's/^from apache.rocketmq.v2 import/from rmq.plugins.grpc_proxy.v2 import/' plugins/grpc_proxy/v2/*_pb2*.py
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -50,4 +64,4 @@ bench: install-test
 	$(BIN)/python bench/broker.py --quick
 
 clean:
-	rm -rf $(VENV) rmq-store
+	rm -rf $(VENV) $(VENV5) rmq-store

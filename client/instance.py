@@ -34,13 +34,13 @@ from rmq.client.route import TopicRoute, json_int, json_object
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.model import MessageQueue
 from rmq.kernel.net import local_ipv4
-from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.dispatch import Router
 from rmq.protocol.message import UniqIdGenerator
 from rmq.protocol.names import printable
+from rmq.protocol.tls import client_context
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection, RemotingClient

@@ -57,7 +57,7 @@ from rmq.kernel.hookspecs.remoting import (
 )
 from rmq.kernel.hookspecs.replication import ReplicationService
 from rmq.kernel.hookspecs.storage import ForcedCleanHook, MessageStore, ReplicaError, ReplicaLog
-from rmq.kernel.kernel import Kernel
+from rmq.kernel.kernel import Kernel, make_handler
 from rmq.kernel.markers import hookimpl, hookspec
 from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.kernel.model import (
@@ -107,6 +107,7 @@ __all__ = [
     "PersistedTable",
     "PluginError",
     "ProcessorRegistry",
+    "make_handler",
     "PutResult",
     "PutStage",
     "PutStatus",

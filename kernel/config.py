@@ -233,6 +233,13 @@ ALL_ALLOCATORS = [
 
 
 @attrs.define
+class ProxyConfig:
+    """RocketMQ 5's proxy, in local mode: the gRPC endpoint of the broker (the bundled ``grpc`` plugin)."""
+
+    grpcServerPort: int = 8081  # 0 = no gRPC endpoint
+
+
+@attrs.define
 class LogConfig:
     level: str = "INFO"
 
@@ -247,6 +254,7 @@ class RootConfig:
     plugins: dict[str, list[str]] = attrs.field(factory=dict)
     plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
     log: LogConfig = attrs.field(factory=LogConfig)
+    proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     tls: dict[str, Any] = attrs.field(factory=dict)  # opaque here: the remoting plugin reads it
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
 
@@ -257,7 +265,7 @@ class RootConfig:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
         out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
         out["remoting"] = ["tcp"]
-        out["processors"] = self.roles() + (["schedule", "transaction", "timer"] if self.broker is not None else [])
+        out["processors"] = self.roles() + (["schedule", "transaction", "timer", "grpc"] if self.broker is not None else [])
         out["filters"] = ["tag", "sql92", "class"]
         out["allocation"] = list(ALL_ALLOCATORS)
         if self.broker is not None:
@@ -297,7 +305,7 @@ def _make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: t == dict[str, list[str]], plugins_hook)
-    for cls in (NamesrvConfig, BrokerConfig, ControllerConfig, LogConfig):
+    for cls in (NamesrvConfig, BrokerConfig, ControllerConfig, ProxyConfig, LogConfig):
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
     return conv
 
@@ -312,7 +320,7 @@ def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
         extras = text[len("extra fields found (") : -1].split(", ")
         section = path.split(".")[0] if path else ""
         cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
-               "log": LogConfig}.get(section, RootConfig)
+               "proxy": ProxyConfig, "log": LogConfig}.get(section, RootConfig)
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
         why = UNSUPPORTED_KEYS.get(extras[0])

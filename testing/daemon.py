@@ -78,6 +78,7 @@ class RmqdProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = namesrv_port or (free_port() if namesrv else None)
         self.broker_port = broker_port or (free_port() if broker else None)
+        self.grpc_port = free_port() if broker else 0  # RocketMQ 5 clients (the broker's gRPC endpoint)
         doc: dict[str, Any] = {}
         if namesrv:
             doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1", **(namesrv_conf or {})}
@@ -93,6 +94,7 @@ class RmqdProcess:
                 b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"
             b.update(broker_conf or {})
             doc["broker"] = b
+            doc["proxy"] = {"grpcServerPort": self.grpc_port}
         doc.update(extra or {})
         self.config_path = write_toml(self.workdir / "rmqd.toml", doc)
         self.log_path = self.workdir / "rmqd.log"
@@ -110,6 +112,10 @@ class RmqdProcess:
     @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def command(self, extra_args: Iterable[str] = ()) -> list[str]:
         return [sys.executable, "-m", "rmq.kernel.daemon", "--config", str(self.config_path), *extra_args]

@@ -15,18 +15,18 @@ from rmq.kernel import ConfigError, hookimpl, structure_options
 from rmq.plugins.remoting_tcp.client import TcpRemotingClient
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.plugins.remoting_tcp.server import TcpRemotingServer
-from rmq.plugins.remoting_tcp.tls import (
-    ServerTls,
-    TlsConfig,
-    TlsConfigError,
-    client_context_for,
-    structure_tls,
-)
 from rmq.protocol.command import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
+)
+from rmq.protocol.tls import (
+    ServerTls,
+    TlsConfig,
+    TlsConfigError,
+    client_context_for,
+    structure_tls,
 )
 
 if TYPE_CHECKING:

@@ -28,7 +28,6 @@ from rmq.kernel import (
     hookimpl,
     structure_options,
 )
-from rmq.plugins.remoting_tcp.tls import ServerTls, client_context_for, structure_tls
 from rmq.plugins.replication.frames import (
     FrameError,
     ReportReader,
@@ -37,6 +36,7 @@ from rmq.plugins.replication.frames import (
     encode_report,
 )
 from rmq.plugins.replication.service import DataNotifier, HAService
+from rmq.protocol.tls import ServerTls, client_context_for, structure_tls
 
 __all__ = [
     "DataNotifier",

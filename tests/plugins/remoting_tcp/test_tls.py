@@ -16,9 +16,9 @@ import pytest
 from rmq.client import Message, Producer, PullConsumer, PullStatus
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
-from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand, RemotingError
+from rmq.protocol.tls import client_context
 from rmq.testing.daemon import RmqdProcess
 
 pytestmark = pytest.mark.anyio

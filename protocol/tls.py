@@ -1,4 +1,5 @@
-"""TLS settings (RocketMQ's ``tls.*`` properties) and the SSL contexts built from them (the TCP plugin's).
+"""TLS settings (RocketMQ's ``tls.*`` properties) and the SSL contexts built from them, shared by the remoting
+and HA transports and the client.
 
 RocketMQ reads these as JVM system properties; rmqd reads them from a ``[tls]`` table, with
 RocketMQ's names minus the ``tls.`` prefix (TOML dotted keys: ``server.mode = "enforcing"``,

@@ -1,0 +1,544 @@
+"""The gRPC MessagingService (apache.rocketmq.v2) of a broker, RocketMQ 5's proxy in "local" mode.
+
+Every RPC is translated into the remoting request the broker already serves (SEND_MESSAGE_V2,
+POP_MESSAGE, ACK_MESSAGE, END_TRANSACTION...) and handed to the broker role's request handler,
+interceptors (ACL) included, through a ``GrpcPeer`` standing in for the connection; the answer is
+translated back with the proxy's status codes (reference: rocketmq-grpc-v2.md §2-§8). So gRPC and
+remoting clients share one implementation of every semantic, and a 5.x producer's message can
+be consumed by a 4.x consumer and the reverse.
+
+Routes list this broker's queues only, with this endpoint as the address (local mode); topics
+accept all four message types (topic ``message.type`` attributes are not kept yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
+from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
+from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import SysFlag, encode_properties
+from rmq.protocol.message import MessageExt, decode_messages, decode_offset_msg_id
+from rmq.protocol.names import validate_topic
+
+if TYPE_CHECKING:
+    from rmq.kernel import BrokerContext
+
+log = logging.getLogger("rmq.grpc")
+
+C = d.Code
+POP_MESSAGE, ACK_MESSAGE, CHANGE_INVISIBLE = 200050, 200051, 200053
+MAX_BODY = 4 * 1024 * 1024
+ALL_TYPES = [d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION]
+SYSTEM_KEYS = frozenset((
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "__SHARDINGKEY", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES", "RECALL_HANDLE",
+))
+CUSTOMIZED_BACKOFF = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
+
+# remoting answer -> the proxy's status code
+_CODES = {
+    ResponseCode.SUCCESS: C.OK,
+    ResponseCode.TOPIC_NOT_EXIST: C.TOPIC_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: C.FORBIDDEN,
+    ResponseCode.MESSAGE_ILLEGAL: C.BAD_REQUEST,
+    ResponseCode.SYSTEM_BUSY: C.TOO_MANY_REQUESTS,
+    ResponseCode.FLUSH_DISK_TIMEOUT: C.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: C.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: C.HA_NOT_AVAILABLE,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: C.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: C.ILLEGAL_FILTER_EXPRESSION,
+    ResponseCode.NO_MESSAGE: C.INVALID_RECEIPT_HANDLE,
+    ResponseCode.PULL_NOT_FOUND: C.MESSAGE_NOT_FOUND,
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: C.NOT_IMPLEMENTED,
+}
+
+
+def status(code: int, message: str = "OK") -> d.Status:
+    return d.Status(code=code, message=message or d.Code.Name(code))
+
+
+def from_remoting(resp: RemotingCommand | None) -> d.Status:
+    if resp is None:
+        return status(C.INTERNAL_SERVER_ERROR, "no answer from the broker")
+    code = _CODES.get(resp.code, C.INTERNAL_SERVER_ERROR)  # type: ignore[call-overload]
+    return status(code, resp.remark or ("OK" if code == C.OK else d.Code.Name(code)))
+
+
+def ts(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def ms_of(t: timestamp_pb2.Timestamp) -> int:
+    return t.seconds * 1000 + t.nanos // 1_000_000
+
+
+def dur_ms(v: duration_pb2.Duration) -> int:
+    return v.seconds * 1000 + v.nanos // 1_000_000
+
+
+class GrpcPeer:
+    """A gRPC client seen as a remoting ``Connection`` by the broker's processors: its Telemetry
+    stream is where broker-to-client requests (a transaction check) go."""
+
+    _ids = itertools.count(1_000_000_000)
+
+    def __init__(self, client_id: str, peer: str) -> None:
+        self.id = next(self._ids)
+        host, _, port = peer.rpartition(":")
+        host = host.split(":", 1)[1] if host.startswith(("ipv4:", "ipv6:")) else host
+        self.remote_addr = (host.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 0)
+        self.local_addr = ("0.0.0.0", 0)
+        self.attributes: dict[str, Any] = {}
+        self.client_id = client_id
+        self.outbox: asyncio.Queue[d.Message | s.TelemetryCommand] = asyncio.Queue(maxsize=1024)
+        self.settings: d.Settings | None = None
+        self._closed = False
+        self._callbacks: list[Callable[[Any], None]] = []
+        self.convert: Callable[[MessageExt], d.Message] | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        raise ConnectionError("a gRPC client answers no remoting requests")
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and cmd.body and self.convert is not None:
+            for m in decode_messages(cmd.body):
+                txid = cmd.ext.get("transactionId") or m.properties.get("UNIQ_KEY", "")
+                m.properties.setdefault("UNIQ_KEY", txid)
+                msg = self.convert(m)
+                command = s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+                    message=msg, transaction_id=txid))
+                try:
+                    self.outbox.put_nowait(command)
+                except asyncio.QueueFull:
+                    log.warning("gRPC client %s: telemetry backlog full; a transaction check was dropped", self.client_id)
+
+    async def send_response(self, cmd: RemotingCommand) -> None:
+        return None
+
+    def on_close(self, callback: Callable[[Any], None]) -> None:
+        if self._closed:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for cb in self._callbacks:
+            try:
+                cb(self)
+            except Exception:  # noqa: BLE001 - one listener's failure must not skip the others
+                log.exception("gRPC peer close callback failed")
+
+
+class MessagingService(sg.MessagingServiceServicer):
+    def __init__(self, broker: BrokerContext, handle: Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]],
+                 endpoint: tuple[str, int]) -> None:
+        self.broker = broker
+        self.handle = handle
+        self.host, self.port = endpoint
+        self.peers: dict[str, GrpcPeer] = {}
+        self._rr = itertools.count()
+        self.transactions: dict[str, tuple[int, int, str]] = {}  # topic@txid -> (queue offset, commitlog offset, group)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _peer(self, context: grpc.aio.ServicerContext) -> GrpcPeer | None:
+        md = dict(context.invocation_metadata() or ())
+        cid = md.get("x-mq-client-id") or ""
+        if not cid:
+            return None
+        p = self.peers.get(cid)
+        if p is None or p.closed:
+            p = self.peers[cid] = GrpcPeer(cid, context.peer() or "")
+            p.convert = self.to_message
+        return p
+
+    async def _call(self, peer: GrpcPeer, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand | None:
+        cmd = RemotingCommand.request(code, ext, body)
+        return await self.handle(peer, cmd)
+
+    def _endpoints(self) -> d.Endpoints:
+        return d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host=self.host, port=self.port)])
+
+    def _broker(self) -> d.Broker:
+        return d.Broker(name=self.broker.config.brokerName, id=0, endpoints=self._endpoints())
+
+    def _topic(self, name: str) -> Any:
+        return self.broker.topics.table.get(name)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ routes, heartbeat, telemetry
+
+    async def QueryRoute(self, request: s.QueryRouteRequest, context: Any) -> s.QueryRouteResponse:  # noqa: N802
+        topic = request.topic.name
+        if validate_topic(topic) is not None:
+            return s.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, validate_topic(topic) or ""))
+        tc = self._topic(topic)
+        if tc is None:
+            return s.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        r, w = tc.readQueueNums, tc.writeQueueNums
+        queues = []
+        for i in range(max(r, w)):
+            perm = d.READ_WRITE if i < min(r, w) else (d.READ if i < r else d.WRITE)
+            queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=self._broker(),
+                                         accept_message_types=ALL_TYPES))
+        return s.QueryRouteResponse(status=status(C.OK), message_queues=queues)
+
+    async def Heartbeat(self, request: s.HeartbeatRequest, context: Any) -> s.HeartbeatResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.HeartbeatResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        await self._register(peer)
+        return s.HeartbeatResponse(status=status(C.OK))
+
+    async def _register(self, peer: GrpcPeer) -> None:
+        """A remoting heartbeat for the client: producers per published topic (group = topic, as the proxy)."""
+        st = peer.settings
+        if st is None or st.client_type != d.PRODUCER:
+            return
+        producers = [{"groupName": t.name} for t in st.publishing.topics]
+        if producers:
+            body = json_bytes({"clientID": peer.client_id, "producerDataSet": producers, "consumerDataSet": []})
+            await self._call(peer, RequestCode.HEART_BEAT, {}, body)
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[s.TelemetryCommand]:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id is required")
+            return
+        reader = asyncio.ensure_future(self._read_telemetry(peer, request_iterator))
+        get: asyncio.Future[Any] | None = None
+        try:
+            while not reader.done() or not peer.outbox.empty():
+                get = asyncio.ensure_future(peer.outbox.get())
+                done, _ = await asyncio.wait({get, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if get in done:
+                    item, get = get.result(), None
+                    yield item
+                else:
+                    get.cancel()
+                    get = None
+        finally:
+            reader.cancel()
+            if get is not None:
+                get.cancel()
+
+    async def _read_telemetry(self, peer: GrpcPeer, request_iterator: Any) -> None:
+        async for cmd in request_iterator:
+            if cmd.HasField("settings"):
+                peer.settings = cmd.settings
+                await self._register(peer)
+                await peer.outbox.put(s.TelemetryCommand(status=status(C.OK), settings=self._merged(cmd.settings)))
+
+    def _merged(self, st: d.Settings) -> d.Settings:
+        out = d.Settings()
+        out.CopyFrom(st)
+        if st.client_type == d.PRODUCER:
+            out.backoff_policy.CopyFrom(d.RetryPolicy(max_attempts=3, exponential_backoff=d.ExponentialBackoff(
+                initial=duration_pb2.Duration(nanos=10_000_000), max=duration_pb2.Duration(seconds=1), multiplier=2)))
+            out.publishing.max_body_size = MAX_BODY
+            out.publishing.validate_message_type = True
+        else:
+            group = st.subscription.group.name
+            sgc = self.broker.groups.table.get(group) if group else None  # type: ignore[attr-defined]
+            retry_max = sgc.retryMaxTimes if sgc is not None else 16
+            out.subscription.receive_batch_size = 32
+            out.subscription.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=20))
+            out.subscription.fifo = bool(sgc is not None and getattr(sgc, "consumeMessageOrderly", False))
+            out.backoff_policy.CopyFrom(d.RetryPolicy(max_attempts=retry_max + 1, customized_backoff=d.CustomizedBackoff(
+                next=[duration_pb2.Duration(seconds=x) for x in CUSTOMIZED_BACKOFF])))
+        out.metric.on = False
+        return out
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> s.NotifyClientTerminationResponse:  # noqa: N802
+        md = dict(context.invocation_metadata() or ())
+        peer = self.peers.pop(md.get("x-mq-client-id") or "", None)
+        if peer is not None:
+            peer.close()
+        return s.NotifyClientTerminationResponse(status=status(C.OK))
+
+    # ------------------------------------------------------------------ producing
+
+    async def SendMessage(self, request: s.SendMessageRequest, context: Any) -> s.SendMessageResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.SendMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        if len(request.messages) != 1:
+            return s.SendMessageResponse(status=status(C.MESSAGE_CORRUPTED, "send one message per request"))
+        entry = await self._send_one(peer, request.messages[0])
+        return s.SendMessageResponse(status=entry.status, entries=[entry])
+
+    async def _send_one(self, peer: GrpcPeer, m: d.Message) -> s.SendResultEntry:
+        topic = m.topic.name
+        sp = m.system_properties
+        if not m.body:
+            return s.SendResultEntry(status=status(C.MESSAGE_BODY_EMPTY, "message body is empty"))
+        if len(m.body) > MAX_BODY:
+            return s.SendResultEntry(status=status(C.MESSAGE_BODY_TOO_LARGE, f"body over {MAX_BODY} bytes"))
+        if not sp.message_id:
+            return s.SendResultEntry(status=status(C.ILLEGAL_MESSAGE_ID, "message_id is blank"))
+        for k in m.user_properties:
+            if k in SYSTEM_KEYS or not k or any(ord(ch) < 32 for ch in k):
+                return s.SendResultEntry(status=status(C.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {k!r} is reserved"))
+        if sp.HasField("tag") and (not sp.tag.strip() or "|" in sp.tag):
+            return s.SendResultEntry(status=status(C.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} is illegal"))
+        tc = self._topic(topic)
+        if tc is None:
+            return s.SendResultEntry(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        nq = max(tc.writeQueueNums, 1)
+        props: dict[str, str] = dict(m.user_properties)
+        props["UNIQ_KEY"] = sp.message_id
+        if sp.HasField("tag"):
+            props["TAGS"] = sp.tag
+        if sp.keys:
+            props["KEYS"] = " ".join(sp.keys)
+        sys_flag = 0
+        if sp.HasField("message_group"):
+            props["__SHARDINGKEY"] = sp.message_group
+            qid = int.from_bytes(hashlib.sha256(sp.message_group.encode()).digest()[:8], "big") % nq
+        else:
+            qid = next(self._rr) % nq
+        if sp.HasField("delivery_timestamp"):
+            when = ms_of(sp.delivery_timestamp)
+            if when - time.time() * 1000 > 86_400_000:
+                return s.SendResultEntry(status=status(C.ILLEGAL_DELIVERY_TIME, "delivery time more than 1 day ahead"))
+            props["TIMER_DELIVER_MS"] = str(when)
+        if sp.message_type == d.TRANSACTION:
+            props["TRAN_MSG"] = "true"
+            props["PGROUP"] = topic
+            sys_flag |= SysFlag.TX_PREPARED
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(sp.orphaned_transaction_recovery_duration.seconds)
+        born = ms_of(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
+        ext = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": str(sys_flag), "g": str(born),
+               "h": "0", "i": encode_properties(props), "j": "0", "k": "false", "m": "false"}
+        resp = await self._call(peer, RequestCode.SEND_MESSAGE_V2, ext, bytes(m.body))
+        st = from_remoting(resp)
+        if resp is None or st.code != C.OK:
+            return s.SendResultEntry(status=st)
+        offset = int(resp.ext.get("queueOffset", "0") or 0)
+        if sys_flag & SysFlag.TX_PREPARED:
+            try:
+                phys = int(decode_offset_msg_id(resp.ext.get("msgId", ""))[-1])
+            except (ValueError, TypeError, IndexError):
+                phys = 0
+            self.transactions[f"{topic}@{sp.message_id}"] = (offset, phys, topic)
+            if len(self.transactions) > 100_000:  # answered or forgotten: keep the table bounded
+                self.transactions.pop(next(iter(self.transactions)))
+        return s.SendResultEntry(status=st, message_id=sp.message_id, transaction_id=sp.message_id, offset=offset,
+                                 recall_handle=resp.ext.get("recallHandle", ""))
+
+    async def EndTransaction(self, request: s.EndTransactionRequest, context: Any) -> s.EndTransactionResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.EndTransactionResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        if not request.transaction_id:
+            return s.EndTransactionResponse(status=status(C.INVALID_TRANSACTION_ID, "transaction_id is blank"))
+        topic = request.topic.name
+        data = self.transactions.pop(f"{topic}@{request.transaction_id}", None)
+        if data is None:
+            return s.EndTransactionResponse(status=status(C.INTERNAL_SERVER_ERROR, "cannot found transaction data"))
+        queue_offset, phys, group = data
+        kind = {d.COMMIT: 8, d.ROLLBACK: 12}.get(request.resolution, 0)
+        if kind == 0:  # unknown: the broker asks again later
+            self.transactions[f"{topic}@{request.transaction_id}"] = data
+            return s.EndTransactionResponse(status=status(C.OK))
+        ext = {"producerGroup": group, "tranStateTableOffset": str(queue_offset), "commitLogOffset": str(phys),
+               "commitOrRollback": str(kind), "fromTransactionCheck": str(request.source == d.SOURCE_SERVER_CHECK).lower(),
+               "msgId": request.message_id, "transactionId": request.transaction_id}
+        resp = await self._call(peer, RequestCode.END_TRANSACTION, ext)
+        return s.EndTransactionResponse(status=from_remoting(resp) if resp is not None else status(C.OK))
+
+    async def RecallMessage(self, request: s.RecallMessageRequest, context: Any) -> s.RecallMessageResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.RecallMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        resp = await self._call(peer, RequestCode.RECALL_MESSAGE, {"topic": request.topic.name,
+                                                                  "recallHandle": request.recall_handle})
+        st = from_remoting(resp)
+        return s.RecallMessageResponse(status=st, message_id=resp.ext.get("msgId", "") if resp is not None else "")
+
+    # ------------------------------------------------------------------ consuming (POP)
+
+    async def QueryAssignment(self, request: s.QueryAssignmentRequest, context: Any) -> s.QueryAssignmentResponse:  # noqa: N802
+        topic = request.topic.name
+        tc = self._topic(topic)
+        if tc is None:
+            return s.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        if tc.readQueueNums <= 0:
+            return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
+        mq = d.MessageQueue(topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=self._broker(),
+                            accept_message_types=ALL_TYPES)
+        return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=mq)])
+
+    async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: Any) -> AsyncIterator[s.ReceiveMessageResponse]:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            yield s.ReceiveMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+            return
+        group = request.group.name
+        topic = request.message_queue.topic.name
+        if request.auto_renew or not request.HasField("invisible_duration"):
+            invisible = 60_000
+        else:
+            invisible = dur_ms(request.invisible_duration)
+            if not 10_000 <= invisible <= 12 * 3_600_000:
+                yield s.ReceiveMessageResponse(status=status(C.ILLEGAL_INVISIBLE_TIME, "invisible time must be 10 s .. 12 h"))
+                return
+        poll = dur_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 20_000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll = min(poll, max(0, int(remaining * 1000) - 1500))
+        poll = max(0, min(poll, 20_000))
+        expr = request.filter_expression
+        etype = "SQL92" if expr.type == d.SQL else "TAG"
+        ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(min(max(request.batch_size, 1), 32)),
+               "invisibleTime": str(invisible), "pollTime": str(poll), "bornTime": str(int(time.time() * 1000)),
+               "initMode": "0", "expType": etype, "exp": expr.expression or "*", "order": "false"}
+        resp = await self._call(peer, POP_MESSAGE, ext)
+        st = from_remoting(resp)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            if st.code == C.MESSAGE_NOT_FOUND:
+                st = status(C.MESSAGE_NOT_FOUND, "no new message")
+            yield s.ReceiveMessageResponse(status=st)
+            return
+        h = resp.ext
+        yield s.ReceiveMessageResponse(status=status(C.OK))
+        for m in decode_messages(resp.body or b""):
+            handle = " ".join((str(m.queue_offset), h["popTime"], h["invisibleTime"], h.get("reviveQid", "0"), "0",
+                               self.broker.config.brokerName, str(m.queue_id), str(m.queue_offset)))
+            yield s.ReceiveMessageResponse(message=self.to_message(m, handle, invisible))
+        yield s.ReceiveMessageResponse(delivery_timestamp=ts(int(time.time() * 1000)))
+
+    def to_message(self, m: MessageExt, handle: str = "", invisible: int = 0) -> d.Message:
+        props = m.properties
+        sp = d.SystemProperties(
+            message_id=props.get("UNIQ_KEY") or m.msg_id or "",
+            body_digest=d.Digest(type=d.MD5, checksum=hashlib.md5(m.body).hexdigest().upper()),  # noqa: S324 - as the proxy
+            body_encoding=d.IDENTITY,
+            born_timestamp=ts(m.born_timestamp), born_host=m.born_host.rpartition(":")[0] or m.born_host,
+            store_timestamp=ts(m.store_timestamp), store_host=m.store_host,
+            queue_id=m.queue_id, queue_offset=m.queue_offset, delivery_attempt=m.reconsume_times + 1)
+        if props.get("TAGS"):
+            sp.tag = props["TAGS"]
+        if props.get("KEYS"):
+            sp.keys.extend(k for k in props["KEYS"].split(" ") if k)
+        if props.get("__SHARDINGKEY"):
+            sp.message_group = props["__SHARDINGKEY"]
+            sp.message_type = d.FIFO
+        elif props.get("TIMER_DELIVER_MS") or props.get("TIMER_OUT_MS"):
+            sp.message_type = d.DELAY
+            sp.delivery_timestamp.CopyFrom(ts(int(props.get("TIMER_DELIVER_MS") or props["TIMER_OUT_MS"])))
+        elif props.get("TRAN_MSG") == "true":
+            sp.message_type = d.TRANSACTION
+        else:
+            sp.message_type = d.NORMAL
+        if handle:
+            sp.receipt_handle = handle
+            sp.invisible_duration.CopyFrom(duration_pb2.Duration(seconds=invisible // 1000))
+        user = {k: v for k, v in props.items() if k not in SYSTEM_KEYS}
+        return d.Message(topic=d.Resource(name=props.get("REAL_TOPIC") or m.topic), user_properties=user,
+                         system_properties=sp, body=m.body)
+
+    @staticmethod
+    def _handle_parts(handle: str) -> list[str] | None:
+        parts = handle.split(" ")
+        return parts if len(parts) >= 8 and all(parts[i].lstrip("-").isdigit() for i in (0, 1, 2, 6, 7)) else None
+
+    async def AckMessage(self, request: s.AckMessageRequest, context: Any) -> s.AckMessageResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.AckMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        results = []
+        now = time.time() * 1000
+        for e in request.entries:
+            parts = self._handle_parts(e.receipt_handle)
+            if parts is None:
+                st = status(C.INVALID_RECEIPT_HANDLE, "receipt handle is malformed")
+            elif now >= int(parts[1]) + int(parts[2]):
+                st = status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+            else:
+                resp = await self._call(peer, ACK_MESSAGE, {
+                    "consumerGroup": request.group.name, "topic": request.topic.name, "queueId": parts[6],
+                    "extraInfo": e.receipt_handle, "offset": parts[7]})
+                st = from_remoting(resp)
+            results.append(s.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
+        codes = {r.status.code for r in results}
+        top = results[0].status if len(codes) == 1 and results else status(C.MULTIPLE_RESULTS, "multiple results")
+        return s.AckMessageResponse(status=top, entries=results)
+
+    async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest, context: Any) -> Any:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.ChangeInvisibleDurationResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        parts = self._handle_parts(request.receipt_handle)
+        if parts is None or time.time() * 1000 >= int(parts[1]) + int(parts[2]):
+            return s.ChangeInvisibleDurationResponse(status=status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired"))
+        invisible = dur_ms(request.invisible_duration)
+        if not 0 <= invisible <= 12 * 3_600_000:
+            return s.ChangeInvisibleDurationResponse(status=status(C.ILLEGAL_INVISIBLE_TIME, "0 .. 12 h"))
+        resp = await self._call(peer, CHANGE_INVISIBLE, {
+            "consumerGroup": request.group.name, "topic": request.topic.name, "queueId": parts[6],
+            "extraInfo": request.receipt_handle, "offset": parts[7], "invisibleTime": str(invisible)})
+        st = from_remoting(resp)
+        if resp is None or st.code != C.OK:
+            return s.ChangeInvisibleDurationResponse(status=st)
+        parts[1], parts[2] = resp.ext.get("popTime", parts[1]), resp.ext.get("invisibleTime", parts[2])
+        return s.ChangeInvisibleDurationResponse(status=st, receipt_handle=" ".join(parts))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id"))
+        parts = self._handle_parts(request.receipt_handle)
+        if parts is None:
+            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INVALID_RECEIPT_HANDLE, "malformed"))
+        group, topic, qid, off = request.group.name, request.topic.name, int(parts[6]), int(parts[7])
+        res = self.broker.store.get_messages(group, topic, qid, off, 1)
+        if not res.messages or res.queue_offsets[0] != off:
+            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INVALID_RECEIPT_HANDLE, "message gone"))
+        from rmq.kernel import record_of  # noqa: PLC0415 - the rare path
+
+        [msg] = decode_messages(bytes(res.messages[0]))
+        dlq = f"%DLQ%{group}"
+        self.broker.ensure_topic(dlq, 1, 6)
+        put = await self.broker.put(record_of(msg, dlq, 0, {"DLQ_ORIGIN_TOPIC": topic,
+                                                           "DLQ_ORIGIN_MESSAGE_ID": msg.properties.get("UNIQ_KEY", "")}))
+        if not put.ok:
+            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INTERNAL_SERVER_ERROR, put.status.name))
+        resp = await self._call(peer, ACK_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": parts[6],
+                                                    "extraInfo": request.receipt_handle, "offset": parts[7]})
+        return s.ForwardMessageToDeadLetterQueueResponse(status=from_remoting(resp))
+
+
+def json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj).encode()

@@ -1,0 +1,123 @@
+"""A child process driving the official RocketMQ 5 Python SDK (PyPI ``rocketmq-python-client`` 5.1.2, gRPC).
+
+Run with the interpreter of its own virtualenv (``.venv5``: its top-level module ``rocketmq`` is also
+the 4.x C++ wrapper's name, and its protos clash with rmq's in one process):
+``python grpcworker.py '<json config>'``; prints one JSON object per line (flushed).
+
+Modes:
+  produce   {"endpoint","topic","count","tag","keys","group" (FIFO), "delay_s", "tx": commit|rollback|none}
+  receive   {"endpoint","topic","group","want","invisible_s","ack": true|false, "await_s", "timeout_s",
+             "change_to_s" (change the invisible duration of each received message instead of acking)}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def check(self, message: Any) -> Any:
+        emit({"checked": message.message_id})
+        return TransactionResolution.COMMIT if self.answer == "commit" else TransactionResolution.ROLLBACK
+
+
+def produce(cfg: dict[str, Any]) -> None:
+    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    tx = cfg.get("tx", "none")
+    p = Producer(conf, (cfg["topic"],), checker=Checker(cfg.get("check_answer", "commit")) if tx != "none" else None)
+    p.startup()
+    try:
+        for i in range(int(cfg["count"])):
+            m = Message()
+            m.topic = cfg["topic"]
+            m.body = f"body-{i}".encode()
+            if cfg.get("tag"):
+                m.tag = cfg["tag"]
+            if cfg.get("keys"):
+                m.keys = cfg["keys"]
+            if cfg.get("group"):
+                m.message_group = cfg["group"]
+            if cfg.get("delay_s"):
+                m.delivery_timestamp = int(time.time()) + int(cfg["delay_s"])
+            try:
+                if tx != "none":
+                    t = p.begin_transaction()
+                    r = p.send(m, t)
+                    if tx == "commit":
+                        t.commit()
+                    elif tx == "rollback":
+                        t.rollback()
+                    # "hold": neither; the broker's check asks the checker
+                else:
+                    r = p.send(m)
+                emit({"i": i, "message_id": r.message_id, "offset": r.offset})
+            except Exception as e:  # the test decides
+                emit({"i": i, "error": f"{type(e).__name__}: {e}"})
+        if cfg.get("linger_s"):
+            time.sleep(float(cfg["linger_s"]))  # stay up for transaction checks
+    finally:
+        p.shutdown()
+    emit({"done": True})
+
+
+def receive(cfg: dict[str, Any]) -> None:
+    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    c = SimpleConsumer(conf, cfg["group"], {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))},
+                       await_duration=int(cfg.get("await_s", 3)))
+    c.startup()
+    got = 0
+    deadline = time.time() + float(cfg.get("timeout_s", 30))
+    try:
+        while got < int(cfg["want"]) and time.time() < deadline:
+            try:
+                msgs = c.receive(32, int(cfg.get("invisible_s", 15)))
+            except Exception as e:
+                emit({"error": f"{type(e).__name__}: {e}"})
+                time.sleep(0.5)
+                continue
+            for m in msgs:
+                got += 1
+                emit({"msg": {"body": m.body.decode(), "id": m.message_id, "tag": m.tag, "keys": list(m.keys or []),
+                              "attempt": m.delivery_attempt, "group": m.message_group,
+                              "props": dict(m.properties or {})}})
+                if cfg.get("change_to_s") is not None:
+                    c.change_invisible_duration(m, int(cfg["change_to_s"]))
+                    emit({"changed": m.message_id})
+                elif cfg.get("ack", True):
+                    c.ack(m)
+                    emit({"acked": m.message_id})
+    finally:
+        c.shutdown()
+    emit({"done": True})
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    {"produce": produce, "receive": receive}[cfg["mode"]](cfg)
+    emit({"exit": True})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The official RocketMQ 5 Python SDK (gRPC, rocketmq-python-client 5.1.2, run from its own virtualenv
+``.venv5`` in a child process) against rmqd's gRPC endpoint: producer normal / FIFO / delay /
+transactions (commit, rollback, check-back over Telemetry), SimpleConsumer receive + ack, a change of
+invisible duration with the redelivery's attempt count, and messages crossing protocols both ways
+(5.x gRPC <-> the 4.x C++ client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq.testing.daemon import RmqdProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("grpcworker.py")
+PY5 = os.environ.get("RMQ5_PYTHON") or str(ROOT / ".venv5" / "bin" / "python")
+
+
+def run5(timeout: float = 90, **cfg: Any) -> list[dict[str, Any]]:
+    """Run the 5.x SDK worker to completion; its JSON lines."""
+    assert Path(PY5).exists(), f"the RocketMQ 5 SDK's virtualenv is missing ({PY5}): run `make install-test`"
+    p = subprocess.run([PY5, str(WORKER), json.dumps(cfg)], capture_output=True, text=True, timeout=timeout)
+    lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert p.returncode == 0 and lines and lines[-1] == {"exit": True}, p.stderr[-3000:]
+    return lines
+
+
+def msgs(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [ln["msg"] for ln in lines if "msg" in ln]
+
+
+@pytest.fixture
+def g5(rmqd_factory: Any) -> RmqdProcess:
+    return rmqd_factory(broker_conf={"transactionCheckInterval": 500, "transactionTimeOut": 1000,  # type: ignore[no-any-return]
+                                     "timerPrecisionMs": 100})
+
+
+def test_produce_and_simple_consume_with_the_5x_sdk(g5: RmqdProcess, compat: Any) -> None:
+    compat.create_topic(g5, "G5Normal", 4)
+    sent = run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Normal", count=5, tag="TagA", keys="k1")
+    ids = [ln["message_id"] for ln in sent if "message_id" in ln]
+    assert len(ids) == 5, sent
+    got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Normal", group="CG5N", want=5, await_s=2))
+    assert sorted(m["body"] for m in got) == [f"body-{i}" for i in range(5)]
+    assert {m["id"] for m in got} == set(ids) and {m["tag"] for m in got} == {"TagA"}
+    assert all(m["keys"] == ["k1"] and m["attempt"] == 1 for m in got)
+    again = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Normal", group="CG5N", want=1, await_s=1,
+                      timeout_s=3))
+    assert again == []  # all acked
+
+
+def test_change_invisible_duration_redelivers_with_the_next_attempt(g5: RmqdProcess, compat: Any) -> None:
+    compat.create_topic(g5, "G5Inv", 1)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Inv", count=1)
+    first = run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Inv", group="CG5I", want=1, change_to_s=1)
+    assert [m["attempt"] for m in msgs(first)] == [1] and any("changed" in ln for ln in first)
+    time.sleep(1.2)
+    second = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Inv", group="CG5I", want=1))
+    assert [(m["body"], m["attempt"]) for m in second] == [("body-0", 2)]
+
+
+def test_fifo_and_delay_messages(g5: RmqdProcess, compat: Any) -> None:
+    compat.create_topic(g5, "G5Fifo", 4)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Fifo", count=6, group="order-1")
+    got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Fifo", group="CG5F", want=6))
+    assert [m["body"] for m in got] == [f"body-{i}" for i in range(6)]  # one queue: in order
+    assert {m["group"] for m in got} == {"order-1"}
+    compat.create_topic(g5, "G5Delay", 1)
+    t0 = time.time()
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Delay", count=1, delay_s=3)
+    got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Delay", group="CG5D", want=1, timeout_s=30))
+    assert [m["body"] for m in got] == ["body-0"] and time.time() - t0 >= 1.9  # due at a whole second, >= 2 s on
+
+
+def test_transactions_commit_rollback_and_check_back(g5: RmqdProcess, compat: Any) -> None:
+    compat.create_topic(g5, "G5Tx", 1)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="commit")
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="rollback")
+    held = run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="hold", check_answer="commit",
+                linger_s=6)
+    assert any("checked" in ln for ln in held), held  # the broker asked over Telemetry; the checker committed
+    got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Tx", group="CG5T", want=2, timeout_s=20))
+    assert sorted(m["body"] for m in got) == ["body-0", "body-0"]  # the committed and the checked one
+    more = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Tx", group="CG5T", want=1, await_s=1,
+                     timeout_s=3))
+    assert more == []  # the rolled-back one never shows
+
+
+def test_messages_cross_between_5x_grpc_and_the_4x_cpp_client(g5: RmqdProcess, cpp: Any, compat: Any) -> None:
+    compat.create_topic(g5, "G5Cross", 1)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Cross", count=3, tag="T5")
+    c = cpp("pull", namesrv=g5.namesrv_addr, topic="G5Cross", group="CG_CPP_X")
+    got = [ln["msg"] for ln in c.finish(60) if "msg" in ln]
+    assert sorted(m["body"] for m in got) == ["body-0", "body-1", "body-2"] and {m["tags"] for m in got} == {"T5"}
+    compat.create_topic(g5, "G4Cross", 1)
+    p = cpp("produce", namesrv=g5.namesrv_addr, topic="G4Cross", count=3, method="sync", tags="T4")
+    assert all(ln.get("status") == 0 for ln in p.finish(60) if "i" in ln)
+    got5 = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G4Cross", group="CG5X", want=3))
+    assert sorted(m["body"] for m in got5) == ["body-0", "body-1", "body-2"] and {m["tag"] for m in got5} == {"T4"}
+

@@ -8,6 +8,8 @@ Modes:
   produce   {"endpoint","topic","count","tag","keys","group" (FIFO), "delay_s", "tx": commit|rollback|none}
   receive   {"endpoint","topic","group","want","invisible_s","ack": true|false, "await_s", "timeout_s",
              "change_to_s" (change the invisible duration of each received message instead of acking)}
+  push      {"endpoint","topic","group","want","fail_first": n (FAILURE for a message's first n deliveries),
+             "timeout_s"}
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from typing import Any
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
@@ -113,9 +118,41 @@ def receive(cfg: dict[str, Any]) -> None:
     emit({"done": True})
 
 
+class Listener(MessageListener):
+    def __init__(self, fail_first: int) -> None:
+        self.fail_first = fail_first
+        self.seen: dict[str, int] = {}
+        self.ok: set[str] = set()
+
+    def consume(self, message: Any) -> Any:
+        n = self.seen[message.message_id] = self.seen.get(message.message_id, 0) + 1
+        fail = n <= self.fail_first
+        emit({"msg": {"body": message.body.decode(), "id": message.message_id, "attempt": message.delivery_attempt,
+                      "result": "FAILURE" if fail else "SUCCESS"}})
+        if fail:
+            return ConsumeResult.FAILURE
+        self.ok.add(message.message_id)
+        return ConsumeResult.SUCCESS
+
+
+def push(cfg: dict[str, Any]) -> None:
+    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    listener = Listener(int(cfg.get("fail_first", 0)))
+    c = PushConsumer(conf, cfg["group"], listener, {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))})
+    c.startup()
+    deadline = time.time() + float(cfg.get("timeout_s", 40))
+    try:
+        while len(listener.ok) < int(cfg["want"]) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the last acks leave
+    finally:
+        c.shutdown()
+    emit({"done": True, "ok": len(listener.ok)})
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    {"produce": produce, "receive": receive}[cfg["mode"]](cfg)
+    {"produce": produce, "receive": receive, "push": push}[cfg["mode"]](cfg)
     emit({"exit": True})
 
 

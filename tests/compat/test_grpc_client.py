@@ -104,3 +104,39 @@ def test_messages_cross_between_5x_grpc_and_the_4x_cpp_client(g5: RmqdProcess, c
     got5 = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G4Cross", group="CG5X", want=3))
     assert sorted(m["body"] for m in got5) == ["body-0", "body-1", "body-2"] and {m["tag"] for m in got5} == {"T4"}
 
+
+
+def test_push_consumer_with_a_failure_and_its_nack(g5: RmqdProcess, compat: Any) -> None:
+    """The 5.x PushConsumer: QueryAssignment, receive with auto-renew, ack; a FAILURE is a nack (a change
+    of invisible duration to the first backoff step, 1 s) and the message comes back with attempt 2."""
+    compat.create_topic(g5, "G5Push", 2)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Push", count=4)
+    lines = run5(mode="push", endpoint=g5.grpc_endpoint, topic="G5Push", group="CG5P", want=4, fail_first=1,
+                 timeout_s=40)
+    got = msgs(lines)
+    assert lines[-2] == {"done": True, "ok": 4}, lines[-5:]
+    firsts = [m for m in got if m["result"] == "FAILURE"]
+    seconds = [m for m in got if m["result"] == "SUCCESS"]
+    assert sorted(m["body"] for m in firsts) == sorted(m["body"] for m in seconds) == [f"body-{i}" for i in range(4)]
+    assert {m["attempt"] for m in firsts} == {1} and {m["attempt"] for m in seconds} == {2}
+
+
+def test_a_receiver_killed_mid_receive_loses_nothing(g5: RmqdProcess, compat: Any) -> None:
+    compat.create_topic(g5, "G5Kill", 1)
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Kill", count=3)
+    cfg = {"mode": "receive", "endpoint": g5.grpc_endpoint, "topic": "G5Kill", "group": "CG5K", "want": 3,
+           "invisible_s": 10, "ack": False, "await_s": 2}
+    child = subprocess.Popen([PY5, str(WORKER), json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:
+        if line.startswith('{"msg"'):
+            seen.append(json.loads(line)["msg"]["body"])
+        if len(seen) == 3:
+            break
+    child.kill()  # received, never acked
+    child.wait(10)
+    t0 = time.time()
+    got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Kill", group="CG5K", want=3, timeout_s=40))
+    assert sorted(m["body"] for m in got) == sorted(seen) == ["body-0", "body-1", "body-2"]
+    assert {m["attempt"] for m in got} == {2} and time.time() - t0 >= 5  # back once invisible time ran out

@@ -189,6 +189,10 @@ class BrokerConfig:
     timerEnableRetryUntilSuccess: bool = False
     mappedFileSizeTimerLog: int = 100 * 1024 * 1024
     recallMessageEnable: bool = False
+    # RocketMQ 5 consumers: server-side assignment (QUERY_ASSIGNMENT) and the PULL / POP request mode
+    defaultMessageRequestMode: str = "PULL"
+    defaultPopShareQueueNum: int = -1
+    serverLoadBalancerEnabled: bool = True
     # access control (RocketMQ ACL 1.0; the bundled "plain" auth plugin)
     aclEnable: bool = False
     plainAclFile: str = ""  # "" = plain_acl.yml beside the config file, else <store root>/conf/plain_acl.yml

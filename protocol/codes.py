@@ -112,6 +112,8 @@ class RequestCode(enum.IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2+: cancel a timer message by its recall handle
+    QUERY_ASSIGNMENT = 400  # RocketMQ 5: server-side rebalance, PULL or POP per (topic, group)
+    SET_MESSAGE_REQUEST_MODE = 401
     # RocketMQ 5 controller mode (automatic failover)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001

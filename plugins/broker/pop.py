@@ -19,16 +19,25 @@ change of invisible time) tells a current receipt from a stale one.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
-from rmq.kernel import FilterExpressionError, GetStatus, PutStatus, RateLimitedLog, record_of
-from rmq.protocol.codes import ResponseCode
+from rmq.kernel import (
+    ConfigFile,
+    FilterExpressionError,
+    GetStatus,
+    PutStatus,
+    RateLimitedLog,
+    dumps,
+    record_of,
+)
+from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm
 from rmq.protocol.message import MessageDecodeError, decode_message
@@ -82,11 +91,86 @@ class PopProcessor:
         self.ctx = ctx
         self.queues: dict[tuple[str, str, int], QueueState] = {}
         self.dlq = 0
+        self._mode_table: dict[str, dict[str, dict[str, Any]]] | None = None
 
     def register(self, registry: object, owner: str) -> None:
         for code, fn in ((POP_MESSAGE, self.pop), (ACK_MESSAGE, self.ack),
-                         (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)):
+                         (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time),
+                         (RequestCode.QUERY_ASSIGNMENT, self.query_assignment),
+                         (RequestCode.SET_MESSAGE_REQUEST_MODE, self.set_request_mode)):
             registry.register(code, fn, owner=owner)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE
+
+    def _modes(self) -> dict[str, dict[str, dict[str, Any]]]:
+        if self._mode_table is None:
+            doc = self._mode_file().load()
+            table = doc.get("messageRequestModeMap") if isinstance(doc, dict) else None
+            self._mode_table = table if isinstance(table, dict) else {}
+        return self._mode_table
+
+    def _mode_file(self) -> ConfigFile:
+        return ConfigFile(self.ctx.config_dir / "messageRequestMode.json")
+
+    async def set_request_mode(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            body = json.loads(cmd.body or b"{}")
+            topic, group, mode = str(body["topic"]), str(body["consumerGroup"]), str(body.get("mode", "PULL")).upper()
+            share = int(body.get("popShareQueueNum", 0))
+        except (ValueError, KeyError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"SetMessageRequestModeRequestBody is malformed: {e!r}")
+        if mode not in ("PULL", "POP"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"mode {mode!r} is not PULL or POP")
+        if topic.startswith("%RETRY%"):
+            return cmd.response(ResponseCode.NO_PERMISSION, "retry topic is not allowed to set mode")
+        modes = self._modes()
+        modes.setdefault(topic, {})[group] = {"topic": topic, "consumerGroup": group, "mode": mode,
+                                             "popShareQueueNum": share}
+        text = dumps({"messageRequestModeMap": modes}, pretty=True)
+        await anyio.to_thread.run_sync(self._mode_file().write, text)  # persisted before the answer
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def query_assignment(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """This broker's queues of the topic for one client: all (BROADCASTING, or POP without sharing: one
+        queue -1) or its share by AVG / AVG_BY_CIRCLE among the group's live clients (CLUSTERING PULL)."""
+        b = self.ctx
+        try:
+            body = json.loads(cmd.body or b"{}")
+            topic, group = str(body["topic"]), str(body["consumerGroup"])
+            client, model = str(body.get("clientId") or ""), str(body.get("messageModel") or "CLUSTERING").upper()
+            strategy = str(body.get("strategyName") or "AVG")
+        except (ValueError, KeyError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"QueryAssignmentRequestBody is malformed: {e!r}")
+        setting = self._modes().get(topic, {}).get(group) or {
+            "mode": "PULL" if topic.startswith("%RETRY%") else b.config.defaultMessageRequestMode.upper(),
+            "popShareQueueNum": b.config.defaultPopShareQueueNum}
+        mode = setting["mode"]
+        tc = b.topics.table.get(topic)
+        name = b.config.brokerName
+        queues = list(range(tc.readQueueNums)) if tc is not None and tc.perm & Perm.READ else []
+        if model == "BROADCASTING" or not b.config.serverLoadBalancerEnabled:
+            chosen = queues
+        elif mode == "POP" and int(setting.get("popShareQueueNum", 0)) <= 0:
+            chosen = [-1] if queues else []
+        else:
+            info = b.consumers.get(group)
+            cids = sorted(info.client_ids()) if info is not None else []
+            if client not in cids or not queues:
+                chosen = []
+            elif strategy == "AVG_BY_CIRCLE":
+                i = cids.index(client)
+                chosen = queues[i::len(cids)]
+            elif strategy == "AVG":
+                i, n, q = cids.index(client), len(cids), len(queues)  # AllocateMessageQueueAveragely's arithmetic
+                mod = q % n
+                size = 1 if q <= n else (q // n + 1 if mod > 0 and i < mod else q // n)
+                start = i * size if mod > 0 and i < mod else i * size + mod
+                chosen = [queues[(start + k) % q] for k in range(max(0, min(size, q - start)))]
+            else:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"unsupported allocation strategy {strategy!r}")
+        out = [{"messageQueue": {"topic": topic, "brokerName": name, "queueId": q}, "mode": mode, "attachments": {}}
+               for q in chosen]
+        return cmd.response(ResponseCode.SUCCESS, None, None, json.dumps({"messageQueueAssignments": out}).encode())
 
     # ------------------------------------------------------------------ state
 

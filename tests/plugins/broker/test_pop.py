@@ -146,3 +146,36 @@ async def test_acked_stay_acked_and_unacked_come_back_after_a_crash(rmqd_factory
     async with SimpleConsumer("CG_POP_D", proc.namesrv_addr, subscriptions={"PopD": "*"}, await_duration=3) as c:
         back = await c.receive(16, invisible_duration=60)
     assert [m.body for m in back] == [b"m3", b"m4", b"m5"]  # unacked again, acked never, nothing lost
+
+
+async def test_query_assignment_and_request_mode(rmqd_factory: Any) -> None:
+    """RocketMQ 5's server-side assignment: PULL shares the queues among the group's live clients (AVG),
+    POP without sharing gives every client queue -1; the mode is persisted before the answer."""
+    import json
+
+    proc: RmqdProcess = rmqd_factory()
+    await setup(proc, "PopQ", 0, queues=4)
+    hb = {"clientID": "cid-1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "CG_Q", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}]}
+    async with TcpRemotingClient(RemotingConfig(name="pop-q1")) as c1, TcpRemotingClient(RemotingConfig(name="q2")) as c2:
+        for c, cid in ((c1, "cid-1"), (c2, "cid-2")):
+            body = json.dumps({**hb, "clientID": cid}).encode()
+            assert (await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 5)).code == 0
+
+        async def assigned(cid: str) -> list[tuple[int, str]]:
+            body = json.dumps({"topic": "PopQ", "consumerGroup": "CG_Q", "clientId": cid, "strategyName": "AVG",
+                               "messageModel": "CLUSTERING"}).encode()
+            r = await call(proc.broker_addr, RequestCode.QUERY_ASSIGNMENT, {}, body)
+            assert r.code == 0
+            return sorted((a["messageQueue"]["queueId"], a["mode"]) for a in json.loads(r.body)["messageQueueAssignments"])
+
+        assert await assigned("cid-1") == [(0, "PULL"), (1, "PULL")]
+        assert await assigned("cid-2") == [(2, "PULL"), (3, "PULL")]
+        mode = json.dumps({"topic": "PopQ", "consumerGroup": "CG_Q", "mode": "POP", "popShareQueueNum": 0}).encode()
+        assert (await call(proc.broker_addr, RequestCode.SET_MESSAGE_REQUEST_MODE, {}, mode)).code == 0
+        assert await assigned("cid-1") == [(-1, "POP")]
+        retry = json.dumps({"topic": "%RETRY%CG_Q", "consumerGroup": "CG_Q", "mode": "POP"}).encode()
+        r = await call(proc.broker_addr, RequestCode.SET_MESSAGE_REQUEST_MODE, {}, retry)
+        assert r.code == ResponseCode.NO_PERMISSION
+    assert "POP" in (proc.workdir / "store" / "config" / "messageRequestMode.json").read_text()

@@ -150,9 +150,43 @@ def push(cfg: dict[str, Any]) -> None:
     emit({"done": True, "ok": len(listener.ok)})
 
 
+def bench(cfg: dict[str, Any]) -> None:
+    """Sequential sends, then receive + ack until all are back; per-operation latencies in ms."""
+    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    n = int(cfg["count"])
+    p = Producer(conf, (cfg["topic"],))
+    p.startup()
+    lat = []
+    body = b"x" * int(cfg.get("size", 1024))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        m = Message()
+        m.topic = cfg["topic"]
+        m.body = body
+        t = time.perf_counter()
+        p.send(m)
+        lat.append((time.perf_counter() - t) * 1000)
+    send_s = time.perf_counter() - t0
+    p.shutdown()
+    c = SimpleConsumer(conf, cfg["group"], {cfg["topic"]: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    got, acks = 0, []
+    t0 = time.perf_counter()
+    while got < n and time.perf_counter() - t0 < 120:
+        for m in c.receive(32, 30):
+            t = time.perf_counter()
+            c.ack(m)
+            acks.append((time.perf_counter() - t) * 1000)
+            got += 1
+    recv_s = time.perf_counter() - t0
+    c.shutdown()
+    emit({"send_rate": n / send_s, "send_lat": sorted(lat), "recv_rate": got / recv_s, "ack_lat": sorted(acks),
+          "received": got})
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    {"produce": produce, "receive": receive, "push": push}[cfg["mode"]](cfg)
+    {"produce": produce, "receive": receive, "push": push, "bench": bench}[cfg["mode"]](cfg)
     emit({"exit": True})
 
 

@@ -98,6 +98,7 @@ class PlainAclPlugin:
         if acl is not None:
             self.validator = PlainAccessValidator(acl)
             registry.add_interceptor(self.validator)
+            registry.services["acl"] = acl  # other front ends (gRPC) authenticate against the same accounts
             log.info("ACL on: %d accounts, %d global white patterns from %s", len(acl.accounts),
                      len(acl.global_white), acl.path)
         for code, fn in ((RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self._update),

@@ -56,7 +56,8 @@ class GrpcProxyPlugin:
         listen = broker.config.listenHost or "0.0.0.0"
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024),
                                           ("grpc.max_send_message_length", 130 * 1024 * 1024)])
-        svc = MessagingService(broker, make_handler(self._registry), (host, port))
+        svc = MessagingService(broker, make_handler(self._registry), (host, port),
+                               accounts=self._registry.services.get("acl"))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(svc, server)
         bound = server.add_insecure_port(f"{listen}:{port}")
         if not bound:

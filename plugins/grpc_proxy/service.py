@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import itertools
 import json
 import logging
@@ -28,6 +29,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
+from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import SysFlag, encode_properties
@@ -162,9 +164,10 @@ class GrpcPeer:
 
 class MessagingService(sg.MessagingServiceServicer):
     def __init__(self, broker: BrokerContext, handle: Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]],
-                 endpoint: tuple[str, int]) -> None:
+                 endpoint: tuple[str, int], accounts: Any = None) -> None:
         self.broker = broker
         self.handle = handle
+        self.accounts = accounts  # the ACL's accounts when ACL is on: requests are then authenticated
         self.host, self.port = endpoint
         self.peers: dict[str, GrpcPeer] = {}
         self._rr = itertools.count()
@@ -181,10 +184,29 @@ class MessagingService(sg.MessagingServiceServicer):
         if p is None or p.closed:
             p = self.peers[cid] = GrpcPeer(cid, context.peer() or "")
             p.convert = self.to_message
+        if self.accounts is not None:
+            p.attributes["grpc.account"] = self._authenticate(md)
         return p
+
+    def _authenticate(self, md: dict[str, str]) -> tuple[str, str] | None:
+        """RocketMQ 5's gRPC signature: ``authorization: MQv2-HMAC-SHA1 Credential=<ak>, SignedHeaders=
+        x-mq-date-time, Signature=<hex HMAC-SHA1(secret, x-mq-date-time)>``. The account whose secret
+        verifies it, else None (the request then goes on unsigned and the ACL decides: refused unless
+        the peer is white-listed)."""
+        auth = md.get("authorization") or ""
+        fields = dict(part.strip().split("=", 1) for part in auth.partition(" ")[2].split(",") if "=" in part)
+        ak, sig, stamp = fields.get("Credential", "").strip(), fields.get("Signature", "").strip(), md.get("x-mq-date-time", "")
+        acct = self.accounts.accounts.get(ak) if ak else None
+        if acct is None or not sig or not stamp:
+            return None
+        want = hmac.new(acct.secret_key.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+        return (ak, acct.secret_key) if hmac.compare_digest(want, sig.lower()) else None
 
     async def _call(self, peer: GrpcPeer, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand | None:
         cmd = RemotingCommand.request(code, ext, body)
+        account = peer.attributes.get("grpc.account")
+        if account is not None:  # authenticated over gRPC: the broker's ACL checks this account's permissions
+            sign(cmd.ext, cmd.body, *account)
         return await self.handle(peer, cmd)
 
     def _endpoints(self) -> d.Endpoints:

@@ -49,7 +49,7 @@ class Checker(TransactionChecker):
 
 
 def produce(cfg: dict[str, Any]) -> None:
-    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    conf = ClientConfiguration(cfg["endpoint"], Credentials(*cfg.get("credentials", ("", ""))))
     tx = cfg.get("tx", "none")
     p = Producer(conf, (cfg["topic"],), checker=Checker(cfg.get("check_answer", "commit")) if tx != "none" else None)
     p.startup()
@@ -88,7 +88,7 @@ def produce(cfg: dict[str, Any]) -> None:
 
 
 def receive(cfg: dict[str, Any]) -> None:
-    conf = ClientConfiguration(cfg["endpoint"], Credentials())
+    conf = ClientConfiguration(cfg["endpoint"], Credentials(*cfg.get("credentials", ("", ""))))
     c = SimpleConsumer(conf, cfg["group"], {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))},
                        await_duration=int(cfg.get("await_s", 3)))
     c.startup()

@@ -140,3 +140,26 @@ def test_a_receiver_killed_mid_receive_loses_nothing(g5: RmqdProcess, compat: An
     got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Kill", group="CG5K", want=3, timeout_s=40))
     assert sorted(m["body"] for m in got) == sorted(seen) == ["body-0", "body-1", "body-2"]
     assert {m["attempt"] for m in got} == {2} and time.time() - t0 >= 5  # back once invisible time ran out
+
+
+def test_acl_signatures_over_grpc(rmqd_factory: Any, compat: Any, tmp_path: Path) -> None:
+    """With ACL on, a 5.x client's gRPC signature (Credentials(ak, sk)) authenticates it against the same
+    accounts as remoting clients, and the account's permissions apply; a wrong secret is refused."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: grpcuser1\n    secretKey: grpcsecret1\n    defaultTopicPerm: DENY\n"
+                   "    topicPerms: [G5Acl=PUB|SUB]\n    defaultGroupPerm: SUB\n"
+                   "  - accessKey: rmqadmin\n    secretKey: adminsecret\n    admin: true\n")
+    proc = rmqd_factory(broker_conf={"aclEnable": True, "plainAclFile": str(acl)})
+    created = compat.admin(proc.broker_addr, 17, {
+        "topic": "G5Acl", "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, credentials=("rmqadmin", "adminsecret"))
+    assert created.code == 0, created.remark
+    ok = run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Acl", count=2,
+              credentials=["grpcuser1", "grpcsecret1"])
+    assert len([ln for ln in ok if "message_id" in ln]) == 2, ok
+    bad = run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Acl", count=1,
+               credentials=["grpcuser1", "wrong-secret"])
+    assert [ln for ln in bad if "error" in ln], bad
+    got = msgs(run5(mode="receive", endpoint=proc.grpc_endpoint, topic="G5Acl", group="CG5A", want=2,
+                    credentials=["grpcuser1", "grpcsecret1"]))
+    assert sorted(m["body"] for m in got) == ["body-0", "body-1"]

@@ -40,6 +40,32 @@ def mq_map(entries: list[tuple[tuple[str, str, int], Any]]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+TOPIC_ATTRIBUTES = {"message.type": ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")}
+
+
+def parse_attributes(text: str, old: TopicConfig | None) -> dict[str, str]:
+    """RocketMQ 5's ``attributes`` header (``+key=value,-key``, what ``mqadmin updateTopic -a`` sends)
+    applied to the topic's current attributes; unknown keys and values are refused."""
+    out = dict(old.attributes) if old is not None else {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        sign_, body = item[0], item[1:]
+        key, eq, value = body.partition("=")
+        if sign_ not in "+-" or not key:
+            raise ValueError(f"attribute {item[:60]!r}: expected +key=value or -key")
+        allowed = TOPIC_ATTRIBUTES.get(key)
+        if allowed is None:
+            raise ValueError(f"unsupported attribute key: {key[:60]} (supported: {', '.join(TOPIC_ATTRIBUTES)})")
+        if sign_ == "-":
+            out.pop(key, None)
+        elif not eq or value.upper() not in allowed:
+            raise ValueError(f"attribute {key}: value {value[:40]!r} is not one of {', '.join(allowed)}")
+        else:
+            out[key] = value.upper()
+    return out
+
+
 class AdminProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
@@ -95,7 +121,11 @@ class AdminProcessor:
         filter_type = ext_str(cmd, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG"
         if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {filter_type[:40]!r}")
-        tc = TopicConfig(topic, read, write, perm, filter_type, sys_flag, ext_bool(cmd, "order", False))
+        try:
+            attributes = parse_attributes(cmd.ext.get("attributes") or "", b.topics.table.get(topic))
+        except ValueError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        tc = TopicConfig(topic, read, write, perm, filter_type, sys_flag, ext_bool(cmd, "order", False), attributes)
         log.info("UPDATE_AND_CREATE_TOPIC %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.update(tc)
         await b.register_now()

@@ -49,6 +49,7 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    attributes: dict[str, str] = attrs.field(factory=dict)  # RocketMQ 5: {"message.type": "FIFO"...}
 
     @property
     def readable(self) -> bool:
@@ -67,6 +68,7 @@ class TopicConfig:
             "topicName": self.topicName,
             "topicSysFlag": self.topicSysFlag,
             "writeQueueNums": self.writeQueueNums,
+            **({"attributes": dict(self.attributes)} if self.attributes else {}),
         }
 
     @classmethod
@@ -79,7 +81,14 @@ class TopicConfig:
             topicFilterType=str(d.get("topicFilterType") or "SINGLE_TAG"),
             topicSysFlag=int(d.get("topicSysFlag", 0) or 0),
             order=bool(d.get("order", False)),
+            attributes={str(k): str(v) for k, v in (d.get("attributes") or {}).items()}
+            if isinstance(d.get("attributes"), dict) else {},
         )
+
+    @property
+    def message_type(self) -> str:
+        """RocketMQ 5's topic message type: NORMAL (no attribute), FIFO, DELAY, TRANSACTION or MIXED."""
+        return self.attributes.get("message.type", "NORMAL")
 
 
 class TopicConfigManager(PersistedTable):

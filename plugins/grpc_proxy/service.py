@@ -45,6 +45,12 @@ C = d.Code
 POP_MESSAGE, ACK_MESSAGE, CHANGE_INVISIBLE = 200050, 200051, 200053
 MAX_BODY = 4 * 1024 * 1024
 ALL_TYPES = [d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION]
+TYPES = {"NORMAL": [d.NORMAL], "FIFO": [d.FIFO], "DELAY": [d.DELAY], "TRANSACTION": [d.TRANSACTION], "MIXED": ALL_TYPES}
+
+
+def accepted(tc: Any) -> list[int]:
+    """The message types a topic accepts (RocketMQ 5's ``message.type`` attribute; none = NORMAL)."""
+    return TYPES.get(getattr(tc, "message_type", "NORMAL"), [d.NORMAL])
 SYSTEM_KEYS = frozenset((
     "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
     "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
@@ -232,7 +238,7 @@ class MessagingService(sg.MessagingServiceServicer):
         for i in range(max(r, w)):
             perm = d.READ_WRITE if i < min(r, w) else (d.READ if i < r else d.WRITE)
             queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=self._broker(),
-                                         accept_message_types=ALL_TYPES))
+                                         accept_message_types=accepted(tc)))
         return s.QueryRouteResponse(status=status(C.OK), message_queues=queues)
 
     async def Heartbeat(self, request: s.HeartbeatRequest, context: Any) -> s.HeartbeatResponse:  # noqa: N802
@@ -336,6 +342,10 @@ class MessagingService(sg.MessagingServiceServicer):
         tc = self._topic(topic)
         if tc is None:
             return s.SendResultEntry(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        kind = sp.message_type or d.NORMAL
+        if kind not in accepted(tc):
+            return s.SendResultEntry(status=status(C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, (
+                f"the topic {topic} accepts {tc.message_type} messages, not {d.MessageType.Name(kind)}")))
         nq = max(tc.writeQueueNums, 1)
         props: dict[str, str] = dict(m.user_properties)
         props["UNIQ_KEY"] = sp.message_id
@@ -419,7 +429,7 @@ class MessagingService(sg.MessagingServiceServicer):
         if tc.readQueueNums <= 0:
             return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
         mq = d.MessageQueue(topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=self._broker(),
-                            accept_message_types=ALL_TYPES)
+                            accept_message_types=accepted(tc))
         return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=mq)])
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: Any) -> AsyncIterator[s.ReceiveMessageResponse]:  # noqa: N802

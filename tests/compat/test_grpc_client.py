@@ -35,6 +35,16 @@ def msgs(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [ln["msg"] for ln in lines if "msg" in ln]
 
 
+def create5(compat: Any, proc: RmqdProcess, topic: str, queues: int, message_type: str = "") -> None:
+    """A topic as ``mqadmin updateTopic -a +message.type=...`` creates it (RocketMQ 5 topic types)."""
+    ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+           "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+    if message_type:
+        ext["attributes"] = f"+message.type={message_type}"
+    r = compat.admin(proc.broker_addr, 17, ext)
+    assert r.code == 0, r.remark
+
+
 @pytest.fixture
 def g5(rmqd_factory: Any) -> RmqdProcess:
     return rmqd_factory(broker_conf={"transactionCheckInterval": 500, "transactionTimeOut": 1000,  # type: ignore[no-any-return]
@@ -66,12 +76,12 @@ def test_change_invisible_duration_redelivers_with_the_next_attempt(g5: RmqdProc
 
 
 def test_fifo_and_delay_messages(g5: RmqdProcess, compat: Any) -> None:
-    compat.create_topic(g5, "G5Fifo", 4)
+    create5(compat, g5, "G5Fifo", 4, "FIFO")
     run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Fifo", count=6, group="order-1")
     got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Fifo", group="CG5F", want=6))
     assert [m["body"] for m in got] == [f"body-{i}" for i in range(6)]  # one queue: in order
     assert {m["group"] for m in got} == {"order-1"}
-    compat.create_topic(g5, "G5Delay", 1)
+    create5(compat, g5, "G5Delay", 1, "DELAY")
     t0 = time.time()
     run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Delay", count=1, delay_s=3)
     got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Delay", group="CG5D", want=1, timeout_s=30))
@@ -79,7 +89,7 @@ def test_fifo_and_delay_messages(g5: RmqdProcess, compat: Any) -> None:
 
 
 def test_transactions_commit_rollback_and_check_back(g5: RmqdProcess, compat: Any) -> None:
-    compat.create_topic(g5, "G5Tx", 1)
+    create5(compat, g5, "G5Tx", 1, "TRANSACTION")
     run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="commit")
     run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="rollback")
     held = run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Tx", count=1, tx="hold", check_answer="commit",
@@ -163,3 +173,42 @@ def test_acl_signatures_over_grpc(rmqd_factory: Any, compat: Any, tmp_path: Path
     got = msgs(run5(mode="receive", endpoint=proc.grpc_endpoint, topic="G5Acl", group="CG5A", want=2,
                     credentials=["grpcuser1", "grpcsecret1"]))
     assert sorted(m["body"] for m in got) == ["body-0", "body-1"]
+
+
+def test_topic_message_types_in_routes_and_sends(g5: RmqdProcess, compat: Any) -> None:
+    """RocketMQ 5 topic types: routes announce them, a send of another type is refused, attributes are
+    validated when set; rmq's own gRPC stubs play the client (not the SDK: one process cannot hold both)."""
+    import anyio
+    import grpc
+
+    from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
+    from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
+    from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
+
+    create5(compat, g5, "G5TypeF", 2, "FIFO")
+    bad = compat.admin(g5.broker_addr, 17, {"topic": "G5TypeX", "readQueueNums": "1", "writeQueueNums": "1",
+                                           "perm": "6", "attributes": "+message.type=WEIRD"})
+    assert bad.code != 0 and "WEIRD" in bad.remark
+    bad = compat.admin(g5.broker_addr, 17, {"topic": "G5TypeX", "readQueueNums": "1", "writeQueueNums": "1",
+                                           "perm": "6", "attributes": "+colour=red"})
+    assert bad.code != 0 and "unsupported attribute key" in bad.remark
+
+    async def go() -> None:
+        md = (("x-mq-client-id", "test@1@1@x"),)
+        async with grpc.aio.insecure_channel(g5.grpc_endpoint) as ch:
+            stub = sg.MessagingServiceStub(ch)
+            route = await stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="G5TypeF")), metadata=md)
+            assert route.status.code == d.Code.OK
+            assert {tuple(q.accept_message_types) for q in route.message_queues} == {(d.FIFO,)}
+            msg = d.Message(topic=d.Resource(name="G5TypeF"), body=b"x", system_properties=d.SystemProperties(
+                message_id="01AB", message_type=d.NORMAL, body_encoding=d.IDENTITY))
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=md)
+            assert r.status.code == d.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+            msg.system_properties.message_type = d.FIFO
+            msg.system_properties.message_group = "g1"
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=md)
+            assert r.status.code == d.Code.OK and len(r.entries) == 1 and r.entries[0].transaction_id
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]))  # no client id
+            assert r.status.code == d.Code.CLIENT_ID_REQUIRED
+
+    anyio.run(go)

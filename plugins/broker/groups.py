@@ -36,6 +36,7 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    consumeMessageOrderly: bool = False  # RocketMQ 5: FIFO delivery for POP / gRPC consumers of the group
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

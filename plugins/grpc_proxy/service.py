@@ -301,7 +301,7 @@ class MessagingService(sg.MessagingServiceServicer):
             retry_max = sgc.retryMaxTimes if sgc is not None else 16
             out.subscription.receive_batch_size = 32
             out.subscription.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=20))
-            out.subscription.fifo = bool(sgc is not None and getattr(sgc, "consumeMessageOrderly", False))
+            out.subscription.fifo = bool(sgc is not None and sgc.consumeMessageOrderly)
             out.backoff_policy.CopyFrom(d.RetryPolicy(max_attempts=retry_max + 1, customized_backoff=d.CustomizedBackoff(
                 next=[duration_pb2.Duration(seconds=x) for x in CUSTOMIZED_BACKOFF])))
         out.metric.on = False
@@ -421,6 +421,10 @@ class MessagingService(sg.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ consuming (POP)
 
+    def _orderly(self, group: str) -> bool:
+        sgc = self.broker.groups.table.get(group)  # type: ignore[attr-defined]
+        return bool(sgc is not None and sgc.consumeMessageOrderly)
+
     async def QueryAssignment(self, request: s.QueryAssignmentRequest, context: Any) -> s.QueryAssignmentResponse:  # noqa: N802
         topic = request.topic.name
         tc = self._topic(topic)
@@ -428,9 +432,10 @@ class MessagingService(sg.MessagingServiceServicer):
             return s.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
         if tc.readQueueNums <= 0:
             return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
-        mq = d.MessageQueue(topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=self._broker(),
-                            accept_message_types=accepted(tc))
-        return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=mq)])
+        ids = list(range(tc.readQueueNums)) if self._orderly(request.group.name) else [-1]  # FIFO: every queue
+        mqs = [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=d.READ_WRITE, broker=self._broker(),
+                              accept_message_types=accepted(tc)) for i in ids]
+        return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=q) for q in mqs])
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: Any) -> AsyncIterator[s.ReceiveMessageResponse]:  # noqa: N802
         peer = self._peer(context)
@@ -455,7 +460,8 @@ class MessagingService(sg.MessagingServiceServicer):
         etype = "SQL92" if expr.type == d.SQL else "TAG"
         ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(min(max(request.batch_size, 1), 32)),
                "invisibleTime": str(invisible), "pollTime": str(poll), "bornTime": str(int(time.time() * 1000)),
-               "initMode": "0", "expType": etype, "exp": expr.expression or "*", "order": "false"}
+               "initMode": "0", "expType": etype, "exp": expr.expression or "*",
+               "order": "true" if self._orderly(group) else "false"}
         resp = await self._call(peer, POP_MESSAGE, ext)
         st = from_remoting(resp)
         if resp is None or resp.code != ResponseCode.SUCCESS:

@@ -212,3 +212,16 @@ def test_topic_message_types_in_routes_and_sends(g5: RmqdProcess, compat: Any) -
             assert r.status.code == d.Code.CLIENT_ID_REQUIRED
 
     anyio.run(go)
+
+
+def test_fifo_push_consumer_of_an_orderly_group(g5: RmqdProcess, compat: Any) -> None:
+    """consumeMessageOrderly on the group: settings say fifo, POP blocks a queue until its batch is acked,
+    the 5.x PushConsumer consumes a message group in order, its local retries included."""
+    create5(compat, g5, "G5FifoPush", 2, "FIFO")
+    body = json.dumps({"groupName": "CG5FP", "consumeMessageOrderly": True, "retryMaxTimes": 16}).encode()
+    assert compat.admin(g5.broker_addr, 200, {}, body).code == 0  # UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5FifoPush", count=8, group="order-A")
+    lines = run5(mode="push", endpoint=g5.grpc_endpoint, topic="G5FifoPush", group="CG5FP", want=8, fail_first=1,
+                 timeout_s=60)
+    ok = [m["body"] for m in msgs(lines) if m["result"] == "SUCCESS"]
+    assert ok == [f"body-{i}" for i in range(8)], msgs(lines)  # in order, each after its local retry

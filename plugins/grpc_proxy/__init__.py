@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import NoOptions, hookimpl, make_handler, structure_options
@@ -44,6 +45,30 @@ class GrpcProxyPlugin:
             return None
         return self._run(kernel, broker, port)
 
+    @staticmethod
+    def _tls_credentials(kernel: Kernel) -> Any:
+        """TLS on the gRPC port when ``[tls] server.mode`` is enforcing (grpcio cannot tell TLS from plaintext
+        on one port, so permissive serves plaintext, what the 5.x Python and Node SDKs speak by default)."""
+        import grpc
+
+        from rmq.protocol.tls import self_signed, structure_tls
+
+        doc = getattr(kernel.config, "tls", None) or {}
+        tls = structure_tls(doc)
+        if tls.server_mode != "enforcing":
+            return None
+        if tls.server_cert_path:
+            cert, key = Path(tls.server_cert_path).expanduser(), Path(tls.server_key_path).expanduser()
+        else:
+            pair = self_signed()
+            if pair is None:
+                raise OSError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
+            cert, key = Path(pair[0]), Path(pair[1])
+        roots = Path(tls.server_trust_cert_path).expanduser().read_bytes() if tls.server_trust_cert_path else None
+        need = tls.server_need_client_auth == "require"
+        return grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())], root_certificates=roots,
+                                           require_client_auth=need and roots is not None)
+
     @asynccontextmanager
     async def _run(self, kernel: Kernel, broker: BrokerContext, port: int) -> AsyncIterator[None]:
         import grpc
@@ -59,12 +84,14 @@ class GrpcProxyPlugin:
         svc = MessagingService(broker, make_handler(self._registry), (host, port),
                                accounts=self._registry.services.get("acl"))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(svc, server)
-        bound = server.add_insecure_port(f"{listen}:{port}")
+        creds = self._tls_credentials(kernel)
+        bound = (server.add_secure_port(f"{listen}:{port}", creds) if creds is not None
+                 else server.add_insecure_port(f"{listen}:{port}"))
         if not bound:
             raise OSError(f"gRPC endpoint: cannot listen on {listen}:{port}")
         await server.start()
         self.service, self.port = svc, bound
-        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d", listen, bound)
+        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d%s", listen, bound, " (TLS)" if creds else "")
         try:
             yield
         finally:

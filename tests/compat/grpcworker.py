@@ -51,7 +51,8 @@ class Checker(TransactionChecker):
 def produce(cfg: dict[str, Any]) -> None:
     conf = ClientConfiguration(cfg["endpoint"], Credentials(*cfg.get("credentials", ("", ""))))
     tx = cfg.get("tx", "none")
-    p = Producer(conf, (cfg["topic"],), checker=Checker(cfg.get("check_answer", "commit")) if tx != "none" else None)
+    p = Producer(conf, (cfg["topic"],), checker=Checker(cfg.get("check_answer", "commit")) if tx != "none" else None,
+                 tls_enable=bool(cfg.get("tls")))
     p.startup()
     try:
         for i in range(int(cfg["count"])):

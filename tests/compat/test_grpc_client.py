@@ -225,3 +225,37 @@ def test_fifo_push_consumer_of_an_orderly_group(g5: RmqdProcess, compat: Any) ->
                  timeout_s=60)
     ok = [m["body"] for m in msgs(lines) if m["result"] == "SUCCESS"]
     assert ok == [f"body-{i}" for i in range(8)], msgs(lines)  # in order, each after its local retry
+
+
+def test_tls_on_the_grpc_port_when_enforcing(rmqd_factory: Any, compat: Any, tmp_path: Path) -> None:
+    """[tls] server.mode enforcing: the gRPC port speaks TLS only; the 5.x SDK (tls_enable, trusting our CA
+    through gRPC's roots file) sends over it, a plaintext client gets nothing through."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(d / "k.pem"), "-out", str(d / "c.pem")],
+                   check=True, capture_output=True, timeout=60)
+    tls = {"enable": True, "server": {"mode": "enforcing", "certPath": str(d / "c.pem"), "keyPath": str(d / "k.pem")}}
+    proc = rmqd_factory(extra={"tls": tls})
+    # remoting is TLS-only too: the topic is created over TLS
+    import anyio
+
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.plugins.remoting_tcp import TcpRemotingClient
+    from rmq.protocol.command import RemotingCommand
+    from rmq.protocol.tls import client_context
+
+    async def mk() -> None:
+        async with TcpRemotingClient(RemotingConfig(name="g5tls", tls_client=client_context())) as c:
+            r = await c.invoke(proc.broker_addr, RemotingCommand.request(17, {
+                "topic": "G5Tls", "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
+                "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}), 5)
+            assert r.code == 0
+
+    anyio.run(mk)
+    env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(d / "c.pem")}
+    cfg = {"mode": "produce", "endpoint": proc.grpc_endpoint, "topic": "G5Tls", "count": 2, "tls": True}
+    p = subprocess.run([PY5, str(WORKER), json.dumps(cfg)], capture_output=True, text=True, timeout=90, env=env)
+    assert len([ln for ln in p.stdout.splitlines() if '"message_id"' in ln]) == 2, p.stdout + p.stderr[-2000:]
+    plain = run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Tls", count=1, timeout=120)
+    assert [ln for ln in plain if "error" in ln]  # plaintext refused

@@ -19,6 +19,7 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python $(VENV5)/bin/python
 	$(BIN)/pip install -q -e ".[test,spark]" -e tests/fake_plugin
+	$(BIN)/python -m rmq.connectors.spark.discovery
 
 $(VENV5)/bin/python:
 	$(PYTHON) -m venv $(VENV5)

@@ -37,6 +37,10 @@ class NamesrvConfig:
     brokerChannelExpiredTime: int = 120_000  # ms
     orderMessageEnable: bool = False
     enableControllerInNamesrv: bool = False  # run the controller role in this process ([controller] or defaults)
+    kvConfigPath: str = ""  # "" = ~/namesrv/kvConfig.json, RocketMQ's default
+
+    def kv_config_path(self) -> Path:
+        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else Path.home() / "namesrv" / "kvConfig.json"
 
 
 @attrs.define

@@ -80,7 +80,8 @@ class RmqdProcess:
         self.broker_port = broker_port or (free_port() if broker else None)
         doc: dict[str, Any] = {}
         if namesrv:
-            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1", **(namesrv_conf or {})}
+            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1",
+                              "kvConfigPath": str(self.workdir / "kvConfig.json"), **(namesrv_conf or {})}
         if broker:
             b = {
                 "listenPort": self.broker_port,

@@ -140,6 +140,7 @@ class SendResult:
     queue_offset: int
     transaction_id: str | None = None
     region_id: str | None = None
+    trace_on: bool = True  # the broker's traceOn (TRACE_ON): False means do not trace this send
 
     @property
     def msg_ids(self) -> list[str]:

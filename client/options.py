@@ -37,6 +37,8 @@ class ClientOptions:
     route_interval: float = attrs.field(default=30.0, validator=_positive)
     request_timeout: float = attrs.field(default=3.0, validator=_positive)  # admin/offset/route calls
     use_uvloop: bool = True  # blocking facade only
+    enable_trace: bool = False  # write RocketMQ message traces (Pub / SubBefore / SubAfter), see rmq.client.trace
+    trace_topic: str = ""  # "" = RMQ_SYS_TRACE_TOPIC
 
 
 @attrs.define(kw_only=True)

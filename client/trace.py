@@ -141,12 +141,31 @@ def decode_traces(data: str | bytes) -> list[dict[str, str]]:
     return out
 
 
-async def start_tracing(client: Any, group: str) -> TraceDispatcher:
-    """The dispatcher of a started producer or consumer with ``enable_trace``, running in its task group."""
-    opts = client.options
-    tracer = TraceDispatcher(group, client._namesrv_addr, opts.trace_topic, client._kernel)
-    await tracer.start(client._tg)
+async def start_tracing(client: Any, group: str) -> TraceDispatcher | None:
+    """The dispatcher of a started producer or consumer with ``enable_trace``, running in its task
+    group; None (tracing off, logged) if it cannot start, which never stops the client itself."""
+    try:
+        tracer = TraceDispatcher(group, client._namesrv_addr, client.options.trace_topic, client._kernel)
+        await tracer.start(client._tg)
+    except Exception as exc:
+        log.warning("%s: message trace not started: %s", group, exc)
+        return None
     return tracer
+
+
+def _guarded(fn: Any) -> Any:
+    """A hook that logs its own failure instead of raising into a send or a consume."""
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            log.warning("message trace hook %s failed", fn.__name__, exc_info=True)
+            return None
+
+    hook.__name__ = fn.__name__
+    hook.__doc__ = fn.__doc__
+    return hook
 
 
 class _Segment:
@@ -231,6 +250,7 @@ class TraceDispatcher:
 
     # ------------------------------------------------------------------ hooks (SendMessageTraceHookImpl, ConsumeMessageTraceHookImpl)
 
+    @_guarded
     def on_send(self, group: str, topic: str, body_length: int, properties: str, store_host: str,
                 result: SendResult, begin_ms: int) -> None:
         """A Pub record for an answered send (brokers with traceOn=false are not traced, as RocketMQ)."""
@@ -248,6 +268,7 @@ class TraceDispatcher:
         self.append(TraceContext("Pub", group, [bean], timestamp=begin_ms, region_id=result.region_id,
                                  cost_time=_now_ms() - begin_ms, success=result.ok))
 
+    @_guarded
     def before_consume(self, group: str, msgs: Sequence[MessageExt], request_id: str) -> TraceContext | None:
         beans, region = [], None
         for m in msgs:
@@ -262,6 +283,7 @@ class TraceDispatcher:
         self.append(ctx)
         return ctx
 
+    @_guarded
     def after_consume(self, before: TraceContext | None, count: int, success: bool) -> None:
         if before is None:
             return

@@ -95,3 +95,34 @@ async def test_trace_failure_never_fails_sends(rmqd_factory: Any, name: str) -> 
             tracer = producer._trace
             assert tracer is not None
     assert tracer.sent == 0 and len(await drain(ns, topic)) == 5
+
+
+def test_encoding_follows_trace_data_encoder() -> None:
+    """Field order and text of TraceDataEncoder.encoderFromContextBean; Java writes a null as "null"."""
+    from rmq.client.trace import TraceBean, TraceContext, encode_trace
+
+    bean = TraceBean(topic="T", msg_id="ID1", offset_msg_id="OFF1", tags=None, keys="a b", store_host="h:1",
+                     body_length=5, msg_type=0)
+    text, keys = encode_trace(TraceContext("Pub", "PG", [bean], timestamp=1700, region_id="R", cost_time=3))
+    assert text == "\x01".join(["Pub", "1700", "R", "PG", "T", "ID1", "null", "a b", "h:1", "5", "3", "0", "OFF1",
+                                "true"]) + "\x02"
+    assert keys == ["ID1", "a", "b"]
+    text, _ = encode_trace(TraceContext("SubAfter", "CG", [bean], timestamp=1800, request_id="RQ", cost_time=2,
+                                        success=False, context_code=4))
+    assert text == "\x01".join(["SubAfter", "RQ", "ID1", "2", "false", "a b", "4", "1800", "CG"]) + "\x02"
+    assert decode_traces(text)[0] == {"traceType": "SubAfter", "requestId": "RQ", "msgId": "ID1", "costTime": "2",
+                                      "success": "false", "keys": "a b", "contextCode": "4", "timestamp": "1800",
+                                      "groupName": "CG"}
+
+
+async def test_broker_trace_off_is_respected(rmqd_factory: Any, name: str) -> None:
+    """traceOn=false answers TRACE_ON=false; SendMessageTraceHookImpl then writes no Pub record."""
+    proc = rmqd_factory(broker_conf={"traceTopicEnable": True, "traceOn": False})
+    ns, topic = proc.namesrv_addr, f"T_{name}"
+    await create_topic(ns, topic, 1)
+    with anyio.fail_after(30):
+        async with Producer(f"P_{name}", ns, enable_trace=True) as producer:
+            r = await producer.send(Message(topic, b"x"))
+            assert r.status is SendStatus.SEND_OK and r.trace_on is False
+    assert producer._trace is not None and producer._trace.sent == 0
+    assert await drain(ns, "RMQ_SYS_TRACE_TOPIC") == []

@@ -22,6 +22,7 @@ import anyio
 import attrs
 
 from rmq.client.message import Message
+from rmq.client.options import ClientOptions
 from rmq.protocol.common import Prop, decode_properties
 from rmq.protocol.names import TRACE_TOPIC
 
@@ -144,8 +145,12 @@ def decode_traces(data: str | bytes) -> list[dict[str, str]]:
 async def start_tracing(client: Any, group: str) -> TraceDispatcher | None:
     """The dispatcher of a started producer or consumer with ``enable_trace``, running in its task
     group; None (tracing off, logged) if it cannot start, which never stops the client itself."""
+    opts = client.options
+    # the connection settings (and whatever else clients share) carry over, as Java hands its RPC hook on
+    shared = {f.name: getattr(opts, f.name) for f in attrs.fields(ClientOptions)
+              if f.name not in ("instance_name", "enable_trace", "trace_topic")}
     try:
-        tracer = TraceDispatcher(group, client._namesrv_addr, client.options.trace_topic, client._kernel)
+        tracer = TraceDispatcher(group, client._namesrv_addr, opts.trace_topic, client._kernel, **shared)
         await tracer.start(client._tg)
     except Exception as exc:
         log.warning("%s: message trace not started: %s", group, exc)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +201,9 @@ class TraceDispatcher:
         self.trace_topic = trace_topic or TRACE_TOPIC
         self.producer: Producer = Producer(f"{GROUP_NAME_PREFIX}-{group}", namesrv_addr, kernel=kernel,
                                            max_message_size=MAX_MSG_SIZE, **producer_options)
-        self._send, self._receive = anyio.create_memory_object_stream[TraceContext](QUEUE_SIZE)
+        self._queue: deque[TraceContext] = deque()
+        self._wake = anyio.Event()
+        self._closed = False
         self._done = anyio.Event()
         self.dropped = 0  # contexts lost to a full queue
         self.sent = 0  # trace messages written
@@ -210,14 +213,16 @@ class TraceDispatcher:
         tg.start_soon(self._run)
 
     def append(self, ctx: TraceContext) -> None:
-        try:
-            self._send.send_nowait(ctx)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        if self._closed or len(self._queue) >= QUEUE_SIZE:
             self.dropped += 1
+            return
+        self._queue.append(ctx)
+        self._wake.set()
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """Send what is queued (bounded by ``timeout``), then stop the inner producer."""
-        self._send.close()
+        self._closed = True
+        self._wake.set()
         with anyio.move_on_after(timeout, shield=True):
             await self._done.wait()
         await self.producer.shutdown()
@@ -226,20 +231,23 @@ class TraceDispatcher:
         segments: dict[str, _Segment] = {}
         try:
             while True:
-                with anyio.move_on_after(POLL):
-                    try:
-                        ctx = await self._receive.receive()
-                    except anyio.EndOfStream:
-                        break
-                    if ctx.beans:
-                        text, keys = encode_trace(ctx)
-                        seg = segments.setdefault(self.trace_topic, _Segment())
-                        seg.add(text, keys)
-                        if seg.size >= MAX_MSG_SIZE - 10_000:
-                            await self._flush(self.trace_topic, segments.pop(self.trace_topic))
+                while self._queue:
+                    ctx = self._queue.popleft()
+                    if not ctx.beans:
+                        continue
+                    text, keys = encode_trace(ctx)
+                    seg = segments.setdefault(self.trace_topic, _Segment())
+                    seg.add(text, keys)
+                    if seg.size >= MAX_MSG_SIZE - 10_000:
+                        await self._flush(self.trace_topic, segments.pop(self.trace_topic))
+                if self._closed:
+                    break
                 now = time.monotonic()
-                for topic in [t for t, s in segments.items() if now - s.first >= WAIT_THRESHOLD]:
+                for topic in [t for t, seg in segments.items() if now - seg.first >= WAIT_THRESHOLD]:
                     await self._flush(topic, segments.pop(topic))
+                with anyio.move_on_after(POLL):
+                    await self._wake.wait()
+                self._wake = anyio.Event()  # whatever arrived meanwhile is in the queue, drained next
             for topic, seg in segments.items():
                 await self._flush(topic, seg)
         finally:

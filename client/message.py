@@ -194,6 +194,7 @@ class SendResult:
     transaction_id: str | None = None
     region_id: str | None = None
     recall_handle: str | None = None  # a timer message's handle for Producer.recall (RocketMQ 5.3.2+)
+    trace_on: bool = True  # the broker's traceOn (TRACE_ON): False means do not trace this send
 
     @property
     def msg_ids(self) -> list[str]:

@@ -46,6 +46,8 @@ class ClientOptions:
     tls_ca: str | None = None
     tls_cert: str | None = None  # client certificate for servers that require one
     tls_key: str | None = None
+    enable_trace: bool = False  # write RocketMQ message traces (Pub / SubBefore / SubAfter), see rmq.client.trace
+    trace_topic: str = ""  # "" = RMQ_SYS_TRACE_TOPIC
 
 
 @attrs.define(kw_only=True)

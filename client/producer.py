@@ -37,6 +37,7 @@ from rmq.client.selector import (
     LatencyFaultTolerance,
     QueueSelector,
 )
+from rmq.client.trace import TraceDispatcher, start_tracing
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
@@ -113,6 +114,7 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str) ->
         transaction_id=ext.get("transactionId") or None,
         region_id=ext.get("MSG_REGION") or None,
         recall_handle=ext.get("recallHandle") or None,
+        trace_on=ext.get("TRACE_ON") != "false",
     )
 
 
@@ -154,18 +156,23 @@ class Producer(ClientBase):
         self._publish: dict[str, _PublishInfo] = {}
         self._async_slots = anyio.Semaphore(self._options.max_async_in_flight)
         self._hash_selector = HashSelector()
+        self._trace: TraceDispatcher | None = None  # enable_trace: Pub records
 
     # ------------------------------------------------------------------ lifecycle
     async def _on_start(self) -> None:
         inst = self.instance
         inst.heartbeat_data = self._heartbeat_data
         inst.route_listeners.append(self._on_route)
+        if self._options.enable_trace:
+            self._trace = await start_tracing(self, self.group)
 
     def _heartbeat_data(self) -> dict[str, Any]:
         groups = [self.group] if self.group == INNER_PRODUCER_GROUP else [self.group, INNER_PRODUCER_GROUP]
         return {"producerDataSet": [{"groupName": g} for g in groups], "consumerDataSet": []}
 
     async def _on_shutdown(self) -> None:
+        if self._trace is not None:
+            await self._trace.aclose()
         await self.instance.unregister(producer_group=self.group)
 
     def _on_route(self, topic: str, route: TopicRoute | None) -> None:
@@ -354,10 +361,14 @@ class Producer(ClientBase):
         inst = self.instance
         addr = inst.master_addr(mq.broker_name) or await inst.find_broker_addr(mq.broker_name, mq.topic)
         cmd = RemotingCommand.request(p.code, self._ext(p, mq), p.body)
+        begin_ms = time.time_ns() // 1_000_000 if self._trace is not None else 0
         resp = await inst.remoting.invoke(addr, cmd, timeout)
         if resp.code not in _STATUS:
             raise BrokerError(resp.code, resp.remark, f"send to {mq.topic}", addr)
-        return parse_send_response(resp, mq, p.uniq_id)
+        result = parse_send_response(resp, mq, p.uniq_id)
+        if self._trace is not None:
+            self._trace.on_send(self.group, p.topic, len(p.body), p.properties, addr, result, begin_ms)
+        return result
 
     async def send_async(
         self,

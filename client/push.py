@@ -25,6 +25,7 @@ from rmq.client.message import ConsumeResult, PullStatus
 from rmq.client.options import ConsumerOptions, build
 from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription, retry_topic
+from rmq.client.trace import TraceDispatcher, start_tracing
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -90,12 +91,15 @@ class PushConsumer(ConsumerBase):
         self._paused = False
         self.consumed = 0  # messages handed to the listener (stats)
         self.failed = 0
+        self._trace: TraceDispatcher | None = None  # enable_trace: SubBefore/SubAfter records
 
     # ------------------------------------------------------------------ lifecycle
     async def _on_start(self) -> None:
         if self.listener is None:
             raise ValueError("PushConsumer needs listener=callable(message)")
         self._async_listener = _is_async(self.listener)
+        if self.options.enable_trace:
+            self._trace = await start_tracing(self, self.group)
         if not self.subscriptions:
             log.debug("%s: started without subscriptions (subscribe() may follow)", self.group)
         await self._start_consumer()
@@ -116,6 +120,8 @@ class PushConsumer(ConsumerBase):
         await self.persist_offsets(sync=True)
         if self.orderly and self.message_model == CLUSTERING:
             await self._unlock_all(list(self.process_queues))
+        if self._trace is not None:
+            await self._trace.aclose()
         await self.instance.unregister(consumer_group=self.group)
 
     def pause(self) -> None:
@@ -322,6 +328,14 @@ class PushConsumer(ConsumerBase):
     async def _run_listener(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Consume ``msgs``; return those that failed."""
         self.consumed += len(msgs)
+        if self._trace is None:
+            return await self._call_listener(msgs)
+        before = self._trace.before_consume(self.group, msgs, uniq_ids()())
+        failed = await self._call_listener(msgs)
+        self._trace.after_consume(before, len(msgs), not failed)
+        return failed
+
+    async def _call_listener(self, msgs: list[MessageExt]) -> list[MessageExt]:
         if not self._async_listener:
             return await anyio.to_thread.run_sync(self._run_sync, msgs, limiter=self._thread_limiter)
         listener = self.listener

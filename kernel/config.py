@@ -37,6 +37,10 @@ class NamesrvConfig:
     brokerChannelExpiredTime: int = 120_000  # ms
     orderMessageEnable: bool = False
     enableControllerInNamesrv: bool = False  # run the controller role in this process ([controller] or defaults)
+    kvConfigPath: str = ""  # "" = ~/namesrv/kvConfig.json, RocketMQ's default
+
+    def kv_config_path(self) -> Path:
+        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else Path.home() / "namesrv" / "kvConfig.json"
 
 
 @attrs.define
@@ -119,8 +123,10 @@ class BrokerConfig:
     checkSyncStateSetPeriod: int = 5_000
     haMaxTimeSlaveNotCatchup: int = 15_000
     allAckInSyncStateSet: bool = False
-    region: str = "DefaultRegion"
+    regionId: str = "DefaultRegion"  # answered to senders (MSG_REGION); message trace groups by it
     traceOn: bool = True
+    traceTopicEnable: bool = False  # create msgTraceTopicName at start, for clients' message traces
+    msgTraceTopicName: str = "RMQ_SYS_TRACE_TOPIC"
     # topics, groups, clients
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True
@@ -424,6 +430,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
+    broker = doc.get("broker")
+    if isinstance(broker, dict) and "region" in broker:  # an earlier rmq spelling
+        raise ConfigError(f"{source}: unknown key 'broker.region': RocketMQ's key is regionId; rename it")
     try:
         cfg = CONVERTER.structure(doc, RootConfig)
     except Exception as e:  # cattrs wraps everything in validation groups

@@ -12,7 +12,10 @@ It lives outside ``rmq.kernel`` so that the kernel is only the kernel.
 
 from __future__ import annotations
 
+import tempfile
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rmq.kernel.config import RootConfig, structure_config
@@ -23,10 +26,17 @@ def make_kernel(plugins: Iterable[object] = (), config: dict[str, Any] | RootCon
     """A kernel with exactly ``plugins`` registered (no entry points consulted).
 
     ``config`` is a TOML-shaped dict (default: a broker with default settings) or a
-    ``RootConfig``. The same fail-closed validation as the daemon applies.
+    ``RootConfig``. The same fail-closed validation as the daemon applies. A ``namesrv``
+    section without ``kvConfigPath`` gets a fresh path under the temp directory (written
+    only if the test stores KV config), never the home directory.
     """
     if config is None:
         config = {"broker": {}}
+    namesrv = config.get("namesrv") if isinstance(config, dict) else None
+    if isinstance(namesrv, dict) and "kvConfigPath" not in namesrv:
+        # a test's name server keeps its KV file out of the home directory (RocketMQ's default place)
+        unique = Path(tempfile.gettempdir()) / f"rmq-kv-{uuid.uuid4().hex}" / "kvConfig.json"
+        config = {**config, "namesrv": {**namesrv, "kvConfigPath": str(unique)}}
     cfg = config if isinstance(config, RootConfig) else structure_config(config, "<make_kernel>")
     kernel = Kernel(cfg)
     for i, obj in enumerate(plugins):

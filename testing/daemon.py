@@ -81,7 +81,8 @@ class RmqdProcess:
         self.grpc_port = free_port() if broker else 0  # RocketMQ 5 clients (the broker's gRPC endpoint)
         doc: dict[str, Any] = {}
         if namesrv:
-            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1", **(namesrv_conf or {})}
+            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1",
+                              "kvConfigPath": str(self.workdir / "kvConfig.json"), **(namesrv_conf or {})}
         if broker:
             b = {
                 "listenPort": self.broker_port,

@@ -21,11 +21,13 @@ from rmq.kernel import (
     MessageFilter,
     MessageRecord,
     PluginError,
+    ProcessorRegistry,
     PutResult,
     PutStatus,
     RemotingConfig,
     local_ipv4,
 )
+from rmq.kernel.kernel import make_handler
 from rmq.plugins.broker.admin import AdminProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
 from rmq.plugins.broker.consumer import ConsumerProcessor
@@ -51,7 +53,6 @@ if TYPE_CHECKING:
         Connection,
         Kernel,
         MessageStore,
-        ProcessorRegistry,
         RemotingServer,
         ReplicationService,
     )
@@ -87,6 +88,7 @@ class BrokerController:
         self.broker_id = config.brokerId  # the id registered with name servers (controller mode: 0 = master)
         self.replicas = ReplicasManager(kernel, self) if config.enableControllerMode else None
         self.server: RemotingServer | None = None
+        self.vip_server: RemotingServer | None = None  # listenPort - 2, RocketMQ's fastRemotingServer
         self.registrar: NamesrvRegistrar | None = None
         self.slave_sync: SlaveSynchronizer | None = None
         self.ip = config.brokerIP1 or local_ipv4()
@@ -370,7 +372,7 @@ class BrokerController:
             )
             kernel.services["broker"] = self
             stack.callback(kernel.services.pop, "broker", None)
-            server, _ = await kernel.serve_role(
+            server, registry = await kernel.serve_role(
                 "broker", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,
                            name="broker")
             )
@@ -380,6 +382,8 @@ class BrokerController:
                 self.port = server.port
                 self.broker_addr = f"{self.ip}:{self.port}"
                 self._set_store_host()
+            self.vip_server = await self._serve_vip_channel(registry)
+            stack.push_async_callback(self.vip_server.aclose)
             self.topics.on_change = self._topics_changed
             # extensions (schedule, transactions, ...) run while the store is open; they exit before it closes
             for cm in reversed(kernel.hook.rmq_broker_lifespan(kernel=kernel, broker=self)):
@@ -423,6 +427,24 @@ class BrokerController:
             log.info("broker %s shutting down", cfg.brokerName)
             self.hold.wake_all()
         log.info("broker %s stopped", cfg.brokerName)
+
+    async def _serve_vip_channel(self, registry: ProcessorRegistry) -> RemotingServer:
+        """RocketMQ's "VIP channel" (BrokerController's fastRemotingServer), always on at listenPort - 2:
+        Java clients up to 4.4 (vipChannelEnabled=true by default) send and administer there. It
+        serves what the main port serves except PULL_MESSAGE, which RocketMQ keeps off it so a long
+        poll never holds a connection senders use. listenPort 0 (tests) takes any free port."""
+        cfg, kernel = self.config, self.kernel
+        port = cfg.listenPort - 2 if cfg.listenPort else 0
+        if port < 0:
+            raise PluginError(f"broker.listenPort {cfg.listenPort}: the VIP channel needs listenPort - 2 to be a port")
+        vip = ProcessorRegistry("broker", kernel)
+        vip.table = {code: proc for code, proc in registry.table.items() if code != RequestCode.PULL_MESSAGE}
+        vip.interceptors = list(registry.interceptors)
+        config = RemotingConfig(host=cfg.listenHost, port=port, max_connections=cfg.maxConnections, name="broker-vip")
+        server = kernel.hook.rmq_remoting_make_server(kernel=kernel, config=config, handler=make_handler(vip))
+        await kernel.task_group.start(server.serve)
+        log.info("broker VIP channel listening on %s:%d (pull stays on %d)", cfg.listenHost, server.port, self.port)
+        return server
 
     def _set_store_host(self) -> None:
         self.store_host = host_bytes(self.ip, self.port)

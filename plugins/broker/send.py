@@ -182,7 +182,7 @@ class SendProcessor:
                 "msgId": f"{b.msg_id_prefix}{result.wrote_offset:016X}",
                 "queueId": qid_text,
                 "queueOffset": str(result.queue_offset),
-                "MSG_REGION": cfg.region,
+                "MSG_REGION": cfg.regionId,
                 "TRACE_ON": b.trace_on,
             }
             if extra:
@@ -288,7 +288,7 @@ class SendProcessor:
                 "msgId": msg_id,
                 "queueId": str(queue_id),
                 "queueOffset": str(result.queue_offset),
-                "MSG_REGION": b.config.region,
+                "MSG_REGION": b.config.regionId,
                 "TRACE_ON": b.trace_on,
             })
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))

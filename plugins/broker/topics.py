@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel import ConfigError, ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.common import Perm
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
@@ -119,6 +119,11 @@ class TopicConfigManager(PersistedTable):
         system(cfg.brokerName, 1, PERM_INHERIT | (perm_rw if cfg.brokerTopicEnable else 0))
         system(OFFSET_MOVED_EVENT, 1)
         system(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
+        if cfg.traceTopicEnable:  # as RocketMQ: one queue, where clients' message traces go
+            problem = validate_topic(cfg.msgTraceTopicName)
+            if problem:
+                raise ConfigError(f"broker.msgTraceTopicName: {problem}")
+            system(cfg.msgTraceTopicName, 1)
         doc = self.file.load()
         if isinstance(doc, dict):
             self.table.update(self._parse(doc, str(self.file.path)))

@@ -2,8 +2,8 @@
 
 Entry point ``rmq.processors: namesrv``. Runs when the config has a
 ``[namesrv]`` section: serves route registration and lookup on
-``listenHost:listenPort``. Options (``[plugin.processors.namesrv]``):
-``kv_config_path`` — persist the KV config there (default: memory only).
+``listenHost:listenPort``; the KV config lives in ``[namesrv] kvConfigPath``
+(RocketMQ's ``~/namesrv/kvConfig.json`` by default). No plugin options.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ log = logging.getLogger("rmq.namesrv")
 
 @attrs.define(frozen=True)
 class NamesrvOptions:
-    kv_config_path: str = ""
+    """None yet: the KV file is ``[namesrv] kvConfigPath``, where RocketMQ keeps it."""
 
 
 class NamesrvPlugin:
@@ -55,7 +55,7 @@ class NamesrvPlugin:
     async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
         cfg = kernel.config.namesrv
         assert cfg is not None
-        self.service = svc = NamesrvService(cfg, self.options.kv_config_path)
+        self.service = svc = NamesrvService(cfg)
         kernel.services["namesrv"] = svc
         server, _ = await kernel.serve_role(
             "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,

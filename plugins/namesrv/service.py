@@ -13,6 +13,7 @@ import anyio
 from rmq.kernel import RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rmq.plugins.namesrv.routes import (
+    PERM_READ,
     PERM_WRITE,
     DataVersion,
     RouteInfoManager,
@@ -47,10 +48,10 @@ def _addr_problem(addr: str) -> str | None:
 class NamesrvService:
     """State and handlers of one NameServer; ``run_scanner`` expires silent brokers."""
 
-    def __init__(self, config: NamesrvConfig, kv_config_path: str = "") -> None:
+    def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.routes = RouteInfoManager()
-        self.kv = KVConfigManager(kv_config_path or None)
+        self.kv = KVConfigManager(config.kv_config_path())
         self.kv.load()
         self.server: RemotingServer | None = None
 
@@ -184,7 +185,8 @@ class NamesrvService:
         for qds in self.routes.topic_queue_table.values():
             qd = qds.get(name)
             if qd is not None:
-                qd["perm"] = (qd["perm"] & ~PERM_WRITE) if wipe else (qd["perm"] | PERM_WRITE)
+                # as RocketMQ: wiping clears the write bit; adding restores full READ|WRITE
+                qd["perm"] = (qd["perm"] & ~PERM_WRITE) if wipe else (PERM_READ | PERM_WRITE)
                 count += 1
         log.info("%s write permission of broker %s on %d topics", "wiped" if wipe else "added", name, count)
         key = "wipeTopicCount" if wipe else "addTopicCount"
@@ -214,11 +216,18 @@ class NamesrvService:
         return cmd.response(body=dumps({"topicList": self.routes.topics_by_cluster(ext_str(cmd, "cluster"))}))
 
     async def get_system_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """Cluster and broker names (their auto-created topics) plus, as RocketMQ, one broker's
+        address for the admin tools that then ask that broker for its system topics."""
         topics: set[str] = set()
         for cluster, names in self.routes.cluster_addr_table.items():
             topics.add(cluster)
             topics.update(names)
-        return cmd.response(body=dumps({"topicList": sorted(topics)}))
+        doc: dict[str, object] = {"topicList": sorted(topics)}
+        for bd in self.routes.broker_addr_table.values():
+            if bd["brokerAddrs"]:
+                doc["brokerAddr"] = bd["brokerAddrs"][min(bd["brokerAddrs"])]
+                break
+        return cmd.response(body=dumps(doc))
 
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.routes.delete_topic(ext_str(cmd, "topic"), ext_str(cmd, "clusterName", "") or None)

@@ -162,7 +162,7 @@ async def running(
         }
     }
     if namesrv:
-        conf["namesrv"] = {"listenHost": "127.0.0.1", "listenPort": 0}
+        conf["namesrv"] = {"listenHost": "127.0.0.1", "listenPort": 0, "kvConfigPath": str(tmp / "kvConfig.json")}
     store_plugin = MemoryStoragePlugin({}) if store == "memory" else MmapStoragePlugin({})
     plugins = [
         TcpRemotingPlugin({}),

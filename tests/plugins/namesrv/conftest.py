@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +15,11 @@ from rmq.testing import make_kernel
 
 
 @pytest.fixture
-async def namesrv() -> AsyncIterator[tuple[Any, TcpRemotingClient, str]]:
+async def namesrv(tmp_path: Path) -> AsyncIterator[tuple[Any, TcpRemotingClient, str]]:
     kernel = make_kernel(
         [TcpRemotingPlugin({}), NamesrvPlugin({})],
         {"namesrv": {"listenHost": "127.0.0.1", "listenPort": 0, "scanNotActiveBrokerInterval": 200,
-                     "brokerChannelExpiredTime": 600}},
+                     "brokerChannelExpiredTime": 600, "kvConfigPath": str(tmp_path / "kvConfig.json")}},
     )
     async with kernel:
         svc = kernel.services["namesrv"]

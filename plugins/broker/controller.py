@@ -26,8 +26,8 @@ from rmq.kernel import (
     PutStatus,
     RemotingConfig,
     local_ipv4,
+    make_handler,
 )
-from rmq.kernel.kernel import make_handler
 from rmq.plugins.broker.admin import AdminProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
 from rmq.plugins.broker.consumer import ConsumerProcessor

@@ -259,3 +259,31 @@ def test_tls_on_the_grpc_port_when_enforcing(rmqd_factory: Any, compat: Any, tmp
     assert len([ln for ln in p.stdout.splitlines() if '"message_id"' in ln]) == 2, p.stdout + p.stderr[-2000:]
     plain = run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Tls", count=1, timeout=120)
     assert [ln for ln in plain if "error" in ln]  # plaintext refused
+
+
+def test_dlq_after_the_groups_max_attempts(g5: RmqdProcess, compat: Any) -> None:
+    """retryMaxTimes 1 on the group: a message nacked twice (change of invisible duration) is not handed
+    out a third time but lands in %DLQ%<group>."""
+    import anyio
+
+    from rmq.client import PullConsumer, PullStatus
+
+    create5(compat, g5, "G5Dlq", 1)
+    body = json.dumps({"groupName": "CG5DLQ", "retryMaxTimes": 1}).encode()
+    assert compat.admin(g5.broker_addr, 200, {}, body).code == 0
+    run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Dlq", count=1)
+    for attempt in (1, 2):
+        got = msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Dlq", group="CG5DLQ", want=1,
+                        change_to_s=1, timeout_s=20))
+        assert [m["attempt"] for m in got] == [attempt]
+        time.sleep(1.2)
+    assert msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Dlq", group="CG5DLQ", want=1,
+                     await_s=1, timeout_s=4)) == []
+
+    async def dlq() -> list[bytes]:
+        async with PullConsumer("CG_DLQ_READ", g5.namesrv_addr) as pc:
+            mq = (await pc.fetch_queues("%DLQ%CG5DLQ"))[0]
+            r = await pc.pull(mq, 0, 8)
+            return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
+
+    assert anyio.run(dlq) == [b"body-0"]

@@ -291,13 +291,16 @@ class PopProcessor:
                 res = store.get_messages(group, topic, q, st.next_offset, want, mfilter)  # type: ignore[arg-type]
                 if res.status is GetStatus.FOUND:
                     for raw, off in zip(res.messages, res.queue_offsets, strict=False):
+                        if off in st.inflight:
+                            continue  # handed out already: never under a second receipt
                         st.inflight[off] = InFlight(now, now + invisible, invisible, 1)
                         out.append((q, off, bytes(raw), 1, now))
-                    st.next_offset = res.next_begin_offset
-                elif res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
-                                    GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL):
-                    if res.next_begin_offset > st.next_offset or res.status is not GetStatus.OFFSET_FOUND_NULL:
-                        st.next_offset = max(res.next_begin_offset, store.get_min_offset(topic, q))
+                    st.next_offset = max(st.next_offset, res.next_begin_offset)
+                elif res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_MATCHED_MESSAGE,
+                                    GetStatus.OFFSET_FOUND_NULL):
+                    st.next_offset = max(st.next_offset, res.next_begin_offset, store.get_min_offset(topic, q))
+                elif res.status is GetStatus.OFFSET_OVERFLOW_BADLY:  # the queue was cut back: restart at its end
+                    st.next_offset = store.get_max_offset(topic, q)
             self._commit(group, topic, q, st)
         return out
 

@@ -46,23 +46,24 @@ class GrpcProxyPlugin:
         return self._run(kernel, broker, port)
 
     @staticmethod
-    def _tls_credentials(kernel: Kernel) -> Any:
-        """TLS on the gRPC port when ``[tls] server.mode`` is enforcing (grpcio cannot tell TLS from plaintext
-        on one port, so permissive serves plaintext, what the 5.x Python and Node SDKs speak by default)."""
+    def _tls_mode(kernel: Kernel) -> Any:
+        from rmq.protocol.tls import structure_tls
+
+        return structure_tls(getattr(kernel.config, "tls", None) or {})
+
+    @staticmethod
+    def _credentials(tls: Any) -> Any:
+        """Server credentials from ``[tls]`` (the configured certificate, else test mode's self-signed one)."""
         import grpc
 
-        from rmq.protocol.tls import self_signed, structure_tls
+        from rmq.protocol.tls import self_signed
 
-        doc = getattr(kernel.config, "tls", None) or {}
-        tls = structure_tls(doc)
-        if tls.server_mode != "enforcing":
-            return None
         if tls.server_cert_path:
             cert, key = Path(tls.server_cert_path).expanduser(), Path(tls.server_key_path).expanduser()
         else:
             pair = self_signed()
             if pair is None:
-                raise OSError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
+                return None
             cert, key = Path(pair[0]), Path(pair[1])
         roots = Path(tls.server_trust_cert_path).expanduser().read_bytes() if tls.server_trust_cert_path else None
         need = tls.server_need_client_auth == "require"
@@ -71,31 +72,72 @@ class GrpcProxyPlugin:
 
     @asynccontextmanager
     async def _run(self, kernel: Kernel, broker: BrokerContext, port: int) -> AsyncIterator[None]:
+        """disabled: grpcio plaintext on the port; enforcing: grpcio TLS on the port; permissive (RocketMQ's
+        default): front.py owns the port and splices each connection to grpcio's loopback plaintext
+        port, or to a TLS one started on the first TLS handshake (so a plaintext-only deployment never
+        makes a certificate)."""
+        import anyio
         import grpc
 
+        from rmq.plugins.grpc_proxy.front import PermissiveFront
         from rmq.plugins.grpc_proxy.service import MessagingService
         from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc
 
         assert self._registry is not None
         host = broker.broker_addr.rpartition(":")[0] or "127.0.0.1"
         listen = broker.config.listenHost or "0.0.0.0"
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024),
-                                          ("grpc.max_send_message_length", 130 * 1024 * 1024)])
+        options = [("grpc.max_receive_message_length", 130 * 1024 * 1024),
+                   ("grpc.max_send_message_length", 130 * 1024 * 1024)]
         svc = MessagingService(broker, make_handler(self._registry), (host, port),
                                accounts=self._registry.services.get("acl"))
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(svc, server)
-        creds = self._tls_credentials(kernel)
-        bound = (server.add_secure_port(f"{listen}:{port}", creds) if creds is not None
-                 else server.add_insecure_port(f"{listen}:{port}"))
+        tls = self._tls_mode(kernel)
+        servers: list[Any] = []
+
+        def new_server() -> Any:
+            server = grpc.aio.server(options=options)
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(svc, server)
+            servers.append(server)
+            return server
+
+        front: PermissiveFront | None = None
+        server = new_server()
+        if tls.server_mode == "enforcing":
+            creds = await anyio.to_thread.run_sync(self._credentials, tls)
+            if creds is None:
+                raise OSError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
+            bound = server.add_secure_port(f"{listen}:{port}", creds)
+        elif tls.server_mode == "disabled":
+            bound = server.add_insecure_port(f"{listen}:{port}")
+        else:
+            plain = server.add_insecure_port("127.0.0.1:0")
+            front = PermissiveFront(listen, port, plain, 0)
+
+            async def tls_port() -> int:
+                creds = await anyio.to_thread.run_sync(self._credentials, tls)
+                if creds is None:
+                    return 0
+                tls_server = new_server()
+                p = tls_server.add_secure_port("127.0.0.1:0", creds)
+                await tls_server.start()
+                return p
+
+            front.tls_port_factory = tls_port
+            svc.resolve_peer = front.real_peer
+            bound = port
         if not bound:
             raise OSError(f"gRPC endpoint: cannot listen on {listen}:{port}")
         await server.start()
+        if front is not None:
+            bound = await front.start()
         self.service, self.port = svc, bound
-        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d%s", listen, bound, " (TLS)" if creds else "")
+        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d (TLS %s)", listen, bound, tls.server_mode)
         try:
             yield
         finally:
             for peer in list(svc.peers.values()):
                 peer.close()
-            await server.stop(grace=1.0)
+            if front is not None:
+                await front.close()
+            for srv in servers:
+                await srv.stop(grace=1.0)
             self.service = None

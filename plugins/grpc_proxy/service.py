@@ -174,6 +174,7 @@ class MessagingService(sg.MessagingServiceServicer):
         self.broker = broker
         self.handle = handle
         self.accounts = accounts  # the ACL's accounts when ACL is on: requests are then authenticated
+        self.resolve_peer: Callable[[str], tuple[str, int] | None] | None = None  # front.py's real client address
         self.host, self.port = endpoint
         self.peers: dict[str, GrpcPeer] = {}
         self._rr = itertools.count()
@@ -188,7 +189,9 @@ class MessagingService(sg.MessagingServiceServicer):
             return None
         p = self.peers.get(cid)
         if p is None or p.closed:
-            p = self.peers[cid] = GrpcPeer(cid, context.peer() or "")
+            raw = context.peer() or ""
+            real = self.resolve_peer(raw) if self.resolve_peer is not None else None
+            p = self.peers[cid] = GrpcPeer(cid, f"ipv4:{real[0]}:{real[1]}" if real else raw)
             p.convert = self.to_message
         if self.accounts is not None:
             p.attributes["grpc.account"] = self._authenticate(md)

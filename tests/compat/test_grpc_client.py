@@ -287,3 +287,25 @@ def test_dlq_after_the_groups_max_attempts(g5: RmqdProcess, compat: Any) -> None
             return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
 
     assert anyio.run(dlq) == [b"body-0"]
+
+
+def test_permissive_grpc_port_takes_tls_and_plaintext(rmqd_factory: Any, compat: Any, tmp_path: Path) -> None:
+    """RocketMQ's default permissive mode: one gRPC port, a TLS client (as Java 5 SDKs default to) and a
+    plaintext one (the Python SDK's default) both served; the broker sees the real client address."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(d / "k.pem"), "-out", str(d / "c.pem")],
+                   check=True, capture_output=True, timeout=60)
+    proc = rmqd_factory(extra={"tls": {"server": {"mode": "permissive", "certPath": str(d / "c.pem"),
+                                                  "keyPath": str(d / "k.pem")}}})
+    create5(compat, proc, "G5Perm", 1)
+    env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(d / "c.pem")}
+    cfg = {"mode": "produce", "endpoint": proc.grpc_endpoint, "topic": "G5Perm", "count": 2, "tls": True}
+    p = subprocess.run([PY5, str(WORKER), json.dumps(cfg)], capture_output=True, text=True, timeout=90, env=env)
+    assert len([ln for ln in p.stdout.splitlines() if '"message_id"' in ln]) == 2, p.stdout + p.stderr[-2000:]
+    run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Perm", count=1)  # plaintext on the same port
+    got = msgs(run5(mode="receive", endpoint=proc.grpc_endpoint, topic="G5Perm", group="CG5PM", want=3))
+    assert sorted(m["body"] for m in got) == ["body-0", "body-0", "body-1"]
+    joined = [ln for ln in proc.log_lines() if "producer joined group G5Perm" in ln]
+    assert joined and all("from 127.0.0.1:" in ln for ln in joined)  # the client's own port, not grpcio's side

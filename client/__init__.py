@@ -16,6 +16,7 @@ from rmq.client.errors import (
     MessageTooLargeError,
     NameServerError,
     NoRouteError,
+    RequestTimeoutError,
     SendError,
 )
 from rmq.client.message import (
@@ -28,6 +29,7 @@ from rmq.client.message import (
     PullStatus,
     SendResult,
     SendStatus,
+    create_reply_message,
 )
 from rmq.client.producer import Producer
 from rmq.client.pull import LitePullConsumer, PullConsumer
@@ -62,7 +64,9 @@ __all__ = [
     "QueueProgress",
     "RandomSelector",
     "RoundRobinSelector",
+    "RequestTimeoutError",
     "SendError",
+    "create_reply_message",
     "SendResult",
     "SendStatus",
     "TopicQueueStats",

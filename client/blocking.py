@@ -143,7 +143,8 @@ def _blocking_method(name: str, target: Any) -> Any:
     return method
 
 
-_PRODUCER = ["send", "send_async", "send_oneway", "send_batch", "fetch_publish_queues", "wait_async_sends"]
+_PRODUCER = ["send", "send_async", "send_oneway", "send_batch", "fetch_publish_queues", "wait_async_sends", "request",
+             "recall"]
 _CONSUMER = ["subscribe", "unsubscribe", "assignment", "fetch_subscribe_queues", "fetch_consumer_ids", "rebalance",
              "persist_offsets"]
 

@@ -50,6 +50,10 @@ class BrokerError(ClientError):
         self.addr = addr
 
 
+class RequestTimeoutError(ClientError):
+    """``Producer.request``: the request was sent but no reply came in time (RocketMQ's 10006)."""
+
+
 class MessageTooLargeError(ClientError):
     """Body (after compression) exceeds max_message_size."""
 

@@ -27,6 +27,7 @@ __all__ = [
     "PullStatus",
     "SendResult",
     "SendStatus",
+    "create_reply_message",
 ]
 
 _TIMER = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
@@ -171,6 +172,20 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message topic={self.topic!r} tags={self.tags!r} keys={self.keys!r} body={len(self.body)}B>"
+
+
+def create_reply_message(request: Any, body: bytes | str) -> Message:
+    """The reply to a request message a consumer received (RocketMQ's ``MessageUtil.createReplyMessage``):
+    to ``<CLUSTER>_REPLY_TOPIC``, carrying the request's CORRELATION_ID, REPLY_TO_CLIENT and TTL; send it
+    with any Producer. ValueError when the request lacks CLUSTER (it was not stored by a broker)."""
+    props = request.properties
+    cluster = props.get("CLUSTER")
+    if not cluster:
+        raise ValueError("create reply message fail, requestMessage error, property[CLUSTER] is null.")
+    reply = Message(f"{cluster}_REPLY_TOPIC", body)
+    reply.properties.update({"MSG_TYPE": "reply", "CORRELATION_ID": props.get("CORRELATION_ID", ""),
+                             "REPLY_TO_CLIENT": props.get("REPLY_TO_CLIENT", ""), "TTL": props.get("TTL", "3000")})
+    return reply
 
 
 class SendStatus(enum.Enum):

@@ -13,6 +13,7 @@ import inspect
 import logging
 import struct
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from rmq.client.errors import (
     BrokerError,
     MessageTooLargeError,
     NoRouteError,
+    RequestTimeoutError,
     SendError,
     response_int,
 )
@@ -41,11 +43,9 @@ from rmq.client.trace import TraceDispatcher, start_tracing
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
-from rmq.protocol.common import Prop, SysFlag, encode_properties
+from rmq.protocol.common import Prop, SysFlag, decode_properties, encode_properties
 from rmq.protocol.headers import SEND_V2
-from rmq.protocol.message import (
-    compress_body,
-)
+from rmq.protocol.message import MessageExt, compress_body, decompress_body
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -163,6 +163,8 @@ class Producer(ClientBase):
         inst = self.instance
         inst.heartbeat_data = self._heartbeat_data
         inst.route_listeners.append(self._on_route)
+        inst.handlers[RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT] = self._on_reply
+        self._replies: dict[str, anyio.Event | MessageExt] = {}
         if self._options.enable_trace:
             self._trace = await start_tracing(self, self.group)
 
@@ -241,6 +243,8 @@ class Producer(ClientBase):
         if extra:
             ps = f"{ps}\x02{extra}" if ps else extra
         prepared = _Prepared(msg.topic, body, msg.flag, sys_flag, ps, uniq)
+        if props.get("MSG_TYPE") == "reply":  # a reply goes back through the broker's reply processor
+            prepared.code = RequestCode.SEND_REPLY_MESSAGE_V2
         if msg.topic.startswith("%RETRY%"):
             rt = props.get(Prop.RECONSUME_TIME)
             mrt = props.get(Prop.MAX_RECONSUME_TIMES)
@@ -427,6 +431,54 @@ class Producer(ClientBase):
         inst = self.instance
         addr = inst.master_addr(queue.broker_name) or await inst.find_broker_addr(queue.broker_name, queue.topic)
         await inst.oneway(addr, p.code, self._ext(p, queue), p.body)
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send ``msg`` and wait up to ``timeout`` seconds for its reply (RocketMQ's request-reply).
+
+        The message carries CORRELATION_ID, REPLY_TO_CLIENT (this client) and TTL; a consumer of it
+        answers with ``create_reply_message`` + ``send``, and the broker pushes the reply here.
+        RequestTimeoutError when none comes; SendError when the request itself is not stored."""
+        self._check_running()
+        correlation = uuid.uuid4().hex
+        msg.properties.update({"CORRELATION_ID": correlation, "REPLY_TO_CLIENT": self.instance.client_id,
+                               "TTL": str(int(timeout * 1000))})
+        waiter = anyio.Event()
+        self._replies[correlation] = waiter
+        try:
+            if msg.topic not in self._publish:  # as Java: a first route, then every broker learns this client
+                await self._publish_info(msg.topic)
+                await self.instance.send_heartbeat()
+            await self.send(msg, timeout=timeout)
+            with anyio.move_on_after(timeout):
+                await waiter.wait()
+            reply = self._replies.get(correlation)
+            if not isinstance(reply, MessageExt):
+                raise RequestTimeoutError(
+                    f"send request message to {msg.topic} OK, but wait reply message timeout, {int(timeout * 1000)} ms.")
+            return reply
+        finally:
+            self._replies.pop(correlation, None)
+
+    async def _on_reply(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: complete the request waiting for this correlation id."""
+        ext = cmd.ext
+        props = decode_properties(ext.get("properties") or "")
+        body = cmd.body or b""
+        sys_flag = int(ext.get("sysFlag") or 0)
+        if sys_flag & SysFlag.COMPRESSED:
+            body = decompress_body(body)
+        props["ARRIVE_TIME"] = str(time.time_ns() // 1_000_000)
+        reply = MessageExt(topic=ext.get("topic", ""), body=body, flag=int(ext.get("flag") or 0), properties=props,
+                           sys_flag=sys_flag, queue_id=int(ext.get("queueId") or 0),
+                           born_timestamp=int(ext.get("bornTimestamp") or 0), born_host=ext.get("bornHost", ""),
+                           store_timestamp=int(ext.get("storeTimestamp") or 0), store_host=ext.get("storeHost", ""))
+        waiter = self._replies.get(props.get("CORRELATION_ID", ""))
+        if isinstance(waiter, anyio.Event):
+            self._replies[props["CORRELATION_ID"]] = reply
+            waiter.set()
+        else:
+            log.info("reply for an unknown or expired request %s dropped", props.get("CORRELATION_ID"))
+        return cmd.response(ResponseCode.SUCCESS)
 
     async def recall(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
         """Cancel a timer message not yet delivered, by the ``recall_handle`` its send returned.

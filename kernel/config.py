@@ -186,6 +186,7 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 60_000
     rejectTransactionMessage: bool = False
+    storeReplyMessageEnable: bool = True  # request-reply: store replies too (after pushing them)
     # timer messages (RocketMQ 5's TIMER_* properties; the bundled "timer" processors plugin)
     timerWheelEnable: bool = True
     timerMaxDelaySec: int = 3 * 86_400

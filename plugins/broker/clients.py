@@ -304,6 +304,14 @@ class ProducerManager:
         for g in list(self.groups):
             self.unregister(g, conn)
 
+    def channel_of(self, client_id: str) -> Any:
+        """The live connection of a producer by its client id (a reply goes back through it)."""
+        for chans in self.groups.values():
+            for ch in chans.values():
+                if ch.client_id == client_id and not ch.conn.closed:
+                    return ch.conn
+        return None
+
     def expired(self, now: float, timeout: float) -> list[Any]:
         return list({ch.conn for chans in self.groups.values() for ch in chans.values()
                      if ch.last_update + timeout < now})

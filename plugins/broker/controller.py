@@ -40,6 +40,7 @@ from rmq.plugins.broker.pop import PopProcessor
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
 from rmq.plugins.broker.replicas import ReplicasManager
+from rmq.plugins.broker.reply import ReplyProcessor
 from rmq.plugins.broker.send import SendProcessor
 from rmq.plugins.broker.slavesync import SlaveSynchronizer
 from rmq.plugins.broker.topics import TopicConfig, TopicConfigManager
@@ -106,12 +107,13 @@ class BrokerController:
         self.consumer_processor = ConsumerProcessor(self)
         self.admin_processor = AdminProcessor(self)
         self.pop_processor = PopProcessor(self)
+        self.reply_processor = ReplyProcessor(self)
 
     # ------------------------------------------------------------------ processors
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor,
-                     self.pop_processor):
+                     self.pop_processor, self.reply_processor):
             proc.register(registry, owner)
         if self.replicas is not None:
             self.replicas.register(registry, owner)

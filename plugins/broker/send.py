@@ -18,7 +18,7 @@ from rmq.plugins.broker.flowcontrol import SendFlowControl
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
-from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem
+from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem, set_props
 from rmq.protocol.headers import SEND_LONG, SEND_V2, SEND_V2_CODES, SendKeys
 from rmq.protocol.message import BatchError, decode_batch
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
@@ -68,6 +68,7 @@ class SendProcessor:
         self.inflight = 0
         cfg = ctx.config
         self.flow = SendFlowControl(cfg.waitTimeMillsInSendQueue, cfg.osPageCacheBusyTimeOutMills)
+        self._cluster = f"CLUSTER\x01{cfg.brokerClusterName}"
 
     def register(self, registry: object, owner: str) -> None:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -103,6 +104,11 @@ class SendProcessor:
         v = get(keys.flag)
         flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
+        # as 4.9 stores it: CLUSTER = this broker's cluster (a request-reply responder builds the reply topic from it)
+        if "CLUSTER\x01" in props:
+            props = set_props(props, {"CLUSTER": cfg.brokerClusterName})
+        else:
+            props = f"{props}{self._cluster}" if not props or props[-1] == "\x02" else f"{props}\x02{self._cluster}"
         batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body
 

@@ -119,6 +119,7 @@ class TopicConfigManager(PersistedTable):
         system(cfg.brokerName, 1, PERM_INHERIT | (perm_rw if cfg.brokerTopicEnable else 0))
         system(OFFSET_MOVED_EVENT, 1)
         system(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
+        system(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1)  # request-reply: replies land here (4.4+)
         if cfg.traceTopicEnable:  # as RocketMQ: one queue, where clients' message traces go
             problem = validate_topic(cfg.msgTraceTopicName)
             if problem:

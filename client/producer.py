@@ -466,7 +466,7 @@ class Producer(ClientBase):
         body = cmd.body or b""
         sys_flag = int(ext.get("sysFlag") or 0)
         if sys_flag & SysFlag.COMPRESSED:
-            body = decompress_body(body)
+            body = decompress_body(body, sys_flag=sys_flag)
         props["ARRIVE_TIME"] = str(time.time_ns() // 1_000_000)
         reply = MessageExt(topic=ext.get("topic", ""), body=body, flag=int(ext.get("flag") or 0), properties=props,
                            sys_flag=sys_flag, queue_id=int(ext.get("queueId") or 0),

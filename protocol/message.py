@@ -201,8 +201,18 @@ def compress_body(body: bytes, level: int = COMPRESS_LEVEL) -> bytes:
     return zlib.compress(body, level)
 
 
-def decompress_body(body: bytes | bytearray | memoryview, max_size: int = MAX_INFLATED_BODY) -> bytes:
-    """Inflate a zlib body; more than ``max_size`` bytes out (a zip bomb) is a MessageDecodeError."""
+def decompress_body(body: bytes | bytearray | memoryview, max_size: int = MAX_INFLATED_BODY,
+                    sys_flag: int = 0) -> bytes:
+    """The body of a COMPRESSED message, by its sysFlag compression type (RocketMQ 5: bits 8-10, 0x100
+    LZ4 frame, 0x200 Zstandard frame, 0x300 or 0 zlib). More than ``max_size`` bytes out (a bomb), a
+    damaged body or a missing optional package is a MessageDecodeError saying which."""
+    ctype = sys_flag & COMPRESSION_TYPE_MASK
+    if ctype == 0x100:
+        return _lz4(bytes(body), max_size)
+    if ctype == 0x200:
+        return _zstd(bytes(body), max_size)
+    if ctype not in (0, 0x300):
+        raise MessageDecodeError(f"compression type 0x{ctype:x} is not one of LZ4, ZSTD, ZLIB")
     d = zlib.decompressobj()
     try:
         out = d.decompress(body, max_size)
@@ -214,6 +224,41 @@ def decompress_body(body: bytes | bytearray | memoryview, max_size: int = MAX_IN
     if not d.eof:
         raise MessageDecodeError("cannot inflate a compressed body: truncated zlib stream")
     return out
+
+
+def _lz4(body: bytes, max_size: int) -> bytes:
+    try:
+        import lz4.frame  # noqa: PLC0415 - optional: only 5.x producers' LZ4 bodies need it
+    except ImportError:
+        raise MessageDecodeError("an LZ4-compressed body needs the 'lz4' package: pip install 'rmq[compress]'") from None
+    try:
+        d = lz4.frame.LZ4FrameDecompressor()
+        out = d.decompress(body, max_length=max_size)
+        if not d.eof:
+            raise MessageDecodeError(
+                "LZ4 body inflates beyond the limit or is truncated" if len(out) >= max_size
+                else "cannot inflate an LZ4 body: truncated frame")
+        return out
+    except RuntimeError as exc:  # lz4 reports damaged frames as RuntimeError
+        raise MessageDecodeError(f"cannot inflate an LZ4 body: {exc}") from None
+
+
+def _zstd(body: bytes, max_size: int) -> bytes:
+    try:
+        import zstandard  # noqa: PLC0415 - optional: only 5.x producers' ZSTD bodies need it
+    except ImportError:
+        raise MessageDecodeError("a ZSTD-compressed body needs the 'zstandard' package: pip install "
+                                 "'rmq[compress]'") from None
+    try:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        out = d.decompress(body)
+        if len(out) > max_size:
+            raise MessageDecodeError(f"ZSTD body inflates beyond {max_size} bytes")
+        if not d.eof:
+            raise MessageDecodeError("cannot inflate a ZSTD body: truncated frame")
+        return out
+    except zstandard.ZstdError as exc:
+        raise MessageDecodeError(f"cannot inflate a ZSTD body: {exc}") from None
 
 
 # --------------------------------------------------------------------------- MessageExt
@@ -387,10 +432,10 @@ def _decode_one(data: bytes, start: int, n: int, decompress: bool) -> tuple[Mess
         )
     props = decode_properties(data[p:end]) if prop_len else {}
     if decompress and sysflag & SysFlag.COMPRESSED:
-        ctype = sysflag & COMPRESSION_TYPE_MASK
-        if ctype not in (0, 0x300):
-            raise MessageDecodeError(f"record at {start}: compression type 0x{ctype:x} is not zlib")
-        body = decompress_body(body)
+        try:
+            body = decompress_body(body, sys_flag=sysflag)
+        except MessageDecodeError as exc:
+            raise MessageDecodeError(f"record at {start}: {exc}") from None
     msg = MessageExt.__new__(MessageExt)
     msg.topic = topic
     msg.body = body

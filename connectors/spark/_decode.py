@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from rmq.protocol.message import MessageDecodeError, decompress_body
 from rmq.protocol.record import HEAD, HEADERS
 
 if TYPE_CHECKING:
@@ -114,8 +115,12 @@ class Columns:
             body = data[b:p]
             if sysflag & _COMPRESSED:
                 if sysflag & _COMPRESSION_TYPE not in (0, 0x300):
-                    raise RecordError(f"message at offset {qoff}: compression 0x{sysflag & 0x700:x} is not zlib")
-                body = _inflate(body, qoff)
+                    try:  # LZ4 / ZSTD from 5.x producers (optional packages)
+                        body = decompress_body(body, MAX_INFLATED, sysflag)
+                    except MessageDecodeError as e:
+                        raise RecordError(f"message at offset {qoff}: {e}") from None
+                else:
+                    body = _inflate(body, qoff)
             p += 1 + data[p]
             if p + 2 > end:
                 raise RecordError(f"record at {pos}: topic length overruns the record")

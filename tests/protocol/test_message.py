@@ -209,8 +209,10 @@ def test_compressed_body_inflated_or_kept() -> None:
     assert decompress_body(z) == body
     with pytest.raises(MessageDecodeError, match="cannot inflate"):
         decode_message(encode_message("T", b"not zlib", sys_flag=SysFlag.COMPRESSED))
-    with pytest.raises(MessageDecodeError, match="compression type 0x100 is not zlib"):
+    with pytest.raises(MessageDecodeError, match="cannot inflate an LZ4 body"):  # a zlib body flagged LZ4
         decode_message(encode_message("T", z, sys_flag=SysFlag.COMPRESSED | 0x100))
+    with pytest.raises(MessageDecodeError, match="compression type 0x400 is not one of"):
+        decode_message(encode_message("T", z, sys_flag=SysFlag.COMPRESSED | 0x400))
 
 
 def test_decode_many_back_to_back() -> None:

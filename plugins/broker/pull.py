@@ -7,16 +7,18 @@ pull loop depends on them: 19 at ``offset == maxOffset``, 21 with a different
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING
 
-from rmq.kernel import FilterExpressionError, GetStatus, RateLimitedLog
+from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
-from rmq.protocol.common import Perm, PullFlag
-from rmq.protocol.names import printable
+from rmq.protocol.common import Perm, PullFlag, encode_properties
+from rmq.protocol.names import OFFSET_MOVED_EVENT, printable
 from rmq.protocol.record import PHYSICAL_OFFSET
 
 if TYPE_CHECKING:
@@ -35,6 +37,12 @@ _RETRY = ResponseCode.PULL_RETRY_IMMEDIATELY
 _Q = struct.Struct(">q")
 
 
+LITE_PULL_MESSAGE = 361
+# the remark of a pull answer; a queue of an existing topic that never held a message is an empty queue to
+# RocketMQ (it creates consume queues on first lookup), so it says NO_MESSAGE_IN_QUEUE there too
+_STATUS_NAMES = {s: s.name for s in GetStatus} | {GetStatus.NO_MATCHED_LOGIC_QUEUE: "NO_MESSAGE_IN_QUEUE"}
+
+
 class PullProcessor:
     def _lagging(self, last: bytes) -> bool:
         """RocketMQ's suggestPullingFromSlave: the consumer reads further back than memory holds."""
@@ -47,6 +55,21 @@ class PullProcessor:
 
     def register(self, registry: object, owner: str) -> None:
         registry.register(RequestCode.PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
+        # RocketMQ 5's DefaultLitePullConsumer pulls with LITE_PULL_MESSAGE (361), served alike
+        registry.register(LITE_PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
+
+    async def _offset_moved(self, group: str, topic: str, queue_id: int, requested: int, new: int) -> None:
+        """RocketMQ's OffsetMovedEvent: a corrected pull offset is published to OFFSET_MOVED_EVENT (tag = group)."""
+        b = self.ctx
+        event = {"consumerGroup": group, "messageQueue": {"topic": topic, "brokerName": b.config.brokerName,
+                                                          "queueId": queue_id},
+                 "offsetRequest": requested, "offsetNew": new}
+        rec = MessageRecord(OFFSET_MOVED_EVENT, 0, json.dumps(event).encode(), 0,
+                            encode_properties({"TAGS": group, "WAIT": "false"}), 0, time.time_ns() // 1_000_000,
+                            b.store_host)
+        result = await b.put(rec)
+        if not result.ok:
+            log.debug("offset moved event for %s not stored: %s", group, result.status.name)
 
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return await self.process(conn, cmd, True)
@@ -148,12 +171,13 @@ class PullProcessor:
         if code == _MOVED:
             log.debug("pull offset moved: %s %s q%d offset %d -> %d (min %d max %d)", group, topic, queue_id,
                       offset, nxt, res.min_offset, res.max_offset)
+            await self._offset_moved(group, topic, queue_id, offset, nxt)
         suggest = "0"
         if cfg.slaveReadEnable:
             suggest = str(sg.brokerId)
             if status is FOUND and res.messages and self._lagging(res.messages[-1]):
                 suggest = str(sg.whichBrokerWhenConsumeSlowly)
-        resp = cmd.response(code, None, {
+        resp = cmd.response(code, _STATUS_NAMES[status], {  # the GetMessageStatus name, as 4.9's remark
             "suggestWhichBrokerId": suggest,
             "nextBeginOffset": str(nxt),
             "minOffset": str(res.min_offset),

@@ -260,11 +260,11 @@ class PopProcessor:
         out: list[tuple[int, int, bytes, int, int]] = []
         sg = self.ctx.groups.find(group)
         max_deliveries = (sg.retryMaxTimes if sg is not None else 16) + 1
+        now = now_ms()  # one pop time for the whole batch: the answer's popTime must match every receipt
         for q in queues:
             if len(out) >= n:
                 break
             st = self._state(group, topic, q)
-            now = now_ms()
             if order and st.blocked(now):
                 continue
             for off in sorted(st.inflight):  # expired first: they come back before new messages

@@ -266,10 +266,9 @@ class ConsumerProcessor:
             if delay == 0:
                 delay = 3 + msg.reconsume_times
             changes[Prop.DELAY] = str(delay)
-        origin = ext_str(cmd, "originMsgId", "")
-        if origin:
-            changes[Prop.ORIGIN_MESSAGE_ID] = origin
-        elif Prop.ORIGIN_MESSAGE_ID not in props:
+        # as 4.9: the stored message's own ORIGIN_MESSAGE_ID, else its offset msgId (the header's
+        # originMsgId is not used)
+        if not (props.get(Prop.ORIGIN_MESSAGE_ID) or "").strip():
             changes[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
         changes[Prop.WAIT] = "false"
         # RocketMQ clears the transaction type bits: a retried message is a plain message

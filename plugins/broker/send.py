@@ -104,7 +104,16 @@ class SendProcessor:
         v = get(keys.flag)
         flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
-        # as 4.9 stores it: CLUSTER = this broker's cluster (a request-reply responder builds the reply topic from it)
+        # as 4.9 stores it: without WAIT=true (9 bytes a message; WAIT=false stays, the store's SYNC_FLUSH
+        # needs it) and with CLUSTER = this broker's cluster (a request-reply responder builds the reply topic
+        # from it)
+        i = props.find("WAIT\x01true")
+        if i >= 0 and (i == 0 or props[i - 1] == "\x02"):
+            j = i + 9
+            if j == len(props):
+                props = props[:i - 1] if i else ""
+            elif props[j] == "\x02":
+                props = props[:i] + props[j + 1:]
         if "CLUSTER\x01" in props:
             props = set_props(props, {"CLUSTER": cfg.brokerClusterName})
         else:
@@ -217,9 +226,9 @@ class SendProcessor:
         if tc is not None:
             return tc
         reason = validate_topic(topic)
-        if reason is not None:
+        if reason is not None:  # 4.9's TopicValidator answers SYSTEM_ERROR (5.x: INVALID_PARAMETER)
             refusals.info("send.topic", "send from %s:%d refused: %s", *conn.remote_addr[:2], reason)
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, reason)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
         client_nums = ext_i32(cmd, keys.default_topic_queue_nums, 4)
         unit = ext.get(keys.unit_mode) in _TRUE
         default_topic = ext.get(keys.default_topic) or ""

@@ -186,7 +186,10 @@ class ScheduleService:
             log.warning("delay level %d: dropping parked message without a real destination (%s, %s)",
                         level, real_topic, props.get(Prop.REAL_QID))
             return True
-        record = record_of(msg, real_topic, real_qid, {Prop.DELAY: None, Prop.WAIT: "false"})
+        # as 4.9: the delivered copy keeps the parked properties, DELAY and REAL_* included (RocketMQ
+        # serialises them before it clears DELAY in memory); put to the store directly, past the
+        # pipeline, so DELAY does not park it again
+        record = record_of(msg, real_topic, real_qid, {})
         result = await self.store.put_message(record)
         if result.status is PutStatus.PUT_OK or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             self.delivered += 1

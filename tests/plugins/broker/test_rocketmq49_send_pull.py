@@ -1,4 +1,5 @@
-"""Send and pull details as RocketMQ 4.9 has them: stored messages carry CLUSTER; a pull answer's remark
+"""Send and pull details as RocketMQ 4.9 has them: stored messages carry CLUSTER and lose WAIT=true; an
+invalid topic is SYSTEM_ERROR (see test_send_pull); a pull answer's remark
 is the GetMessageStatus name; LITE_PULL_MESSAGE (361) is served like a pull; a corrected pull offset
 publishes an OffsetMovedEvent to OFFSET_MOVED_EVENT."""
 
@@ -53,6 +54,7 @@ async def test_cluster_property_pull_remarks_lite_pull_and_offset_moved_event(rm
         assert r.code == 0 and r.remark == "FOUND"
         msgs = decode_messages(r.body)
         assert [m.properties["CLUSTER"] for m in msgs] == ["DefaultCluster"] * 3
+        assert not any("WAIT" in m.properties for m in msgs)  # sent with WAIT=true, stored without it
         r = await call(pull_cmd("T49", 3))
         assert r.code == ResponseCode.PULL_NOT_FOUND and r.remark == "OFFSET_OVERFLOW_ONE"
         r = await call(pull_cmd("T49", 1, code=361))  # LITE_PULL_MESSAGE

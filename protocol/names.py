@@ -48,8 +48,9 @@ SYSTEM_TOPICS: Final = frozenset(
 )
 #: Topics no producer may send to directly (the broker routes messages there itself).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
-    (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC)
-)
+    (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC, SELF_TEST_TOPIC,
+     OFFSET_MOVED_EVENT)
+)  # and every rmq_sys_* topic
 
 
 def retry_topic(group: str) -> str:

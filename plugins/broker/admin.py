@@ -12,6 +12,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -64,6 +66,17 @@ def parse_attributes(text: str, old: TopicConfig | None) -> dict[str, str]:
         else:
             out[key] = value.upper()
     return out
+
+
+async def _persist_now(table: Any) -> None:
+    """Write a metadata table's file off the loop, now (a change a crash must not take back)."""
+    text = table.snapshot()
+    if text is not None:
+        try:
+            await anyio.to_thread.run_sync(table.file.write, text)
+        except OSError as e:
+            table.dirty = True  # the periodic flush tries again
+            log.error("cannot persist %s: %s", table.file.path, e)
 
 
 class AdminProcessor:
@@ -128,6 +141,7 @@ class AdminProcessor:
         tc = TopicConfig(topic, read, write, perm, filter_type, sys_flag, ext_bool(cmd, "order", False), attributes)
         log.info("UPDATE_AND_CREATE_TOPIC %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.update(tc)
+        await _persist_now(b.topics)  # as 4.9's updateTopicConfig: persisted before the answer
         await b.register_now()
         return cmd.response()
 
@@ -156,6 +170,7 @@ class AdminProcessor:
         except (ValueError, TypeError, AttributeError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
         self.ctx.groups.update(sg)
+        await _persist_now(self.ctx.groups)  # as 4.9: on disk before the answer
         return cmd.response()
 
     async def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -166,6 +181,7 @@ class AdminProcessor:
         if group in SYSTEM_GROUPS:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the subscription group[{group}] is a system group")
         self.ctx.groups.delete(group)
+        await _persist_now(self.ctx.groups)
         if ext_bool(cmd, "removeOffset", False):
             self.ctx.offsets.delete_group(group)
         return cmd.response()

@@ -21,7 +21,7 @@ from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem, set_props
 from rmq.protocol.headers import SEND_LONG, SEND_V2, SEND_V2_CODES, SendKeys
 from rmq.protocol.message import BatchError, decode_batch
-from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, validate_topic
+from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, printable, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection
@@ -122,7 +122,7 @@ class SendProcessor:
         body = cmd.body
 
         tc = b.topics.table.get(topic)
-        if tc is None or not b.accepts_writes or topic in NOT_ALLOWED_SEND:
+        if tc is None or not b.accepts_writes or topic in NOT_ALLOWED_SEND or topic[:8] == "rmq_sys_":
             refused = self._check_topic(conn, cmd, topic, keys)
             if isinstance(refused, RemotingCommand):
                 return refused
@@ -215,12 +215,17 @@ class SendProcessor:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 f"the broker[{cfg.brokerName}] is a slave (brokerRole SLAVE) and takes no messages")
         if not cfg.brokerPermission & Perm.WRITE:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerName}] sending message is forbidden")
-        if not b.accepts_writes:  # controller mode: fenced (no role from the controller, or cut off from it)
+            # as 4.9's msgCheck: a broker without write permission refuses order topics only (the name
+            # server's routes already steer other sends away); the topic's own permission is checked after
+            otc = b.topics.table.get(topic)
+            if otc is not None and otc.order:
+                return cmd.response(ResponseCode.NO_PERMISSION,
+                                    f"the broker[{cfg.brokerName}] sending message is forbidden")
+        elif not b.accepts_writes:  # controller mode: fenced (no role from the controller, or cut off from it)
             why = (b.replicas.fenced_reason if b.replicas is not None else "") or "it has no role from the controller yet"
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 f"the broker[{cfg.brokerName}] takes no messages now: {why}")
-        if topic in NOT_ALLOWED_SEND:
+        if topic in NOT_ALLOWED_SEND or topic.startswith(SYSTEM_TOPIC_PREFIX):
             return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         tc = b.topics.table.get(topic)
         if tc is not None:

@@ -346,7 +346,9 @@ async def test_slave_and_read_only_brokers_refuse_writes(broker_env: Any) -> Non
         assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in r.remark
         assert not any(type(p).__name__ == "SchedulePlugin" and p.service for p in env.kernel.pm.get_plugins())
     async with broker_env(brokerPermission=4) as env:
+        # 4.9's msgCheck: a read-only broker refuses order topics only (routes keep other writers away);
+        # its send-back refuses every retry
         r = await env.send("S", b"x")
-        assert r.code == ResponseCode.NO_PERMISSION
+        assert r.code == 0, r.remark
         r = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 0, "group": "G", "delayLevel": 0})
         assert r.code == ResponseCode.NO_PERMISSION

@@ -1,0 +1,70 @@
+"""Admin and permission details as RocketMQ 4.9 has them: subscription-group and topic edits are on disk
+before the answer (a SIGKILL right after cannot take them back); system topics are neither sendable
+nor creatable; a broker without write permission refuses sends to order topics only."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+from rmq.testing.daemon import RmqdProcess
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def send_cmd(topic: str) -> RemotingCommand:
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": str(int(time.time() * 1000)),
+           "h": "0", "i": "", "j": "0"}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"x")
+
+
+def topic_cmd(topic: str, order: bool = False) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6", "order": str(order).lower()})
+
+
+async def test_edits_survive_a_sigkill_right_after_the_answer(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    async with TcpRemotingClient(RemotingConfig(name="adm49")) as c:
+        body = json.dumps({"groupName": "G49Kill", "retryMaxTimes": 7}).encode()
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), 5)
+        assert r.code == 0
+        assert (await c.invoke(proc.broker_addr, topic_cmd("T49Kill"), 5)).code == 0
+    proc.kill()  # no time for a periodic flush
+    proc.start()
+    async with TcpRemotingClient(RemotingConfig(name="adm49b")) as c:
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}), 5)
+        groups = json.loads(r.body)["subscriptionGroupTable"]
+        assert groups["G49Kill"]["retryMaxTimes"] == 7
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), 5)
+        assert "T49Kill" in json.loads(r.body)["topicConfigTable"]
+
+
+async def test_system_topics_and_broker_permission(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory(broker_conf={"brokerPermission": 4})  # read only
+    async with TcpRemotingClient(RemotingConfig(name="perm49")) as c:
+        for topic in ("SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer",
+                      "rmq_sys_anything", "RMQ_SYS_TRANS_HALF_TOPIC"):
+            r = await c.invoke(proc.broker_addr, send_cmd(topic), 5)
+            assert r.code == ResponseCode.NO_PERMISSION and "is forbidden" in r.remark, (topic, r.remark)
+            r = await c.invoke(proc.broker_addr, topic_cmd(topic), 5)
+            assert r.code != 0, topic
+        assert (await c.invoke(proc.broker_addr, topic_cmd("Plain49"), 5)).code == 0
+        assert (await c.invoke(proc.broker_addr, topic_cmd("Order49", order=True), 5)).code == 0
+        r = await c.invoke(proc.broker_addr, send_cmd("Plain49"), 5)
+        assert r.code == 0, r.remark  # 4.9: the routes keep writers away; only order topics are refused here
+        r = await c.invoke(proc.broker_addr, send_cmd("Order49"), 5)
+        assert r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in r.remark

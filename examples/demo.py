@@ -1,6 +1,7 @@
 """`make demo`: rmqd on its embedded default, then a short produce/consume round trip with rmq.client.
 
-Starts `rmqd` with no arguments (NameServer 127.0.0.1:9876 + Broker :10911, store in ./rmq-store),
+Starts `rmqd` with no arguments (NameServer 127.0.0.1:9876 + Broker :10911 with its VIP, HA and gRPC
+ports, store in ./rmq-store),
 sends ten messages, consumes them back with a push consumer subscribed to this run's tag, and stops
 the daemon with SIGTERM (a clean shutdown: flush, checkpoint, abort marker removed).
 """
@@ -40,7 +41,7 @@ def start_rmqd() -> subprocess.Popen[bytes]:
     while not ready.wait(0.1):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            sys.exit(f"rmqd did not start (exit {proc.returncode}); are ports 9876/10911 free?")
+            sys.exit(f"rmqd did not start (exit {proc.returncode}); are ports 9876, 10911 (and 10909, 10912, 8081) free?")
     return proc
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -80,6 +81,21 @@ class Kernel:
         if self._tg is None:
             raise RuntimeError("kernel not running: use 'async with kernel:'")
         return self._tg
+
+    @asynccontextmanager
+    async def background(self, fn: Callable[[], Awaitable[Any]]) -> AsyncIterator[None]:
+        """Run ``fn()`` (a service's loop) in the kernel's task group while the ``async with`` lasts."""
+        scope = anyio.CancelScope()
+
+        async def run() -> None:
+            with scope:
+                await fn()
+
+        self.task_group.start_soon(run)
+        try:
+            yield
+        finally:
+            scope.cancel()
 
     async def __aenter__(self) -> Kernel:
         self.hook.rmq_configure(kernel=self)

@@ -103,8 +103,8 @@ def rmq_broker_lifespan(kernel: Kernel, broker: BrokerContext) -> AbstractAsyncC
     Called once per broker start, after the store opened and the server listens,
     before the broker registers with name servers; contexts are entered in plugin
     registration order and exited in reverse before the broker persists its tables
-    and closes its store. Use ``kernel.task_group`` for background tasks and stop
-    them on exit.
+    and closes its store. Run a background loop with ``async with kernel.background(fn)``
+    (started in the kernel's task group, cancelled on exit).
 
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, task group).

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import attrs
 
 from rmq.kernel import hookimpl, structure_options
@@ -75,17 +74,10 @@ class SchedulePlugin:
         svc = ScheduleService(broker, self.options.poll_interval_ms / 1000)
         svc.load()
         self.service = svc
-        scope = anyio.CancelScope()
-
-        async def run() -> None:
-            with scope:
-                await svc.run()
-
-        kernel.task_group.start_soon(run)
         try:
-            yield
+            async with kernel.background(svc.run):
+                yield
         finally:
-            scope.cancel()
             svc.persist()
             self.service = None
             log.info("schedule service stopped; delay offsets persisted")

@@ -94,17 +94,10 @@ class TimerPlugin:
                            cfg.mappedFileSizeTimerLog, cfg.timerEnableRetryUntilSuccess)
         await anyio.to_thread.run_sync(svc.recover)
         self.service = svc
-        scope = anyio.CancelScope()
-
-        async def run() -> None:
-            with scope:
-                await svc.run()
-
-        kernel.task_group.start_soon(run)
         try:
-            yield
+            async with kernel.background(svc.run):
+                yield
         finally:
-            scope.cancel()
             self.service = None
             try:
                 svc.close()

@@ -26,8 +26,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from rmq.kernel import NoOptions, hookimpl, structure_options
 from rmq.plugins.transaction.service import (
     HalfMessageStage,
@@ -85,15 +83,8 @@ class TransactionPlugin:
     @asynccontextmanager
     async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         svc = self.service = TransactionCheckService(broker)
-        scope = anyio.CancelScope()
-
-        async def run() -> None:
-            with scope:
-                await svc.run()
-
-        kernel.task_group.start_soon(run)
         try:
-            yield
+            async with kernel.background(svc.run):
+                yield
         finally:
-            scope.cancel()
             self.service = None

@@ -200,6 +200,10 @@ class BrokerConfig:
     defaultMessageRequestMode: str = "PULL"
     defaultPopShareQueueNum: int = -1
     serverLoadBalancerEnabled: bool = True
+    # Prometheus metrics (RocketMQ 5's keys; the bundled "metrics" plugin)
+    metricsExporterType: str = "DISABLE"  # DISABLE | PROM
+    metricsPromExporterHost: str = ""  # "" = listenHost
+    metricsPromExporterPort: int = 5557
     # access control (RocketMQ ACL 1.0; the bundled "plain" auth plugin)
     aclEnable: bool = False
     plainAclFile: str = ""  # "" = plain_acl.yml beside the config file, else <store root>/conf/plain_acl.yml
@@ -276,7 +280,7 @@ class RootConfig:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
         out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
         out["remoting"] = ["tcp"]
-        out["processors"] = self.roles() + (["schedule", "transaction", "timer", "grpc"] if self.broker is not None else [])
+        out["processors"] = self.roles() + (["schedule", "transaction", "timer", "grpc", "metrics"] if self.broker is not None else [])
         out["filters"] = ["tag", "sql92", "class"]
         out["allocation"] = list(ALL_ALLOCATORS)
         if self.broker is not None:

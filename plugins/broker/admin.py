@@ -259,6 +259,9 @@ class AdminProcessor:
             "consumerGroupOnline": str(len(b.consumers.groups)),
             "pullHeld": str(b.hold.held),
         }
+        stats = getattr(b, "stats", None)
+        if stats is not None:  # RocketMQ's keys: putTps, getTransferedTps, msgPutTotalTodayNow...
+            table.update(stats.runtime())
         try:
             for k, v in (store.stats() or {}).items():
                 if isinstance(v, (int, float, str, bool)):

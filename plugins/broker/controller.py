@@ -43,6 +43,7 @@ from rmq.plugins.broker.replicas import ReplicasManager
 from rmq.plugins.broker.reply import ReplyProcessor
 from rmq.plugins.broker.send import SendProcessor
 from rmq.plugins.broker.slavesync import SlaveSynchronizer
+from rmq.plugins.broker.stats import BrokerStats
 from rmq.plugins.broker.topics import TopicConfig, TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
@@ -108,6 +109,7 @@ class BrokerController:
         self.admin_processor = AdminProcessor(self)
         self.pop_processor = PopProcessor(self)
         self.reply_processor = ReplyProcessor(self)
+        self.stats: BrokerStats | None = None  # made once the store is open
 
     # ------------------------------------------------------------------ processors
 
@@ -356,6 +358,7 @@ class BrokerController:
         if store is None:
             raise PluginError("no rmq.storage plugin built a store; select one under [plugins] storage")
         self.store = store
+        self.stats = BrokerStats(store)
         # the store calls no hooks itself: build what it works with, hand it over, then open it
         dispatchers = [d for part in kernel.hook.rmq_dispatch_make_dispatchers(kernel=kernel, store=store)
                        for d in part or ()]
@@ -413,6 +416,8 @@ class BrokerController:
                 with scope:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._flush_loop)
+                        if self.stats is not None:
+                            tg.start_soon(self.stats.run)
                         tg.start_soon(self._client_scan_loop)
                         tg.start_soon(self._hold_check_loop)
                         if self.registrar is not None:

@@ -68,3 +68,20 @@ async def test_system_topics_and_broker_permission(rmqd_factory: Any) -> None:
         assert r.code == 0, r.remark  # 4.9: the routes keep writers away; only order topics are refused here
         r = await c.invoke(proc.broker_addr, send_cmd("Order49"), 5)
         assert r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in r.remark
+
+
+async def test_runtime_info_has_rocketmq_statistics(rmqd_factory: Any) -> None:
+    import anyio
+
+    proc: RmqdProcess = rmqd_factory()
+    async with TcpRemotingClient(RemotingConfig(name="stats49")) as c:
+        assert (await c.invoke(proc.broker_addr, topic_cmd("Stat49"), 5)).code == 0
+        for _ in range(20):
+            assert (await c.invoke(proc.broker_addr, send_cmd("Stat49"), 5)).code == 0
+        await anyio.sleep(2.2)  # two samples
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 5)
+        table = json.loads(r.body)["table"]
+    assert int(table["msgPutTotalTodayNow"]) >= 20
+    tps = [float(x) for x in table["putTps"].split()]
+    assert len(tps) == 3 and all(t >= 0 for t in tps) and len(table["getTransferedTps"].split()) == 3
+    assert float(table["commitLogDiskRatio"]) > 0 and int(table["dispatchBehindBytes"]) >= 0

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
@@ -97,6 +98,7 @@ class AdminProcessor:
             (rc.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
             (rc.GET_CONSUME_STATS, self.consume_stats),
             (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
+            (rc.GET_BROKER_CONFIG, self.broker_config),
             (rc.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets),
             (rc.QUERY_MESSAGE, self.query_message),
             (rc.VIEW_MESSAGE_BY_ID, self.view_message),
@@ -276,6 +278,13 @@ class AdminProcessor:
             for k, v in repl.stats().items():
                 table.setdefault(k, v if isinstance(v, str) else _j(v))
         return cmd.response(body=_j({"table": table}).encode())
+
+    async def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG (26): every setting as Java properties text (what mqadmin getBrokerConfig prints)."""
+        cfg = self.ctx.config
+        lines = [f"{f.name}={getattr(cfg, f.name)}" for f in attrs.fields(type(cfg))]
+        version = _j({"counter": 1, "timestamp": self.ctx.boot_ms})
+        return cmd.response(ResponseCode.SUCCESS, None, {"version": version}, "\n".join(lines).encode())
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=self.ctx.offsets.encode().encode())

@@ -51,7 +51,9 @@ def test_topic_message_and_group_commands(rmqd_factory: Any) -> None:
     assert "#Broker Offset" in table and "Diff Total: 1" in table
     clusters = js("clusterList", *ns)
     assert clusters[0]["clusterName"] == "DefaultCluster" and clusters[0]["brokerAddr"] == proc.broker_addr
-    assert js("brokerStatus", *ns, "-b", proc.broker_addr)
+    assert int(js("brokerStatus", *ns, "-b", proc.broker_addr)["msgPutTotalTodayNow"]) >= 1
+    cfg = js("getBrokerConfig", *ns, "-b", proc.broker_addr)
+    assert cfg["brokerName"] == "broker-a" and cfg["listenPort"] == proc.broker_addr.rsplit(":", 1)[1]
     assert "deleted" in js("deleteTopic", *ns, "-t", "CliT", "-c", "DefaultCluster")
 
 

@@ -19,6 +19,7 @@ from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
+from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
 
@@ -80,6 +81,20 @@ async def _persist_now(table: Any) -> None:
             log.error("cannot persist %s: %s", table.file.path, e)
 
 
+def _prop(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+#: settings UPDATE_BROKER_CONFIG may change at run time (read where they are used, not at start)
+RUNTIME_KEYS = frozenset((
+    "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "brokerPermission", "maxMessageSize",
+    "rejectTransactionMessage", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
+    "longPollingEnable", "shortPollingTimeMills", "slaveReadEnable", "fileReservedTime", "deleteWhen",
+    "diskMaxUsedSpaceRatio", "traceOn", "defaultTopicQueueNums", "maxTransferCountOnMessageInMemory",
+    "maxTransferBytesOnMessageInMemory", "storeReplyMessageEnable", "recallMessageEnable",
+))
+
+
 class AdminProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
@@ -99,6 +114,7 @@ class AdminProcessor:
             (rc.GET_CONSUME_STATS, self.consume_stats),
             (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
             (rc.GET_BROKER_CONFIG, self.broker_config),
+            (rc.UPDATE_BROKER_CONFIG, self.update_broker_config),
             (rc.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets),
             (rc.QUERY_MESSAGE, self.query_message),
             (rc.VIEW_MESSAGE_BY_ID, self.view_message),
@@ -282,9 +298,52 @@ class AdminProcessor:
     async def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONFIG (26): every setting as Java properties text (what mqadmin getBrokerConfig prints)."""
         cfg = self.ctx.config
-        lines = [f"{f.name}={getattr(cfg, f.name)}" for f in attrs.fields(type(cfg))]
+        lines = [f"{f.name}={_prop(getattr(cfg, f.name))}" for f in attrs.fields(type(cfg))]
         version = _j({"counter": 1, "timestamp": self.ctx.boot_ms})
         return cmd.response(ResponseCode.SUCCESS, None, {"version": version}, "\n".join(lines).encode())
+
+    async def update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG (25): Java properties text; the settings read at use take effect at once
+        (RUNTIME_KEYS), any other is refused by name (it needs a restart: change the config file). In
+        memory only: the rmqd config file is the user's (RocketMQ rewrites its broker.properties)."""
+        b = self.ctx
+        cfg = b.config
+        fields = {f.name: f for f in attrs.fields(type(cfg))}
+        changes: dict[str, Any] = {}
+        for line in (cmd.body or b"").decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            key, sep, raw = line.partition("=")
+            key, raw = key.strip(), raw.strip()
+            if not sep or key not in fields:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"unknown broker setting {key[:80]!r}")
+            if key not in RUNTIME_KEYS:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key} takes effect only at start: change it in "
+                                                               "the rmqd config file and restart")
+            kind = fields[key].type
+            try:
+                if kind in (bool, "bool"):
+                    if raw.lower() not in ("true", "false"):
+                        raise ValueError("expected true or false")
+                    value: Any = raw.lower() == "true"
+                elif kind in (int, "int"):
+                    value = int(raw)
+                else:
+                    value = raw
+            except ValueError as e:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key}={raw[:40]}: {e}")
+            changes[key] = value
+        for key, value in changes.items():
+            setattr(cfg, key, value)
+        if "traceOn" in changes:
+            b.trace_on = "true" if cfg.traceOn else "false"  # type: ignore[misc]
+        if "brokerPermission" in changes:
+            b.accepts_writes = bool(cfg.brokerPermission & Perm.WRITE) and not b.is_slave  # type: ignore[misc]
+            b.topics.data_version.next(int(time.time() * 1000))
+            await b.register_now()
+        log.info("UPDATE_BROKER_CONFIG from %s: %s", conn.remote_addr[0], ", ".join(f"{k}={v}" for k, v in changes.items()))
+        return cmd.response()
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=self.ctx.offsets.encode().encode())

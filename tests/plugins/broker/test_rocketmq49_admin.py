@@ -85,3 +85,23 @@ async def test_runtime_info_has_rocketmq_statistics(rmqd_factory: Any) -> None:
     tps = [float(x) for x in table["putTps"].split()]
     assert len(tps) == 3 and all(t >= 0 for t in tps) and len(table["getTransferedTps"].split()) == 3
     assert float(table["commitLogDiskRatio"]) > 0 and int(table["dispatchBehindBytes"]) >= 0
+
+
+async def test_update_broker_config_at_run_time(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    async with TcpRemotingClient(RemotingConfig(name="upd49")) as c:
+        async def update(text: str) -> RemotingCommand:
+            return await c.invoke(proc.broker_addr, RemotingCommand.request(
+                RequestCode.UPDATE_BROKER_CONFIG, {}, text.encode()), 5)
+
+        assert (await update("autoCreateTopicEnable=false\nmaxMessageSize=100\n")).code == 0
+        r = await c.invoke(proc.broker_addr, send_cmd("NoAutoTopic"), 5)
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST  # takes effect at once
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {}), 5)
+        assert "autoCreateTopicEnable=false" in r.body.decode() and "maxMessageSize=100" in r.body.decode()
+        r = await update("listenPort=1234")
+        assert r.code == ResponseCode.SYSTEM_ERROR and "takes effect only at start" in r.remark
+        r = await update("noSuchKey=1")
+        assert r.code == ResponseCode.SYSTEM_ERROR and "unknown broker setting" in r.remark
+        r = await update("maxMessageSize=lots")
+        assert r.code == ResponseCode.SYSTEM_ERROR

@@ -127,6 +127,33 @@ def get_broker_config(namesrv: str, access_key: str | None, secret_key: str | No
     _emit(as_json, cfg, ["key", "value"], [[k, v] for k, v in sorted(cfg.items())])
 
 
+@main.command("updateBrokerConfig")
+@_admin_options
+@click.option("-b", "--brokerAddr", "broker", default=None)
+@click.option("-c", "--clusterName", "cluster", default=None)
+@click.option("-k", "--key", required=True)
+@click.option("-v", "--value", required=True)
+def update_broker_config(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                         broker: str | None, cluster: str | None, key: str, value: str) -> None:
+    """Change a setting of running brokers (UPDATE_BROKER_CONFIG; start-only settings are refused)."""
+    if not cluster and not broker:
+        raise click.UsageError("give -c clusterName or -b brokerAddr")
+
+    async def go() -> list[str]:
+        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
+            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
+            for addr in addrs:
+                await a.instance.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, {}, f"{key}={value}".encode(),
+                                        what=f"updateBrokerConfig {key}")
+            return addrs
+
+    addrs = _run(go)
+    if as_json:
+        _emit(True, {"key": key, "value": value, "brokerAddrs": addrs}, [], [])
+    else:
+        click.echo(f"update broker config success, {', '.join(addrs)}")
+
+
 # ---------------------------------------------------------------------------------------------- topics
 
 

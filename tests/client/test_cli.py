@@ -54,6 +54,10 @@ def test_topic_message_and_group_commands(rmqd_factory: Any) -> None:
     assert int(js("brokerStatus", *ns, "-b", proc.broker_addr)["msgPutTotalTodayNow"]) >= 1
     cfg = js("getBrokerConfig", *ns, "-b", proc.broker_addr)
     assert cfg["brokerName"] == "broker-a" and cfg["listenPort"] == proc.broker_addr.rsplit(":", 1)[1]
+    assert "success" in run("updateBrokerConfig", *ns, "-b", proc.broker_addr, "-k", "traceOn", "-v", "false").stdout
+    assert js("getBrokerConfig", *ns, "-b", proc.broker_addr)["traceOn"] == "false"
+    p = run("updateBrokerConfig", *ns, "-b", proc.broker_addr, "-k", "listenPort", "-v", "1", ok=False)
+    assert p.returncode == 1 and "takes effect only at start" in p.stderr
     assert "deleted" in js("deleteTopic", *ns, "-t", "CliT", "-c", "DefaultCluster")
 
 

@@ -309,3 +309,67 @@ def test_permissive_grpc_port_takes_tls_and_plaintext(rmqd_factory: Any, compat:
     assert sorted(m["body"] for m in got) == ["body-0", "body-0", "body-1"]
     joined = [ln for ln in proc.log_lines() if "producer joined group G5Perm" in ln]
     assert joined and all("from 127.0.0.1:" in ln for ln in joined)  # the client's own port, not grpcio's side
+
+
+def test_recall_and_forward_to_dlq_over_grpc(rmqd_factory: Any, compat: Any) -> None:
+    """RecallMessage cancels a delay message by its handle; ForwardMessageToDeadLetterQueue moves a received
+    message to %DLQ%<group> and acks it (rmq's own stubs as the client)."""
+    import anyio
+    import grpc
+    from google.protobuf import duration_pb2, timestamp_pb2
+
+    from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
+    from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
+    from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
+
+    proc = rmqd_factory(broker_conf={"recallMessageEnable": True, "timerPrecisionMs": 100})
+    create5(compat, proc, "G5Recall", 1, "DELAY")
+    create5(compat, proc, "G5Dead", 1)
+
+    async def go() -> None:
+        md = (("x-mq-client-id", "test@2@1@x"),)
+        async with grpc.aio.insecure_channel(proc.grpc_endpoint) as ch:
+            stub = sg.MessagingServiceStub(ch)
+            when = timestamp_pb2.Timestamp(seconds=int(time.time()) + 30)
+            msg = d.Message(topic=d.Resource(name="G5Recall"), body=b"later", system_properties=d.SystemProperties(
+                message_id="01RECALL", message_type=d.DELAY, body_encoding=d.IDENTITY, delivery_timestamp=when))
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=md)
+            assert r.status.code == d.Code.OK and r.entries[0].recall_handle
+            rr = await stub.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name="G5Recall"),
+                                                                 recall_handle=r.entries[0].recall_handle), metadata=md)
+            assert rr.status.code == d.Code.OK and rr.message_id == "01RECALL"
+            bad = await stub.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name="G5Recall"),
+                                                                  recall_handle="junk"), metadata=md)
+            assert bad.status.code != d.Code.OK
+            msg = d.Message(topic=d.Resource(name="G5Dead"), body=b"poison", system_properties=d.SystemProperties(
+                message_id="01DEAD", message_type=d.NORMAL, body_encoding=d.IDENTITY))
+            assert (await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=md)).status.code == d.Code.OK
+            mq = d.MessageQueue(topic=d.Resource(name="G5Dead"), id=-1, broker=d.Broker(name="broker-a"))
+            got = []
+            async for resp in stub.ReceiveMessage(s.ReceiveMessageRequest(
+                    group=d.Resource(name="CG5DEAD"), message_queue=mq, batch_size=4,
+                    filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
+                    invisible_duration=duration_pb2.Duration(seconds=30),
+                    long_polling_timeout=duration_pb2.Duration(seconds=5)), metadata=md, timeout=20):
+                if resp.HasField("message"):
+                    got.append(resp.message)
+            assert [m.body for m in got] == [b"poison"] and got[0].system_properties.body_digest.checksum
+            fr = await stub.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
+                group=d.Resource(name="CG5DEAD"), topic=d.Resource(name="G5Dead"),
+                receipt_handle=got[0].system_properties.receipt_handle, message_id="01DEAD", delivery_attempt=1,
+                max_delivery_attempts=1), metadata=md)
+            assert fr.status.code == d.Code.OK
+
+    anyio.run(go)
+
+    async def dlq() -> list[bytes]:
+        from rmq.client import PullConsumer, PullStatus
+
+        async with PullConsumer("CG_DLQ_READ2", proc.namesrv_addr) as pc:
+            mq = (await pc.fetch_queues("%DLQ%CG5DEAD"))[0]
+            r = await pc.pull(mq, 0, 8)
+            return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
+
+
+
+    assert anyio.run(dlq) == [b"poison"]

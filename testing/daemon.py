@@ -18,14 +18,21 @@ from typing import Any
 
 from rmq.kernel.config import toml_value
 
+_handed_out: set[int] = set()  # every port (and its VIP/HA neighbours) this process gave to a daemon
+
 
 def free_port() -> int:
-    """A port free on 127.0.0.1 now whose neighbours (port-2, port+1) are too (RocketMQ's VIP/HA)."""
-    for _ in range(200):
+    """A port free on 127.0.0.1 now whose neighbours (port-2, port+1: RocketMQ's VIP and HA ports) are too,
+    and that no earlier call handed out as a port or a neighbour: daemons are often configured together
+    and started later, so "free now" alone would let one's gRPC port be another's HA port."""
+    for _ in range(500):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         if port < 2000 or port > 64000:
+            continue
+        group = (port - 2, port - 1, port, port + 1)
+        if any(p in _handed_out for p in group):
             continue
         ok = True
         for p in (port - 2, port + 1):
@@ -35,6 +42,7 @@ def free_port() -> int:
                 except OSError:
                     ok = False
         if ok:
+            _handed_out.update(group)
             return port
     raise RuntimeError("no free port found")
 

@@ -244,8 +244,10 @@ class Admin(ClientBase):
                     out.append(TopicQueueStats(mq, _long(stats, "minOffset", 0), _long(stats, "maxOffset", 0),
                                                _long(stats, "lastUpdateTimestamp", 0)))
                 continue
-            except BrokerError as exc:
-                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            except BrokerError as exc:  # no member online, no offsets yet, an old broker: commit them here
+                never = exc.code == ResponseCode.SYSTEM_ERROR and "not exist" in (exc.remark or "")
+                if not never and exc.code not in (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                                  ResponseCode.CONSUMER_NOT_ONLINE):
                     raise
             for mq in route.subscribe_queues(topic):
                 if mq.broker_name == bd.broker_name:
@@ -327,13 +329,15 @@ class Admin(ClientBase):
                                          what="reset offset")
                 result.update(parse_offset_table(resp.body) if resp.body else {})
                 continue
-            except BrokerError as exc:
-                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            except BrokerError as exc:  # no member online, no offsets yet, an old broker: commit them here
+                never = exc.code == ResponseCode.SYSTEM_ERROR and "not exist" in (exc.remark or "")
+                if not never and exc.code not in (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                                  ResponseCode.CONSUMER_NOT_ONLINE):
                     raise
             for mq in route.subscribe_queues(topic):
                 if mq.broker_name != bd.broker_name:
                     continue
-                off = await inst.search_offset(mq, int(timestamp_ms))
+                off = await (inst.max_offset(mq) if timestamp_ms == -1 else inst.search_offset(mq, int(timestamp_ms)))
                 if not force:
                     cur = await inst.query_consumer_offset(group, mq)
                     if cur is not None and cur < off:
@@ -407,6 +411,210 @@ class Admin(ClientBase):
             except (ClientError, RemotingError, ValueError):
                 pass
         raise ClientError(f"message {msg_id} not found in {topic!r}")
+
+
+    # ------------------------------------------------------------------ operators' requests (mqadmin)
+    async def _doc(self, addr: str, code: int, ext: dict[str, str] | None = None, what: str = "",
+                   body: bytes | None = None) -> Any:
+        """A broker or namesrv request whose answer body is a JSON document (fastjson keys allowed)."""
+        self._check_running()
+        resp = await self.instance.invoke(addr, code, ext or {}, body or b"", what=what or f"request {code}")
+        return jsonbody.loads(resp.body) if resp.body else None
+
+    async def _masters(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        if broker_addr:
+            return [broker_addr]
+        return (await self.cluster_info()).master_addrs(cluster)
+
+    async def _topic_masters(self, topic: str) -> list[str]:
+        route = await self.instance.route(topic, refresh=True)
+        return [a for bd in route.broker_datas if (a := bd.master_addr)]
+
+    async def clone_group_offset(self, src_group: str, dest_group: str, topic: str | None = None,
+                                 offline: bool = False) -> list[str]:
+        """CLONE_GROUP_OFFSET on every master holding ``topic`` (every master when None)."""
+        addrs = await self._topic_masters(topic) if topic else await self._masters(None, None)
+        ext = {"srcGroup": src_group, "destGroup": dest_group, "topic": topic or "",
+               "offline": "true" if offline else "false"}
+        for addr in addrs:
+            await self._doc(addr, RequestCode.CLONE_GROUP_OFFSET, ext, "clone group offset")
+        return addrs
+
+    async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict[str, Any]:
+        """GET_CONSUMER_CONNECTION_LIST: members, their clients, subscriptions (the first broker that knows)."""
+        last: Exception | None = None
+        for addr in await self._masters(None, broker_addr):
+            try:
+                return await self._doc(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                       "consumer connection")
+            except BrokerError as e:
+                last = e
+        raise last or ClientError(f"the consumer group[{group}] not online")
+
+    async def producer_connection(self, group: str, topic: str) -> dict[str, Any]:
+        last: Exception | None = None
+        for addr in await self._topic_masters(topic):
+            try:
+                return await self._doc(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
+                                       "producer connection")
+            except BrokerError as e:
+                last = e
+        raise last or ClientError(f"the producer group[{group}] not online")
+
+    async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO, forwarded by a broker the member is connected to."""
+        last: Exception | None = None
+        for addr in await self._masters(None, None):
+            try:
+                return await self._doc(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, {
+                    "consumerGroup": group, "clientId": client_id, "jstackEnable": "true" if jstack else "false"},
+                    "consumer running info")
+            except BrokerError as e:
+                last = e
+        raise last or ClientError(f"the consumer {client_id} of {group} is not online")
+
+    async def consumer_status(self, group: str, topic: str, client_id: str = "") -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS: each member's own offsets on ``topic``."""
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for addr in await self._topic_masters(topic):
+            self._check_running()
+            resp = await self.instance.invoke(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {
+                "topic": topic, "group": group, "clientAddr": client_id}, what="consumer status")
+            text = (resp.body or b"").decode("utf-8", "replace")
+            for cid, table in _split_client_tables(text).items():
+                out.setdefault(cid, {}).update(parse_offset_table(('{"offsetTable":' + table + "}").encode()))
+        return out
+
+    async def consume_message_directly(self, group: str, client_id: str, msg_id: str,
+                                       topic: str | None = None) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY: the stored message (offset msgId) given to one member's listener."""
+        ip, port, _ = decode_offset_msg_id(msg_id)
+        return await self._doc(f"{ip}:{port}", RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+            "consumerGroup": group, "clientId": client_id, "msgId": msg_id, "topic": topic or ""},
+            "consume message directly")
+
+    async def topic_consumed_by(self, topic: str) -> list[str]:
+        groups: set[str] = set()
+        for addr in await self._topic_masters(topic):
+            doc = await self._doc(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}, "consumed by")
+            groups.update((doc or {}).get("groupList") or [])
+        return sorted(groups)
+
+    async def consume_time_span(self, topic: str, group: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for addr in await self._topic_masters(topic):
+            doc = await self._doc(addr, RequestCode.QUERY_CONSUME_TIME_SPAN, {"topic": topic, "group": group},
+                                  "consume time span")
+            out += (doc or {}).get("consumeTimeSpanSet") or []
+        return out
+
+    async def broker_consume_stats(self, broker_addr: str, order_only: bool = False) -> dict[str, Any]:
+        """GET_BROKER_CONSUME_STATS: ``{"totalDiff": n, "groups": {group: {MessageQueue: OffsetWrapper}}}``."""
+        import re
+
+        self._check_running()
+        resp = await self.instance.invoke(broker_addr, RequestCode.GET_BROKER_CONSUME_STATS,
+                                          {"isOrder": "true" if order_only else "false"}, what="broker consume stats")
+        text = (resp.body or b"{}").decode("utf-8", "replace")
+        starts = [(m.start(), json.loads(f'"{m.group(1)}"')) for m in re.finditer(r'\{"((?:[^"\\]|\\.)*)":\[', text)]
+        groups: dict[str, dict[MessageQueue, dict[str, Any]]] = {}
+        for k, (at, group) in enumerate(starts):
+            end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
+            groups[group] = _parse_mq_objects(text[at:end].encode())
+        total = re.search(r'"totalDiff":(-?\d+)', text)
+        return {"brokerAddr": broker_addr, "totalDiff": int(total.group(1)) if total else 0, "groups": groups}
+
+    async def view_broker_stats(self, broker_addr: str, stats_name: str, stats_key: str) -> dict[str, Any]:
+        return await self._doc(broker_addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                               {"statsName": stats_name, "statsKey": stats_key}, "broker stats")
+
+    async def query_consume_queue(self, broker_addr: str, topic: str, queue_id: int, index: int, count: int,
+                                  group: str | None = None) -> dict[str, Any]:
+        ext = {"topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count)}
+        if group:
+            ext["consumerGroup"] = group
+        return await self._doc(broker_addr, RequestCode.QUERY_CONSUME_QUEUE, ext, "query consume queue")
+
+    async def all_producer_info(self, broker_addr: str) -> dict[str, Any]:
+        return (await self._doc(broker_addr, RequestCode.GET_ALL_PRODUCER_INFO, {}, "producer info") or {}).get(
+            "data") or {}
+
+    async def topic_config(self, broker_addr: str, topic: str) -> dict[str, Any]:
+        return await self._doc(broker_addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic}, "topic config")
+
+    async def group_config(self, broker_addr: str, group: str) -> dict[str, Any]:
+        return await self._doc(broker_addr, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group},
+                               "subscription group config")
+
+    async def system_topics_of_broker(self, broker_addr: str) -> list[str]:
+        doc = await self._doc(broker_addr, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, {}, "system topics")
+        return list((doc or {}).get("topicList") or [])
+
+    async def broker_maintenance(self, code: int, cluster: str | None = None,
+                                 broker_addr: str | None = None) -> list[str]:
+        """CLEAN_EXPIRED_CONSUMEQUEUE / DELETE_EXPIRED_COMMITLOG / CLEAN_UNUSED_TOPIC on brokers."""
+        addrs = await self._masters(cluster, broker_addr)
+        for addr in addrs:
+            await self._doc(addr, code, {}, RequestCode(code).name)
+        return addrs
+
+    async def namesrv_config(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every configured name server: {addr: {key: value}}."""
+        out = {}
+        for addr in self.instance.namesrv_addrs:
+            self._check_running()
+            resp = await self.instance.invoke(addr, RequestCode.GET_NAMESRV_CONFIG, {}, what="namesrv config")
+            text = (resp.body or b"").decode("utf-8", "replace")
+            out[addr] = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+        return out
+
+    async def update_namesrv_config(self, key: str, value: str) -> list[str]:
+        addrs = list(self.instance.namesrv_addrs)
+        for addr in addrs:
+            self._check_running()
+            await self.instance.invoke(addr, RequestCode.UPDATE_NAMESRV_CONFIG, {}, f"{key}={value}".encode(),
+                                       what=f"updateNamesrvConfig {key}")
+        return addrs
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        for addr in self.instance.namesrv_addrs:
+            self._check_running()
+            await self.instance.invoke(addr, RequestCode.PUT_KV_CONFIG,
+                                       {"namespace": namespace, "key": key, "value": value}, what="put kv config")
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        for addr in self.instance.namesrv_addrs:
+            self._check_running()
+            await self.instance.invoke(addr, RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},
+                                       what="delete kv config")
+
+
+def _split_client_tables(text: str) -> dict[str, str]:
+    """``{"consumerTable":{"<clientId>":{<mq>:offset,...},...}}`` -> {clientId: "{...}"} (fastjson keys kept)."""
+    out: dict[str, str] = {}
+    at = text.find('"consumerTable"')
+    i = text.find("{", at) + 1 if at >= 0 else len(text)
+    while i < len(text):
+        q = text.find('"', i)
+        if q < 0:
+            break
+        end = text.find('"', q + 1)
+        start = text.find("{", end)
+        if end < 0 or start < 0:
+            break
+        depth, j = 0, start
+        while j < len(text):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out[text[q + 1:end]] = text[start:j + 1]
+        i = j + 1
+        nxt = text.find(",", i)
+        if nxt < 0 or text.find("}", i) < nxt:
+            break
+        i = nxt + 1
+    return out
 
 
 def _long(stats: dict[str, Any], key: str, default: int) -> int:

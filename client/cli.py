@@ -451,5 +451,7 @@ def consume_message(namesrv: str, access_key: str | None, secret_key: str | None
           [[d["queueId"], d["queueOffset"], d["tags"], d["body"][:60]] for d in docs])
 
 
+from rmq.client import cli_ops  # noqa: E402,F401  (registers the rest of mqadmin's commands on main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

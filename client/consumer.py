@@ -248,6 +248,7 @@ class ConsumerBase(ClientBase):
         inst.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
         inst.handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
         inst.handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
+        inst.handlers[RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT] = self._on_consumer_status
         for sub in self._all_subscriptions():
             inst.topics.add(sub.topic)
             try:
@@ -283,6 +284,18 @@ class ConsumerBase(ClientBase):
                 self.process_queues.pop(mq, None)
         await store.persist(table.keys(), sync=True)
         self.trigger_rebalance()
+
+    async def _on_consumer_status(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: this member's offsets on a topic (GetConsumerStatusBody)."""
+        import json
+
+        topic = cmd.ext.get("topic", "")
+        table = self.offset_store.table if self.offset_store is not None else {}
+        parts = ["{" + f'"brokerName":{json.dumps(mq.broker_name)},"queueId":{mq.queue_id},'
+                 f'"topic":{json.dumps(mq.topic)}' + "}:" + str(off)
+                 for mq, off in sorted(table.items(), key=lambda kv: (kv[0].broker_name, kv[0].queue_id))
+                 if mq.topic == topic]
+        return cmd.response(body=('{"messageQueueTable":{' + ",".join(parts) + "}}").encode())
 
     async def _on_running_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         import json

@@ -10,6 +10,7 @@ are re-tried in place when orderly.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import random
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import anyio
 
 from rmq.client.consumer import BROADCASTING, CLUSTERING, ConsumerBase, pull_once
-from rmq.client.errors import BrokerError, ClientError, NoRouteError
+from rmq.client.errors import BrokerError, ClientError, NoRouteError, decode_records
 from rmq.client.instance import uniq_ids
 from rmq.client.message import ConsumeResult, PullStatus
 from rmq.client.options import ConsumerOptions, build
@@ -29,7 +30,7 @@ from rmq.client.trace import TraceDispatcher, start_tracing
 from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingError
+from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.common import Prop, encode_properties
 from rmq.protocol.message import MessageExt
 
@@ -103,6 +104,7 @@ class PushConsumer(ConsumerBase):
         if not self.subscriptions:
             log.debug("%s: started without subscriptions (subscribe() may follow)", self.group)
         await self._start_consumer()
+        self.instance.handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._on_consume_directly
         if self.orderly and self.message_model == CLUSTERING:
             assert self._tg is not None
             self._tg.start_soon(self._lock_loop)
@@ -324,6 +326,22 @@ class PushConsumer(ConsumerBase):
     def _listener_failed(self, covered: list[MessageExt]) -> None:
         what = covered[0].msg_id if len(covered) == 1 else f"a batch of {len(covered)}"
         log.warning("%s: listener raised on %s", self.group, what, exc_info=True)
+
+    async def _on_consume_directly(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (an operator's mqadmin / dashboard): the broker's copy of one
+        message handed to the listener now; the answer is a ConsumeMessageDirectlyResult."""
+        started = time.monotonic()
+        try:
+            msgs = decode_records(cmd.body or b"", "consume directly")
+        except ClientError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        if not msgs:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "no message in the request")
+        failed = await self._call_listener(msgs[:1])
+        result = {"order": self.orderly, "autoCommit": True,
+                  "consumeResult": "CR_LATER" if failed else "CR_SUCCESS", "remark": None,
+                  "spentTimeMills": int((time.monotonic() - started) * 1000)}
+        return cmd.response(body=json.dumps(result).encode())
 
     async def _run_listener(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Consume ``msgs``; return those that failed."""

@@ -111,6 +111,10 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    QUERY_TOPICS_BY_CONSUMER = 343
+    QUERY_SUBSCRIPTION_BY_CONSUMER = 345
+    GET_TOPIC_CONFIG = 351
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2+: cancel a timer message by its recall handle
     QUERY_ASSIGNMENT = 400  # RocketMQ 5: server-side rebalance, PULL or POP per (topic, group)
     SET_MESSAGE_REQUEST_MODE = 401

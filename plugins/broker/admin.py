@@ -259,7 +259,9 @@ class AdminProcessor:
                 last = store.get_store_time(t, q, consumer_off - 1) if consumer_off > 0 else 0
                 entries.append(((t, b.config.brokerName, q), {
                     "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0)}))
-        body = '{"consumeTps":0.0,"offsetTable":' + mq_map(entries) + "}"
+        st = b.stats
+        tps = sum(st.group_tps(t, group) for t in topics) if st is not None else 0.0
+        body = '{"consumeTps":' + f"{tps:.1f}" + ',"offsetTable":' + mq_map(entries) + "}"
         return cmd.response(body=body.encode())
 
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.offsets import ConsumerOffsetManager
     from rmq.plugins.broker.pipeline import PutPipeline
     from rmq.plugins.broker.replicas import ReplicasManager
+    from rmq.plugins.broker.stats import BrokerStats
     from rmq.plugins.broker.topics import TopicConfigManager
 
 
@@ -53,6 +54,7 @@ class ProcessorContext(BrokerContext, Protocol):
     sync_master: bool
     accepts_writes: bool
     boot_ms: int
+    stats: BrokerStats | None  # per-topic and per-group counters (None until the store is open)
 
     def born_host(self, conn: Connection) -> bytes:
         """BORNHOST bytes of a connection's peer (cached on the connection)."""

@@ -29,6 +29,7 @@ from rmq.kernel import (
     make_handler,
 )
 from rmq.plugins.broker.admin import AdminProcessor
+from rmq.plugins.broker.admin_ops import AdminOpsProcessor
 from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
 from rmq.plugins.broker.consumer import ConsumerProcessor
 from rmq.plugins.broker.groups import SubscriptionGroupManager
@@ -107,6 +108,7 @@ class BrokerController:
         self.pull_processor = PullProcessor(self)
         self.consumer_processor = ConsumerProcessor(self)
         self.admin_processor = AdminProcessor(self)
+        self.admin_ops = AdminOpsProcessor(self)
         self.pop_processor = PopProcessor(self)
         self.reply_processor = ReplyProcessor(self)
         self.stats: BrokerStats | None = None  # made once the store is open
@@ -115,7 +117,7 @@ class BrokerController:
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         for proc in (self.send_processor, self.pull_processor, self.consumer_processor, self.admin_processor,
-                     self.pop_processor, self.reply_processor):
+                     self.admin_ops, self.pop_processor, self.reply_processor):
             proc.register(registry, owner)
         if self.replicas is not None:
             self.replicas.register(registry, owner)

@@ -251,6 +251,8 @@ class PopProcessor:
             await anyio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         if not got:
             return cmd.response(ResponseCode.PULL_NOT_FOUND, "no new message")
+        if self.ctx.stats is not None:
+            self.ctx.stats.got(topic, group, len(got), sum(len(g[2]) for g in got))
         return self._answer(cmd, topic, got, invisible, order)
 
     async def _collect(self, group: str, topic: str, queues: list[int], n: int, invisible: int, order: bool,

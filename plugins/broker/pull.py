@@ -184,5 +184,8 @@ class PullProcessor:
             "maxOffset": str(res.max_offset),
         })
         if code == 0:
-            resp.body = b"".join(res.messages)
+            resp.body = body = b"".join(res.messages)
+            st = b.stats
+            if st is not None:
+                st.got(topic, group, len(res.messages), len(body))
         return resp

@@ -193,6 +193,9 @@ class SendProcessor:
         finally:
             self.inflight -= 1
         if result.status is _PUT_OK:  # the common case, inline
+            st = b.stats
+            if st is not None:
+                st.put(topic, 1, len(body))
             fields = {
                 "msgId": f"{b.msg_id_prefix}{result.wrote_offset:016X}",
                 "queueId": qid_text,
@@ -290,6 +293,8 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
             add(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         result = await b.store.put_messages(recs)
+        if result.status is PutStatus.PUT_OK and b.stats is not None:
+            b.stats.put(topic, len(recs), len(body))
         if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
             await b.wait_slave(result)
         return self._answer(cmd, queue_id, result, result.physical_offsets)

@@ -1,8 +1,13 @@
-"""Broker statistics as RocketMQ's runtime info shows them (BrokerStatsManager's broker-wide figures).
+"""Broker statistics as RocketMQ keeps them (BrokerStatsManager).
 
-A once-a-second sample of the store's put and get counters (nothing on the message path) gives
-``putTps`` / ``getTransferedTps`` over the last 10 s, 1 min and 10 min (RocketMQ's three
-windows, "%.2f %.2f %.2f") and the day's totals since midnight (``msgPutTotalTodayNow``...).
+Broker-wide: a once-a-second sample of the store's put and get counters gives ``putTps`` /
+``getTransferedTps`` over the last 10 s, 1 min and 10 min (RocketMQ's three windows,
+"%.2f %.2f %.2f") and the day's totals since midnight (``msgPutTotalTodayNow``...).
+
+Per topic and per ``topic@group``: the send and pull processors add to three integers in a
+list (messages, bytes, calls) — the only cost on the message path — and the same sampler keeps
+minute, hour and day windows of them, which VIEW_BROKER_STATS_DATA, consume stats' ``consumeTps``
+and GET_BROKER_CONSUME_STATS read, with RocketMQ's stats names (``TOPIC_PUT_NUMS``...).
 """
 
 from __future__ import annotations
@@ -16,9 +21,48 @@ import anyio
 WINDOWS = (10, 60, 600)
 
 
+#: VIEW_BROKER_STATS_DATA's statsName -> (table, counter index); BROKER_* are keyed by cluster name
+STATS_NAMES = {
+    "TOPIC_PUT_NUMS": ("topic_put", 0), "TOPIC_PUT_SIZE": ("topic_put", 1),
+    "GROUP_GET_NUMS": ("group_get", 0), "GROUP_GET_SIZE": ("group_get", 1),
+    "BROKER_PUT_NUMS": ("broker", 0), "BROKER_GET_NUMS": ("broker", 1),
+}
+
+
+class Series:
+    """Samples of one key's counters: every second for the minute, every minute for the hour,
+    every hour for the day (RocketMQ's three snapshot windows)."""
+
+    __slots__ = ("sec", "minute", "hour")
+
+    def __init__(self) -> None:
+        self.sec: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=61)
+        self.minute: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=61)
+        self.hour: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=25)
+
+    @staticmethod
+    def snapshot(window: deque[tuple[float, tuple[int, ...]]], now: float, cur: tuple[int, ...],
+                 index: int) -> dict[str, float]:
+        """RocketMQ's StatsSnapshot: the window's sum, its rate per second and the mean per call."""
+        if not window:
+            return {"sum": 0, "tps": 0.0, "avgpt": 0.0}
+        t0, first = window[0]
+        total = cur[index] - first[index]
+        calls = cur[-1] - first[-1]
+        span = now - t0
+        return {"sum": total, "tps": round(total / span, 2) if span > 0 else 0.0,
+                "avgpt": round(total / calls, 2) if calls else 0.0}
+
+
 class BrokerStats:
     def __init__(self, store: Any) -> None:
         self.store = store
+        # topic -> [messages, bytes, calls]; "topic@group" -> [messages, bytes, calls]
+        self.topic_put: dict[str, list[int]] = {}
+        self.group_get: dict[str, list[int]] = {}
+        self.series: dict[tuple[str, str], Series] = {}
+        self._ticks = 0
+        self._last_tick = 0.0
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=WINDOWS[-1] + 2)
         self.morning = (self._day(), 0, 0)  # (day, puts, gets) at the start of today
         self.yesterday_morning = (0, 0)
@@ -31,10 +75,91 @@ class BrokerStats:
         s = self.store.stats()
         return int(s.get("puts", 0)), int(s.get("get_messages", 0))
 
+    def put(self, topic: str, n: int, size: int) -> None:
+        """Messages stored by a send (the message path: three additions)."""
+        c = self.topic_put.get(topic)
+        if c is None:
+            c = self.topic_put[topic] = [0, 0, 0]
+        c[0] += n
+        c[1] += size
+        c[2] += 1
+
+    def got(self, topic: str, group: str, n: int, size: int) -> None:
+        """Messages handed to a consumer group by a pull or pop."""
+        key = f"{topic}@{group}"
+        c = self.group_get.get(key)
+        if c is None:
+            c = self.group_get[key] = [0, 0, 0]
+        c[0] += n
+        c[1] += size
+        c[2] += 1
+
+    def _table(self, name: str) -> dict[str, list[int]]:
+        return self.topic_put if name == "topic_put" else self.group_get
+
+    def _sample_keys(self, now: float) -> None:
+        self._ticks += 1
+        minute, hour = self._ticks % 60 == 0, self._ticks % 3600 == 0
+        for name in ("topic_put", "group_get"):
+            for key, c in self._table(name).items():
+                sr = self.series.get((name, key))
+                if sr is None:  # a new key counted from zero since the previous sample
+                    sr = self.series[(name, key)] = Series()
+                    zero = (self._last_tick or now - 1.0, (0, 0, 0))
+                    sr.sec.append(zero)
+                    sr.minute.append(zero)
+                    sr.hour.append(zero)
+                cur = (now, tuple(c))
+                sr.sec.append(cur)
+                if minute or not sr.minute:
+                    sr.minute.append(cur)
+                if hour or not sr.hour:
+                    sr.hour.append(cur)
+        self._last_tick = now
+        if hour:  # forget keys that did not move for a day (deleted topics, gone groups)
+            for (name, key), sr in list(self.series.items()):
+                if len(sr.hour) == sr.hour.maxlen and sr.hour[0][1] == sr.hour[-1][1]:
+                    del self.series[(name, key)]
+                    self._table(name).pop(key, None)
+
+    def stats_data(self, stats_name: str, key: str, cluster: str) -> dict[str, Any] | None:
+        """BrokerStatsData (VIEW_BROKER_STATS_DATA): minute, hour and day snapshots; None if unknown."""
+        where = STATS_NAMES.get(stats_name)
+        if where is None:
+            return None
+        table, index = where
+        now = time.monotonic()
+        if table == "broker":
+            if key != cluster:
+                return None
+            puts, gets = self._counts()
+            cur = (puts, gets, 0)  # no call count: avgpt 0
+            sec = deque(((t, (p, g, 0)) for t, p, g in self.samples if now - t <= 60), maxlen=61)
+            longer = deque(((t, (p, g, 0)) for t, p, g in list(self.samples)[:1]), maxlen=2)
+            windows = (sec, longer, longer)
+        else:
+            counters = self._table(table).get(key)
+            sr = self.series.get((table, key))
+            if counters is None or sr is None:
+                return None
+            cur = tuple(counters)
+            windows = (sr.sec, sr.minute, sr.hour)
+        return {name: Series.snapshot(w, now, cur, index)
+                for name, w in zip(("statsMinute", "statsHour", "statsDay"), windows, strict=True)}
+
+    def group_tps(self, topic: str, group: str) -> float:
+        """Messages per second handed to ``group`` on ``topic`` over the last minute (consumeTps)."""
+        sr = self.series.get(("group_get", f"{topic}@{group}"))
+        c = self.group_get.get(f"{topic}@{group}")
+        if sr is None or c is None:
+            return 0.0
+        return float(Series.snapshot(sr.sec, time.monotonic(), tuple(c), 0)["tps"])
+
     def sample(self) -> None:
         puts, gets = self._counts()
         now = time.monotonic()
         self.samples.append((now, puts, gets))
+        self._sample_keys(now)
         day = self._day()
         if day != self.morning[0]:
             self.yesterday_morning = self.morning[1:]

@@ -9,6 +9,7 @@ import zlib
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 
 from rmq.kernel import RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
@@ -33,6 +34,8 @@ log = logging.getLogger("rmq.namesrv")
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _WATCHED = "namesrv.watched"
 _refusals = RateLimitedLog(log)
+#: settings UPDATE_NAMESRV_CONFIG may change while running (read where they are used)
+NAMESRV_RUNTIME_KEYS = frozenset(("orderMessageEnable", "brokerChannelExpiredTime", "scanNotActiveBrokerInterval"))
 
 
 def _addr_problem(addr: str) -> str | None:
@@ -73,6 +76,8 @@ class NamesrvService:
             (rc.QUERY_DATA_VERSION, self.query_data_version),
             (rc.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm),
             (rc.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm),
+            (rc.GET_NAMESRV_CONFIG, self.get_config),
+            (rc.UPDATE_NAMESRV_CONFIG, self.update_config),
         ):
             registry.register(code, proc, owner=owner)
 
@@ -91,6 +96,47 @@ class NamesrvService:
         self.routes.on_connection_closed(conn)
 
     # ------------------------------------------------------------------ KV config
+
+    async def get_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): every setting as Java properties text (mqadmin getNamesrvConfig)."""
+        cfg = self.config
+        lines = []
+        for f in attrs.fields(type(cfg)):
+            v = getattr(cfg, f.name)
+            lines.append(f"{f.name}={('true' if v else 'false') if isinstance(v, bool) else v}")
+        return cmd.response(body="\n".join(lines).encode())
+
+    async def update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): properties text; only settings read at use change (others need
+        a restart and are refused by name, as kvConfigPath is in RocketMQ's black list). In memory."""
+        cfg = self.config
+        kinds = {f.name: f.type for f in attrs.fields(type(cfg))}
+        changes: dict[str, object] = {}
+        for line in (cmd.body or b"").decode("utf-8", "replace").splitlines():
+            key, sep, raw = (x.strip() for x in line.partition("="))
+            if not key or key[0] in "#!":
+                continue
+            if not sep or key not in kinds:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"unknown namesrv setting {printable(key, 80)}")
+            if key not in NAMESRV_RUNTIME_KEYS:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key} takes effect only at start: change it in "
+                                                               "the rmqd config file and restart")
+            if kinds[key] in (bool, "bool"):
+                if raw.lower() not in ("true", "false"):
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key}={printable(raw, 40)}: expected true or false")
+                changes[key] = raw.lower() == "true"
+            else:
+                try:
+                    changes[key] = int(raw)
+                except ValueError:
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key}={printable(raw, 40)}: expected a number")
+                if changes[key] <= 0:  # type: ignore[operator]
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key} must be positive")
+        for key, value in changes.items():
+            setattr(cfg, key, value)
+        log.info("UPDATE_NAMESRV_CONFIG from %s: %s", conn.remote_addr[0],
+                 ", ".join(f"{k}={v}" for k, v in changes.items()))
+        return cmd.response()
 
     async def put_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.kv.put(ext_str(cmd, "namespace"), ext_str(cmd, "key"), ext_str(cmd, "value"))

@@ -92,7 +92,7 @@ def check_disk(store: MmapMessageStore) -> float:
     return ratio
 
 
-async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> int:
+async def clean_expired_files(store: MmapMessageStore, force: bool = False, manual: bool = False) -> int:
     """One retention pass (§6). Returns commitlog segments deleted; consume-queue and index files
     behind the new minimum are deleted too (counted in ``stats()``)."""
     if store.checkpoint is None:
@@ -104,7 +104,7 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False) -> i
     now_hour = time.strftime("%H")
     time_up = now_hour in hours or str(int(now_hour)) in hours
     space_full = ratio > max_used
-    if not (force or time_up or space_full):
+    if not (force or manual or time_up or space_full):
         return 0
     forcibly = cfg.cleanFileForciblyEnable and ratio > cfg.diskSpaceCleanForciblyRatio
     clean_now = force or forcibly

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ from rmq.plugins.storage_mmap.recovery import recover_store, verify_all
 from rmq.plugins.storage_mmap.replica import Replica
 from rmq.plugins.storage_mmap.reput import ReputService
 from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE
-from rmq.protocol.names import validate_topic
+from rmq.protocol.names import is_system_topic, validate_topic
 from rmq.protocol.record import HEAD2
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
 
@@ -496,6 +496,45 @@ class MmapMessageStore:
                 self.appender.tq.pop(t, None)
             else:
                 _limited.warning("delete-topic", "delete_topics: ignored, %s", validate_topic(t))
+
+    # optional capabilities the broker's admin codes use (QUERY_CONSUME_QUEUE, CLEAN_EXPIRED_CONSUMEQUEUE,
+    # DELETE_EXPIRED_COMMITLOG); a store without them answers those codes with an error
+
+    def consume_queue_units(self, topic: str, queue_id: int, index: int,
+                            count: int) -> tuple[int, int, list[tuple[int, int, int]]] | None:
+        """(min offset, max offset, up to ``count`` units (phys, size, tag hash) from ``index``)."""
+        cq = self.cqs.get(topic, queue_id)
+        if cq is None:
+            return None
+        lo, hi = cq.min_offset, cq.max_offset
+        units = []
+        for off in range(max(index, lo), min(index + max(count, 0), hi)):
+            u = cq.unit(off)
+            if u is not None:
+                units.append(u)
+        return lo, hi, units
+
+    def clean_expired_consume_queues(self, keep: Iterable[str] = ()) -> int:
+        """Remove topics (other than ``keep`` and system ones) whose queues hold no live entry: each
+        queue's last unit points below the commitlog's first byte. Returns topics removed."""
+        cl_min = self.commitlog.min_offset
+        spared = set(keep)
+        by_topic: dict[str, bool] = {}
+        for cq in self.cqs:
+            if cq.topic in spared or is_system_topic(cq.topic):
+                continue
+            last = cq.unit(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
+            expired = cq.max_offset > 0 and (last is None or last[0] < cl_min)
+            by_topic[cq.topic] = by_topic.get(cq.topic, True) and expired
+        gone = [t for t, expired in by_topic.items() if expired]
+        if gone:
+            log.info("clean expired consume queues: %s", ", ".join(gone[:20]))
+            self.delete_topics(gone)
+        return len(gone)
+
+    async def delete_expired_now(self) -> int:
+        """One retention pass now whatever ``deleteWhen`` says; files younger than fileReservedTime stay."""
+        return await retention.clean_expired_files(self, manual=True)
 
     def stats(self) -> dict[str, Any]:
         cl = self.commitlog

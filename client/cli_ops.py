@@ -511,3 +511,189 @@ def delete_kv_config(namesrv: str, access_key: str | None, secret_key: str | Non
 
     _run(go)
     _done(as_json, {"namespace": namespace, "key": key, "deleted": True}, "delete kv config from namespace success.")
+
+
+# ---------------------------------------------------------------------------------------------- HA and controller
+
+
+@main.command("haStatus")
+@_admin_options
+@click.option("-b", "--brokerAddr", "broker", default=None)
+@click.option("-c", "--clusterName", "cluster", default=None)
+def ha_status(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, broker: str | None,
+              cluster: str | None) -> None:
+    """Replication state of masters: role, connected slaves, how far each is behind."""
+    _where(cluster, broker)
+    keys = ("brokerRole", "haConnectionCount", "slaveAckOffset", "slaveFallBehindMuch", "haSlaves",
+            "commitLogMaxOffset", "masterAddr", "masterConnected")
+
+    async def go() -> dict[str, dict[str, str]]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
+            out = {}
+            for addr in addrs:
+                rt = await a.broker_runtime_info(addr)
+                out[addr] = {k: rt[k] for k in keys if k in rt}
+            return out
+
+    doc = _run(go)
+    _emit(as_json, doc, ["#Broker", "key", "value"], [[addr, k, v] for addr, t in doc.items() for k, v in t.items()])
+
+
+@main.command("getControllerMetaData")
+@_admin_options
+@click.option("-a", "--controllerAddress", "controller", required=True)
+def get_controller_metadata(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                            controller: str) -> None:
+    """The controller group: leader, peers."""
+
+    async def go() -> dict[str, str]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await a.controller_metadata(controller)
+
+    doc = _run(go)
+    _emit(as_json, doc, ["key", "value"], [[k, v] for k, v in sorted(doc.items())])
+
+
+@main.command("getSyncStateSet")
+@_admin_options
+@click.option("-a", "--controllerAddress", "controller", required=True)
+@click.option("-b", "--brokerName", "broker_names", required=True, help="broker name(s), comma separated")
+def get_sync_state_set(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                       controller: str, broker_names: str) -> None:
+    """Master, epochs and in-sync replicas of broker groups (controller mode)."""
+
+    async def go() -> dict[str, Any]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await a.sync_state_data(controller, [b for b in broker_names.split(",") if b])
+
+    doc = _run(go)
+    rows = []
+    for name, info in sorted(doc.items()):
+        for r in (info or {}).get("inSyncReplicas") or []:
+            rows.append([name, info.get("masterBrokerId"), info.get("masterEpoch"), r.get("brokerId"),
+                         r.get("brokerAddress"), r.get("alive")])
+    _emit(as_json, doc, ["#Broker Name", "#Master Id", "#Master Epoch", "#In-sync Id", "#Address", "#Alive"], rows)
+
+
+@main.command("electMaster")
+@_admin_options
+@click.option("-a", "--controllerAddress", "controller", required=True)
+@click.option("-c", "--clusterName", "cluster", required=True)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+@click.option("-i", "--brokerId", "broker_id", type=int, required=True)
+def elect_master(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, controller: str,
+                 cluster: str, broker_name: str, broker_id: int) -> None:
+    """Make an in-sync replica the master (controller mode)."""
+
+    async def go() -> dict[str, str]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await a.elect_master(controller, cluster, broker_name, broker_id)
+
+    doc = _run(go)
+    _emit(as_json, doc, ["key", "value"], [[k, v] for k, v in sorted(doc.items())])
+
+
+# ---------------------------------------------------------------------------------------------- ACL 1.0
+
+
+def _acl_command(f: Any) -> Any:
+    f = click.option("-c", "--clusterName", "cluster", default=None)(f)
+    f = click.option("-b", "--brokerAddr", "broker", default=None)(f)
+    return _admin_options(f)
+
+
+async def _acl_invoke(a: Admin, cluster: str | None, broker: str | None, code: int, ext: dict[str, str],
+                      what: str) -> list[str]:
+    addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
+    for addr in addrs:
+        await a.instance.invoke(addr, code, ext, what=what)
+    return addrs
+
+
+@main.command("updateAclConfig")
+@_acl_command
+@click.option("-a", "--accessKey", "ak", required=True)
+@click.option("-s", "--secretKey", "sk", default=None)
+@click.option("-w", "--whiteRemoteAddress", "white", default=None)
+@click.option("-i", "--defaultTopicPerm", "topic_perm", default=None, help="DENY, PUB, SUB or PUB|SUB")
+@click.option("-u", "--defaultGroupPerm", "group_perm", default=None)
+@click.option("-t", "--topicPerms", "topic_perms", default=None, help="topicA=DENY,topicB=PUB|SUB")
+@click.option("-g", "--groupPerms", "group_perms", default=None)
+@click.option("-m", "--admin", "is_admin", type=bool, default=None)
+def update_acl_config(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                      broker: str | None, cluster: str | None, ak: str, sk: str | None, white: str | None,
+                      topic_perm: str | None, group_perm: str | None, topic_perms: str | None,
+                      group_perms: str | None, is_admin: bool | None) -> None:
+    """Create or update an ACL account on brokers."""
+    _where(cluster, broker)
+    ext = {"accessKey": ak}
+    for key, value in (("secretKey", sk), ("whiteRemoteAddress", white), ("defaultTopicPerm", topic_perm),
+                       ("defaultGroupPerm", group_perm), ("topicPerms", topic_perms), ("groupPerms", group_perms),
+                       ("admin", None if is_admin is None else str(is_admin).lower())):
+        if value is not None:
+            ext[key] = value
+
+    async def go() -> list[str]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await _acl_invoke(a, cluster, broker, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ext,
+                                     f"updateAclConfig {ak}")
+
+    addrs = _run(go)
+    _done(as_json, {"accessKey": ak, "brokerAddrs": addrs}, f"create or update plain access config to {addrs} success.")
+
+
+@main.command("deleteAclConfig")
+@_acl_command
+@click.option("-a", "--accessKey", "ak", required=True)
+def delete_acl_config(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                      broker: str | None, cluster: str | None, ak: str) -> None:
+    """Delete an ACL account on brokers."""
+    _where(cluster, broker)
+
+    async def go() -> list[str]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await _acl_invoke(a, cluster, broker, RequestCode.DELETE_ACL_CONFIG, {"accessKey": ak},
+                                     f"deleteAclConfig {ak}")
+
+    addrs = _run(go)
+    _done(as_json, {"accessKey": ak, "brokerAddrs": addrs}, f"delete plain access config from {addrs} success.")
+
+
+@main.command("updateGlobalWhiteAddr")
+@_acl_command
+@click.option("-g", "--globalWhiteRemoteAddresses", "whites", required=True, help="comma separated patterns")
+def update_global_white_addr(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                             broker: str | None, cluster: str | None, whites: str) -> None:
+    """Replace the global white list of remote addresses on brokers."""
+    _where(cluster, broker)
+
+    async def go() -> list[str]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            return await _acl_invoke(a, cluster, broker, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                                     {"globalWhiteAddrs": whites}, "updateGlobalWhiteAddr")
+
+    addrs = _run(go)
+    _done(as_json, {"globalWhiteAddrs": whites.split(","), "brokerAddrs": addrs},
+          f"update global white remote addresses to {addrs} success.")
+
+
+@main.command("clusterAclConfigVersion")
+@_acl_command
+def cluster_acl_config_version(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
+                               broker: str | None, cluster: str | None) -> None:
+    """The ACL file version of each broker."""
+    _where(cluster, broker)
+
+    async def go() -> list[dict[str, Any]]:
+        async with _admin(namesrv, access_key, secret_key) as a:
+            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
+            out = []
+            for addr in addrs:
+                r = await a.instance.invoke(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO, {}, what="acl version")
+                out.append({"brokerAddr": addr, **dict(r.ext)})
+            return out
+
+    rows = _run(go)
+    _emit(as_json, rows, ["#Broker Addr", "#Broker Name", "#Version"],
+          [[r["brokerAddr"], r.get("brokerName", ""), r.get("version", r.get("allAclFileVersion", ""))] for r in rows])

@@ -81,6 +81,15 @@ async def _persist_now(table: Any) -> None:
             log.error("cannot persist %s: %s", table.file.path, e)
 
 
+def _human(n: float) -> str:
+    """Bytes as RocketMQ's humanReadableByteCount (SI off): 1.5 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def _prop(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
@@ -271,7 +280,6 @@ class AdminProcessor:
             "brokerVersion": "409",
             "brokerVersionDesc": "V4_9_8 (rmq)",
             "bootTimestamp": str(b.boot_ms),
-            "runtime": f"{int(time.time() - b.boot_ms / 1000)} s",
             "commitLogMaxOffset": str(store.max_phy_offset),
             "commitLogMinOffset": str(store.min_phy_offset),
             "brokerAddr": b.broker_addr,
@@ -279,6 +287,7 @@ class AdminProcessor:
             "consumerGroupOnline": str(len(b.consumers.groups)),
             "pullHeld": str(b.hold.held),
         }
+        table.update(self._runtime_extra())
         stats = getattr(b, "stats", None)
         if stats is not None:  # RocketMQ's keys: putTps, getTransferedTps, msgPutTotalTodayNow...
             table.update(stats.runtime())
@@ -296,6 +305,43 @@ class AdminProcessor:
             for k, v in repl.stats().items():
                 table.setdefault(k, v if isinstance(v, str) else _j(v))
         return cmd.response(body=_j({"table": table}).encode())
+
+    def _runtime_extra(self) -> dict[str, str]:
+        """The rest of RocketMQ's runtime keys, with this broker's analogues: no thread pools here, so the
+        queue sizes are the requests in progress and the capacities RocketMQ's defaults."""
+        import shutil
+
+        b = self.ctx
+        store = b.store
+        earliest = 0
+        rec = store.look_message_by_offset(store.min_phy_offset) if store.max_phy_offset > store.min_phy_offset else None
+        if rec is not None and len(rec) >= 80:  # STORETIMESTAMP follows the born host (8 bytes, 20 for IPv6)
+            at = 68 if int.from_bytes(bytes(rec[36:40]), "big") & 0x10 else 56
+            earliest = int.from_bytes(bytes(rec[at:at + 8]), "big")
+        try:
+            usage = shutil.disk_usage(b.config.store_root())
+            capacity = f"Total : {_human(usage.total)}, Free : {_human(usage.free)}."
+        except (OSError, AttributeError):
+            capacity = "Total : 0 B, Free : 0 B."
+        secs = int(time.time() - b.boot_ms / 1000)
+        sending = str(getattr(getattr(b, "send_processor", None), "inflight", 0))
+        return {
+            "brokerActive": "true",
+            "runtime": f"[ {secs // 86400} days, {secs // 3600 % 24} hours, {secs // 60 % 60} minutes, {secs % 60} seconds ]",
+            "earliestMessageTimeStamp": str(earliest),
+            "startAcceptSendRequestTimeStamp": "0",
+            "commitLogDirCapacity": capacity,
+            "sendThreadPoolQueueSize": sending, "sendThreadPoolQueueCapacity": "10000",
+            "pullThreadPoolQueueSize": str(b.hold.held), "pullThreadPoolQueueCapacity": "100000",
+            "litePullThreadPoolQueueSize": "0", "litePullThreadPoolQueueCapacity": "100000",
+            "queryThreadPoolQueueSize": "0", "queryThreadPoolQueueCapacity": "20000",
+            "ackThreadPoolQueueSize": "0", "ackThreadPoolQueueCapacity": "100000",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0", "litePullThreadPoolQueueHeadWaitTimeMills": "0",
+            "ackThreadPoolQueueHeadWaitTimeMills": "0",
+            "EndTransactionQueueSize": "0", "EndTransactionThreadPoolQueueCapacity": "100000",
+            "putMessageEntireTimeMax": "0", "getMessageEntireTimeMax": "0",
+        }
 
     async def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONFIG (26): every setting as Java properties text (what mqadmin getBrokerConfig prints)."""

@@ -64,6 +64,7 @@ class BrokerStats:
         self._ticks = 0
         self._last_tick = 0.0
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=WINDOWS[-1] + 2)
+        self.lookups: deque[tuple[float, int, int]] = deque(maxlen=WINDOWS[-1] + 2)  # (t, reads, reads that found)
         self.morning = (self._day(), 0, 0)  # (day, puts, gets) at the start of today
         self.yesterday_morning = (0, 0)
 
@@ -159,6 +160,8 @@ class BrokerStats:
         puts, gets = self._counts()
         now = time.monotonic()
         self.samples.append((now, puts, gets))
+        st = self.store.stats()
+        self.lookups.append((now, int(st.get("gets", 0)), int(st.get("found_gets", st.get("gets", 0)))))
         self._sample_keys(now)
         day = self._day()
         if day != self.morning[0]:
@@ -170,15 +173,18 @@ class BrokerStats:
             self.sample()
             await anyio.sleep(1.0)
 
-    def _tps(self, index: int) -> str:
-        if len(self.samples) < 2:
+    def _tps(self, index: int, samples: deque[tuple[float, int, int]] | None = None, minus: int = -1) -> str:
+        """Rates of column ``index`` (less column ``minus``) over RocketMQ's three windows."""
+        samples = self.samples if samples is None else samples
+        if len(samples) < 2:
             return " ".join("0.00" for _ in WINDOWS)
-        t1, *last = self.samples[-1]
+        t1, *last = samples[-1]
         out = []
         for w in WINDOWS:
-            t0, *first = next((s for s in self.samples if t1 - s[0] <= w), self.samples[0])
+            t0, *first = next((s for s in samples if t1 - s[0] <= w), samples[0])
             span = t1 - t0
-            out.append(f"{(last[index] - first[index]) / span:.2f}" if span > 0 else "0.00")
+            n = last[index] - first[index] - ((last[minus] - first[minus]) if minus >= 0 else 0)
+            out.append(f"{n / span:.2f}" if span > 0 else "0.00")
         return " ".join(out)
 
     def runtime(self) -> dict[str, str]:
@@ -194,5 +200,19 @@ class BrokerStats:
             "msgPutTotalYesterdayMorning": str(self.yesterday_morning[0]),
             "msgGetTotalYesterdayMorning": str(self.yesterday_morning[1]),
             "commitLogDiskRatio": f"{float(s.get('disk_used_ratio') or 0.0):.4f}",
+            "consumeQueueDiskRatio": f"{float(s.get('disk_used_ratio') or 0.0):.4f}",  # one disk for both
             "dispatchBehindBytes": str(s.get("dispatch_lag_bytes", 0)),
+            "getTransferredTps": self._tps(1),  # RocketMQ 5's spelling
+            "getTotalTps": self._tps(0, self.lookups),
+            "getFoundTps": self._tps(1, self.lookups),
+            "getMissTps": self._tps(0, self.lookups, minus=1),
+            "putMessageTimesTotal": str(puts),
+            "putMessageSizeTotal": str(s.get("put_bytes", 0)),
+            "putMessageFailedTimes": str(s.get("put_failures", 0)),
+            "putMessageAverageSize": f"{(s.get('put_bytes', 0) / puts) if puts else 0.0:.2f}",
+            "remainHowManyDataToFlush": str(max(0, s.get("max_phy_offset", 0) - s.get("flushed_offset", 0))),
+            "remainHowManyDataToCommit": "0",  # no transient store pool: writes go to the mapped file
+            "remainTransientStoreBufferNumbs": str(2**31 - 1),  # RocketMQ's value when the pool is off
+            "pageCacheLockTimeMills": "0",  # appends hold no lock across an await
+            "dispatchMaxBuffer": "0",
         }

@@ -34,7 +34,7 @@ class StoreReader:
         self.commitlog = commitlog
         self.cqs = cqs
         self.index = index
-        self.n_get = self.n_found = 0
+        self.n_get = self.n_found = self.n_hit = 0
 
 
     def get_messages(
@@ -112,6 +112,7 @@ class StoreReader:
         if messages:
             status = GetStatus.FOUND
             self.n_found += len(messages)
+            self.n_hit += 1
         return GetResult(status, offset + i, mn, mx, messages, qoffs, total)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:

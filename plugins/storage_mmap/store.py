@@ -546,6 +546,7 @@ class MmapMessageStore:
             "put_failures": self.appender.n_failed,
             "gets": self.reader.n_get,
             "get_messages": self.reader.n_found,
+            "found_gets": self.reader.n_hit,
             "min_phy_offset": cl.min_offset,
             "max_phy_offset": cl.max_offset,
             "flushed_offset": cl.flushed_where,

@@ -86,3 +86,26 @@ def test_help_lists_mqadmin_families() -> None:
     for name in ("cloneGroupOffset", "consumerStatus", "printMsg", "queryMsgByOffset", "cleanExpiredCQ",
                  "getNamesrvConfig", "updateKvConfig", "statsAll", "resendMessageToGroup"):
         assert name in out
+
+
+def test_acl_and_ha_commands(rmqd_factory: Any, tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: opsadmin\n    secretKey: \"opsadmin-secret\"\n    admin: true\n")
+    proc: RmqdProcess = rmqd_factory(broker_conf={"aclEnable": True, "plainAclFile": str(acl)})
+    ns = ["-n", proc.namesrv_addr]
+    admin = ["--access-key", "opsadmin", "--secret-key", "opsadmin-secret"]
+    user = ["--access-key", "opsuser", "--secret-key", "opsuser-secret"]
+    p = run("sendMessage", *ns, *user, "-t", "AclOps", "-p", "x", ok=False)
+    assert p.returncode == 1
+    run("updateAclConfig", *ns, *admin, "-b", proc.broker_addr, "-a", "opsuser", "-s", "opsuser-secret",
+        "-i", "PUB", "-u", "SUB")
+    run("updateTopic", *ns, *admin, "-b", proc.broker_addr, "-t", "AclOps", "-r", "1", "-w", "1")
+    assert js("sendMessage", *ns, *user, "-t", "AclOps", "-p", "x")["sendStatus"] == "SEND_OK"
+    versions = js("clusterAclConfigVersion", *ns, *admin, "-b", proc.broker_addr)
+    assert versions[0]["brokerName"] == "broker-a"
+    run("updateGlobalWhiteAddr", *ns, *admin, "-b", proc.broker_addr, "-g", "10.10.*.*")
+    assert "10.10.*.*" in acl.read_text()
+    run("deleteAclConfig", *ns, *admin, "-b", proc.broker_addr, "-a", "opsuser")
+    assert "opsuser" not in acl.read_text()
+    ha = js("haStatus", *ns, *admin, "-b", proc.broker_addr)
+    assert ha[proc.broker_addr]["brokerRole"] == "ASYNC_MASTER"

@@ -188,3 +188,25 @@ async def test_namesrv_config_codes(rmqd_factory: Any) -> None:
     assert r.code == ResponseCode.SYSTEM_ERROR and "unknown namesrv setting" in r.remark
     r = await call(ns, RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=maybe")
     assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_runtime_info_has_rocketmqs_keys(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    async with Producer("OPS_RT", proc.namesrv_addr) as p:
+        for _ in range(3):
+            await p.send(Message("OpsRt", b"x" * 100))
+    await anyio.sleep(1.2)
+    table = json.loads((await call(proc.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]
+    keys = ("brokerActive brokerVersionDesc bootTimestamp runtime putTps getTransferedTps getTransferredTps "
+            "getFoundTps getMissTps getTotalTps msgPutTotalTodayNow msgGetTotalTodayNow msgPutTotalTodayMorning "
+            "msgGetTotalTodayMorning msgPutTotalYesterdayMorning msgGetTotalYesterdayMorning dispatchBehindBytes "
+            "pageCacheLockTimeMills earliestMessageTimeStamp startAcceptSendRequestTimeStamp commitLogDirCapacity "
+            "commitLogDiskRatio consumeQueueDiskRatio commitLogMinOffset commitLogMaxOffset putMessageTimesTotal "
+            "putMessageSizeTotal putMessageAverageSize remainHowManyDataToFlush sendThreadPoolQueueSize "
+            "sendThreadPoolQueueCapacity pullThreadPoolQueueSize pullThreadPoolQueueCapacity "
+            "EndTransactionQueueSize").split()
+    missing = [k for k in keys if k not in table]
+    assert not missing, missing
+    assert int(table["putMessageTimesTotal"]) >= 3 and table["brokerActive"] == "true"
+    assert abs(int(table["earliestMessageTimeStamp"]) - time.time() * 1000) < 600_000
+    assert table["commitLogDirCapacity"].startswith("Total : ") and table["runtime"].startswith("[ 0 days")

@@ -3,18 +3,26 @@
 Entry point ``rmq.processors: metrics``; selected for every broker, serving when ``[broker]
 metricsExporterType = "PROM"`` on ``metricsPromExporterHost`` (default: the broker's listenHost)
 and ``metricsPromExporterPort`` (5557), RocketMQ 5's keys. Every figure is read from the broker's
-own state when Prometheus scrapes (a ``prometheus_client`` collector, served on the event loop), so
-the message path pays nothing. Names and labels are RocketMQ 5's (``BrokerMetricsConstant``):
+own state when Prometheus scrapes (a ``prometheus_client`` collector, served on the event loop):
+the message path pays only the broker's own per-topic and per-group counters, and each request two
+clock reads for ``rocketmq_rpc_latency``. Names and labels are RocketMQ 5's (``BrokerMetricsConstant``):
 ``rocketmq_messages_in_total`` per topic (queue max offsets: every message the topic has stored),
-``rocketmq_messages_out_total`` and ``rocketmq_throughput_in_total`` for the broker,
-``rocketmq_consumer_lag_messages`` per topic and group with a consumer online (as RocketMQ),
-``rocketmq_storage_size``, ``rocketmq_topic_number``, ``rocketmq_consumer_group_number``.
+``rocketmq_throughput_in_total`` per topic, ``rocketmq_messages_out_total`` and
+``rocketmq_throughput_out_total`` per topic and consumer group, ``rocketmq_consumer_lag_messages``
+per topic and group with a consumer online (as RocketMQ), ``rocketmq_producer_connections``,
+``rocketmq_consumer_connections``, ``rocketmq_broker_permission``, ``rocketmq_storage_size``,
+``rocketmq_storage_flush_behind_bytes``, ``rocketmq_storage_dispatch_behind_bytes``,
+``rocketmq_topic_number``, ``rocketmq_consumer_group_number`` and the ``rocketmq_rpc_latency``
+histogram (ms, per request and response code). A Grafana dashboard over them:
+``examples/grafana-rmq.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -22,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel import NoOptions, hookimpl, structure_options
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerContext, Kernel
+    from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
 
 __all__ = ["BrokerCollector", "MetricsPlugin"]
 
@@ -50,12 +58,6 @@ class BrokerCollector:
             total = sum(max(0, store.get_max_offset(topic, q)) for q in range(tc.writeQueueNums))
             msgs_in.add_metric([*ids, topic], total)
         yield msgs_in
-        out = CounterMetricFamily("rocketmq_messages_out_total", "Messages handed to consumers by reads", labels=base)
-        out.add_metric(ids, stats.get("get_messages", 0))
-        yield out
-        tin = CounterMetricFamily("rocketmq_throughput_in_total", "Bytes written to the commitlog", labels=base)
-        tin.add_metric(ids, stats.get("put_bytes", 0))
-        yield tin
         lag = GaugeMetricFamily("rocketmq_consumer_lag_messages", "Messages not yet consumed, per topic and group "
                                 "with a consumer online", labels=[*base, "topic", "consumer_group"])
         for group, info in sorted(b.consumers.groups.items()):
@@ -80,12 +82,117 @@ class BrokerCollector:
         gn = GaugeMetricFamily("rocketmq_consumer_group_number", "Subscription groups", labels=base)
         gn.add_metric(ids, len(b.groups.table))
         yield gn
+        yield from self._more(base, ids, stats)
+
+    def _more(self, base: list[str], ids: list[str], stats: dict[str, Any]) -> Iterator[Any]:
+        """Per topic and group traffic from the broker's counters, connections, store backlogs."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        b = self.b
+        st = getattr(b, "stats", None)
+        if st is not None:
+            out = CounterMetricFamily("rocketmq_messages_out_total", "Messages handed to a consumer group",
+                                      labels=[*base, "topic", "consumer_group"])
+            tout = CounterMetricFamily("rocketmq_throughput_out_total", "Bytes handed to a consumer group",
+                                       labels=[*base, "topic", "consumer_group"])
+            for key, (n, size, _calls) in sorted(st.group_get.items()):
+                topic, _, group = key.rpartition("@")
+                out.add_metric([*ids, topic, group], n)
+                tout.add_metric([*ids, topic, group], size)
+            yield out
+            yield tout
+            tin = CounterMetricFamily("rocketmq_throughput_in_total", "Bytes of message bodies stored per topic",
+                                      labels=[*base, "topic"])
+            for topic, (_n, size, _calls) in sorted(st.topic_put.items()):
+                tin.add_metric([*ids, topic], size)
+            yield tin
+        pc = GaugeMetricFamily("rocketmq_producer_connections", "Producer connections", labels=[*base, "language"])
+        langs: dict[str, int] = {}
+        for chans in b.producers.groups.values():
+            for ch in chans.values():
+                langs[ch.language] = langs.get(ch.language, 0) + 1
+        for lang, n in sorted(langs.items()):
+            pc.add_metric([*ids, lang], n)
+        yield pc
+        cc = GaugeMetricFamily("rocketmq_consumer_connections", "Consumer connections per group",
+                               labels=[*base, "consumer_group", "consume_mode"])
+        for group, info in sorted(b.consumers.groups.items()):
+            mode = "push" if str(info.consume_type).upper().endswith("PASSIVELY") else "pull"
+            cc.add_metric([*ids, group, mode], len(info.channels))
+        yield cc
+        perm = GaugeMetricFamily("rocketmq_broker_permission", "The broker's permission (2 write, 4 read)",
+                                 labels=base)
+        perm.add_metric(ids, b.config.brokerPermission)
+        yield perm
+        flush = GaugeMetricFamily("rocketmq_storage_flush_behind_bytes", "Commitlog bytes not yet on disk",
+                                  labels=base)
+        flush.add_metric(ids, max(0, stats.get("max_phy_offset", 0) - stats.get("flushed_offset", 0)))
+        yield flush
+        disp = GaugeMetricFamily("rocketmq_storage_dispatch_behind_bytes", "Commitlog bytes not yet in consume "
+                                 "queues", labels=base)
+        disp.add_metric(ids, stats.get("dispatch_lag_bytes", 0))
+        yield disp
+        rpc = getattr(self, "rpc", None)
+        if rpc is not None:
+            yield rpc.family(base, ids)
+
+
+#: rocketmq_rpc_latency buckets in milliseconds (RocketMQ 5's remoting metrics use the same scale)
+RPC_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
+
+
+class RpcLatency:
+    """A request interceptor timing every request of the broker: a clock read before and after and
+    two additions, collected into ``rocketmq_rpc_latency`` at scrape time."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, float] = {}
+        self.table: dict[tuple[int, int], list[float]] = {}  # (code, response code) -> bucket counts + sum
+
+    def before(self, conn: Any, cmd: Any) -> None:
+        if len(self.pending) > 100_000:  # requests an exception ended before after(): never kept for long
+            self.pending.clear()
+        self.pending[id(cmd)] = time.perf_counter()
+
+    def after(self, conn: Any, cmd: Any, response: Any) -> None:
+        t0 = self.pending.pop(id(cmd), None)
+        if t0 is None:
+            return
+        ms = (time.perf_counter() - t0) * 1000
+        key = (cmd.code, response.code if response is not None else -1)
+        row = self.table.get(key)
+        if row is None:
+            row = self.table[key] = [0.0] * (len(RPC_BUCKETS_MS) + 2)
+        row[bisect.bisect_left(RPC_BUCKETS_MS, ms)] += 1
+        row[-1] += ms
+
+    def family(self, base: list[str], ids: list[str]) -> Any:
+        from prometheus_client.core import HistogramMetricFamily
+
+        fam = HistogramMetricFamily("rocketmq_rpc_latency", "Request handling time in ms, per request and "
+                                    "response code (remoting)", labels=[*base, "protocol_type", "request_code",
+                                                                         "response_code"])
+        for (code, rcode), row in sorted(self.table.items()):
+            running, buckets = 0.0, []
+            for edge, n in zip((*RPC_BUCKETS_MS, float("inf")), row[:-1], strict=True):
+                running += n
+                buckets.append((str(edge) if edge != float("inf") else "+Inf", running))
+            fam.add_metric([*ids, "remoting", str(code), str(rcode)], buckets, row[-1])
+        return fam
 
 
 class MetricsPlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         structure_options(NoOptions, options, "plugin.processors.metrics")
         self.port = 0
+        self.rpc: RpcLatency | None = None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        cfg = kernel.config.broker
+        if registry.role == "broker" and cfg is not None and cfg.metricsExporterType.upper() == "PROM":
+            self.rpc = RpcLatency()
+            registry.add_interceptor(self.rpc)
 
     @hookimpl
     def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
@@ -99,7 +206,9 @@ class MetricsPlugin:
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(BrokerCollector(broker))  # type: ignore[arg-type]
+        collector = BrokerCollector(broker)
+        collector.rpc = self.rpc  # type: ignore[attr-defined]
+        registry.register(collector)  # type: ignore[arg-type]
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:

@@ -22,6 +22,7 @@ from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ex
 from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
+from rmq.protocol.tomledit import TomlEditError, set_keys
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection
@@ -352,8 +353,9 @@ class AdminProcessor:
 
     async def update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_BROKER_CONFIG (25): Java properties text; the settings read at use take effect at once
-        (RUNTIME_KEYS), any other is refused by name (it needs a restart: change the config file). In
-        memory only: the rmqd config file is the user's (RocketMQ rewrites its broker.properties)."""
+        (RUNTIME_KEYS), any other is refused by name (it needs a restart: change the config file). As
+        RocketMQ rewrites broker.properties, the keys are written into the rmqd TOML file the broker
+        started from (those lines only; comments and the rest stay)."""
         b = self.ctx
         cfg = b.config
         fields = {f.name: f for f in attrs.fields(type(cfg))}
@@ -391,6 +393,12 @@ class AdminProcessor:
             b.topics.data_version.next(int(time.time() * 1000))
             await b.register_now()
         log.info("UPDATE_BROKER_CONFIG from %s: %s", conn.remote_addr[0], ", ".join(f"{k}={v}" for k, v in changes.items()))
+        if changes and b.config_file:  # as RocketMQ rewrites broker.properties: the change survives a restart
+            try:
+                await anyio.to_thread.run_sync(set_keys, b.config_file, "broker", changes)
+            except TomlEditError as e:
+                log.warning("UPDATE_BROKER_CONFIG applied but not persisted: %s", e)
+                return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -55,6 +55,7 @@ class ProcessorContext(BrokerContext, Protocol):
     accepts_writes: bool
     boot_ms: int
     stats: BrokerStats | None  # per-topic and per-group counters (None until the store is open)
+    config_file: str  # the rmqd TOML file the broker started from ("" for the embedded default)
 
     def born_host(self, conn: Connection) -> bytes:
         """BORNHOST bytes of a connection's peer (cached on the connection)."""

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -73,6 +74,8 @@ class BrokerController:
     def __init__(self, kernel: Kernel, config: BrokerConfig) -> None:
         self.kernel = kernel
         self.config = config
+        src = kernel.config.source
+        self.config_file = src if src and not src.startswith("<") and Path(src).is_file() else ""
         self.config_dir = config.store_root() / "config"
         self.topics = TopicConfigManager(config, self.config_dir)
         self.offsets = ConsumerOffsetManager(self.config_dir)

@@ -109,3 +109,15 @@ def test_acl_and_ha_commands(rmqd_factory: Any, tmp_path: Path) -> None:
     assert "opsuser" not in acl.read_text()
     ha = js("haStatus", *ns, *admin, "-b", proc.broker_addr)
     assert ha[proc.broker_addr]["brokerRole"] == "ASYNC_MASTER"
+
+
+def test_update_broker_config_is_written_to_the_config_file(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    ns = ["-n", proc.namesrv_addr]
+    before = proc.config_path.read_text()
+    run("updateBrokerConfig", *ns, "-b", proc.broker_addr, "-k", "maxMessageSize", "-v", "65536")
+    text = proc.config_path.read_text()
+    assert "maxMessageSize = 65536" in text and text.replace("maxMessageSize = 65536\n", "") == before
+    proc.stop()
+    proc.start()
+    assert js("getBrokerConfig", *ns, "-b", proc.broker_addr)["maxMessageSize"] == "65536"

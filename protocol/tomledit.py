@@ -1,0 +1,88 @@
+"""Write changed settings back into a user's TOML file, line by line, keeping everything else.
+
+RocketMQ rewrites its properties file when an admin changes a setting at run time; rmq does the same
+to the rmqd TOML file, but only touches the lines of the keys that changed (comments, order and the
+other tables stay as the user wrote them). The result is parsed back before it replaces the file:
+a file this editor cannot change safely (the table written inline, a dotted key) is left alone and
+the caller is told why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TomlEditError", "set_keys"]
+
+_HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
+
+
+class TomlEditError(ValueError):
+    """The file could not be updated; nothing was written."""
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    out = []
+    for ch in str(value):  # a TOML basic string: quote, backslash and control characters escaped
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def render(text: str, table: str, changes: dict[str, Any]) -> str:
+    """``text`` with ``table.key = value`` set for every change (appended to the table, or a new table)."""
+    lines = text.split("\n")  # TOML lines end at LF only (not at U+0085 or U+2028)
+    if lines and lines[-1] == "":
+        lines.pop()
+    start = next((i for i, ln in enumerate(lines) if (m := _HEADER.match(ln)) and m.group(1) == table), None)
+    todo = dict(changes)
+    if start is None:
+        block = [f"{k} = {_literal(v)}" for k, v in todo.items()]
+        return text.rstrip("\n") + ("\n\n" if text.strip() else "") + f"[{table}]\n" + "\n".join(block) + "\n"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+    for i in range(start + 1, end):
+        m = re.match(r"^(\s*)([A-Za-z0-9_-]+)\s*=", lines[i])
+        if m and m.group(2) in todo:
+            lines[i] = f"{m.group(1)}{m.group(2)} = {_literal(todo.pop(m.group(2)))}"
+    last = end
+    while last > start + 1 and not lines[last - 1].strip():
+        last -= 1
+    lines[last:last] = [f"{k} = {_literal(v)}" for k, v in todo.items()]
+    return "\n".join(lines) + "\n"
+
+
+def set_keys(path: str | Path, table: str, changes: dict[str, Any]) -> None:
+    """Set the keys in ``[table]`` of the TOML file at ``path``; atomic, verified by parsing back."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TomlEditError(f"cannot read {path}: {e.strerror or e}") from None
+    new = render(text, table, changes)
+    try:
+        doc = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as e:
+        raise TomlEditError(f"{path}: the edit would not parse ({e}); left unchanged") from None
+    got = doc.get(table) if isinstance(doc.get(table), dict) else {}
+    wrong = [k for k, v in changes.items() if got.get(k) != v]
+    if wrong:
+        raise TomlEditError(f"{path}: cannot set {', '.join(wrong)} in [{table}] safely (inline table or dotted "
+                            "keys?); left unchanged")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, path)
+    except (OSError, UnicodeError) as e:
+        tmp.unlink(missing_ok=True)
+        raise TomlEditError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None

@@ -374,17 +374,26 @@ def _message_doc(m: Any) -> dict[str, Any]:
 @_admin_options
 @click.option("-i", "--msgId", "msg_id", required=True, help="offset msgId, or the unique key with -t")
 @click.option("-t", "--topic", default=None)
+@click.option("-g", "--consumerGroup", "group", default=None, help="with -d: consume it directly")
+@click.option("-d", "--clientId", "client_id", default=None, help="the member of -g that consumes it")
 def query_msg_by_id(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, msg_id: str,
-                    topic: str | None) -> None:
-    """One message by its offset msgId (or unique key with -t)."""
+                    topic: str | None, group: str | None, client_id: str | None) -> None:
+    """One message by its offset msgId (or unique key with -t); with -g and -d, consumed directly
+    by that member's listener (CONSUME_MESSAGE_DIRECTLY), as mqadmin does."""
+    if bool(group) != bool(client_id):
+        raise click.UsageError("-g and -d go together")
 
     async def go() -> Any:
         async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            if topic:
-                return await a.query_message_by_id(topic, msg_id)
-            return await a.view_message(msg_id)
+            m = await (a.query_message_by_id(topic, msg_id) if topic else a.view_message(msg_id))
+            if group and client_id:
+                return m, await a.consume_message_directly(group, client_id, m.offset_msg_id, m.topic)
+            return m, None
 
-    doc = _message_doc(_run(go))
+    m, result = _run(go)
+    doc = _message_doc(m)
+    if result is not None:
+        doc["consumeMessageDirectlyResult"] = result
     _emit(as_json, doc, ["field", "value"], [[k, v] for k, v in doc.items()])
 
 

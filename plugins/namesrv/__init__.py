@@ -56,6 +56,8 @@ class NamesrvPlugin:
         cfg = kernel.config.namesrv
         assert cfg is not None
         self.service = svc = NamesrvService(cfg)
+        src = kernel.config.source
+        svc.config_file = src if src and not src.startswith("<") else ""  # a file: load_config read it
         kernel.services["namesrv"] = svc
         server, _ = await kernel.serve_role(
             "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,

@@ -25,6 +25,7 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
+from rmq.protocol.tomledit import TomlEditError, set_keys
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, NamesrvConfig, ProcessorRegistry, RemotingServer
@@ -57,6 +58,7 @@ class NamesrvService:
         self.kv = KVConfigManager(config.kv_config_path())
         self.kv.load()
         self.server: RemotingServer | None = None
+        self.config_file = ""  # the rmqd TOML file (UPDATE_NAMESRV_CONFIG writes changes back to it)
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         rc = RequestCode
@@ -108,7 +110,8 @@ class NamesrvService:
 
     async def update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_NAMESRV_CONFIG (318): properties text; only settings read at use change (others need
-        a restart and are refused by name, as kvConfigPath is in RocketMQ's black list). In memory."""
+        a restart and are refused by name, as kvConfigPath is in RocketMQ's black list); written back
+        into the rmqd TOML file's [namesrv] table."""
         cfg = self.config
         kinds = {f.name: f.type for f in attrs.fields(type(cfg))}
         changes: dict[str, object] = {}
@@ -136,6 +139,12 @@ class NamesrvService:
             setattr(cfg, key, value)
         log.info("UPDATE_NAMESRV_CONFIG from %s: %s", conn.remote_addr[0],
                  ", ".join(f"{k}={v}" for k, v in changes.items()))
+        if changes and self.config_file:  # as RocketMQ persists namesrv.properties
+            try:
+                await anyio.to_thread.run_sync(set_keys, self.config_file, "namesrv", changes)
+            except TomlEditError as e:
+                log.warning("UPDATE_NAMESRV_CONFIG applied but not persisted: %s", e)
+                return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()
 
     async def put_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -210,3 +210,10 @@ async def test_runtime_info_has_rocketmqs_keys(rmqd_factory: Any) -> None:
     assert int(table["putMessageTimesTotal"]) >= 3 and table["brokerActive"] == "true"
     assert abs(int(table["earliestMessageTimeStamp"]) - time.time() * 1000) < 600_000
     assert table["commitLogDirCapacity"].startswith("Total : ") and table["runtime"].startswith("[ 0 days")
+
+
+async def test_namesrv_config_change_is_written_to_the_file(rmqd_factory: Any) -> None:
+    proc: RmqdProcess = rmqd_factory()
+    assert (await call(proc.namesrv_addr, RequestCode.UPDATE_NAMESRV_CONFIG,
+                       body=b"brokerChannelExpiredTime=90000")).code == 0
+    assert "brokerChannelExpiredTime = 90000" in proc.config_path.read_text()  # noqa: ASYNC240

@@ -480,6 +480,108 @@ class MessagingService(sg.MessagingServiceServicer):
             yield s.ReceiveMessageResponse(message=self.to_message(m, handle, invisible))
         yield s.ReceiveMessageResponse(delivery_timestamp=ts(int(time.time() * 1000)))
 
+    # ------------------------------------------------------------------ lite pull (offsets kept by the broker)
+
+    def _mq_problem(self, mq: d.MessageQueue) -> str | None:
+        tc = self._topic(mq.topic.name)
+        if tc is None:
+            return f"topic {mq.topic.name[:80]!r} not found"
+        if not 0 <= mq.id < max(tc.readQueueNums, tc.writeQueueNums):
+            return f"queue {mq.id} of {mq.topic.name[:80]!r} does not exist"
+        return None
+
+    async def PullMessage(self, request: s.PullMessageRequest, context: Any) -> AsyncIterator[s.PullMessageResponse]:  # noqa: N802
+        """The broker's PULL_MESSAGE on one queue: status, the messages, then the next offset."""
+        peer = self._peer(context)
+        if peer is None:
+            yield s.PullMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+            return
+        mq = request.message_queue
+        bad = self._mq_problem(mq)
+        if bad is not None:
+            yield s.PullMessageResponse(status=status(C.TOPIC_NOT_FOUND if "topic" in bad[:6] else C.BAD_REQUEST, bad))
+            return
+        poll = dur_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll = min(poll, max(0, int(remaining * 1000) - 1500))
+        expr = request.filter_expression
+        ext = {"consumerGroup": request.group.name, "topic": mq.topic.name, "queueId": str(mq.id),
+               "queueOffset": str(max(request.offset, 0)), "maxMsgNums": str(min(max(request.batch_size, 1), 32)),
+               "sysFlag": str(0x4 | (0x2 if poll > 0 else 0)), "commitOffset": "0",
+               "suspendTimeoutMillis": str(max(0, min(poll, 30_000))), "subscription": expr.expression or "*",
+               "subVersion": "0", "expressionType": "SQL92" if expr.type == d.SQL else "TAG"}
+        resp = await self._call(peer, RequestCode.PULL_MESSAGE, ext)
+        if resp is None:
+            yield s.PullMessageResponse(status=status(C.INTERNAL_SERVER_ERROR, "no answer from the broker"))
+            return
+        nxt = int(resp.ext.get("nextBeginOffset") or request.offset)
+        if resp.code == ResponseCode.SUCCESS:
+            yield s.PullMessageResponse(status=status(C.OK))
+            for m in decode_messages(resp.body or b""):
+                yield s.PullMessageResponse(message=self.to_message(m))
+        elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            yield s.PullMessageResponse(status=status(C.MESSAGE_NOT_FOUND, "no new message"))
+        elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+            yield s.PullMessageResponse(status=status(C.ILLEGAL_OFFSET, f"offset {request.offset} moved to {nxt}"))
+        else:
+            yield s.PullMessageResponse(status=from_remoting(resp))
+            return
+        yield s.PullMessageResponse(next_offset=nxt)
+
+    async def UpdateOffset(self, request: s.UpdateOffsetRequest, context: Any) -> s.UpdateOffsetResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.UpdateOffsetResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        mq = request.message_queue
+        bad = self._mq_problem(mq)
+        if bad is not None:
+            return s.UpdateOffsetResponse(status=status(C.BAD_REQUEST, bad))
+        if request.offset < 0:
+            return s.UpdateOffsetResponse(status=status(C.ILLEGAL_OFFSET, f"offset {request.offset} < 0"))
+        resp = await self._call(peer, RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": request.group.name, "topic": mq.topic.name, "queueId": str(mq.id),
+            "commitOffset": str(request.offset)})
+        return s.UpdateOffsetResponse(status=from_remoting(resp))
+
+    async def GetOffset(self, request: s.GetOffsetRequest, context: Any) -> s.GetOffsetResponse:  # noqa: N802
+        peer = self._peer(context)
+        if peer is None:
+            return s.GetOffsetResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        mq = request.message_queue
+        bad = self._mq_problem(mq)
+        if bad is not None:
+            return s.GetOffsetResponse(status=status(C.BAD_REQUEST, bad))
+        resp = await self._call(peer, RequestCode.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": request.group.name, "topic": mq.topic.name, "queueId": str(mq.id)})
+        if resp is not None and resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return s.GetOffsetResponse(status=status(C.OFFSET_NOT_FOUND, resp.remark or "no committed offset"))
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return s.GetOffsetResponse(status=from_remoting(resp))
+        return s.GetOffsetResponse(status=status(C.OK), offset=int(resp.ext.get("offset") or 0))
+
+    async def QueryOffset(self, request: s.QueryOffsetRequest, context: Any) -> s.QueryOffsetResponse:  # noqa: N802
+        """The queue's first or next offset, or the offset of a time (BEGINNING, END, TIMESTAMP)."""
+        peer = self._peer(context)
+        if peer is None:
+            return s.QueryOffsetResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        mq = request.message_queue
+        bad = self._mq_problem(mq)
+        if bad is not None:
+            return s.QueryOffsetResponse(status=status(C.BAD_REQUEST, bad))
+        ext = {"topic": mq.topic.name, "queueId": str(mq.id)}
+        policy = request.query_offset_policy
+        if policy == d.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                return s.QueryOffsetResponse(status=status(C.BAD_REQUEST, "TIMESTAMP needs a timestamp"))
+            code, ext["timestamp"] = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, str(ms_of(request.timestamp))
+        else:
+            code = RequestCode.GET_MAX_OFFSET if policy == d.END else RequestCode.GET_MIN_OFFSET
+        resp = await self._call(peer, code, ext)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return s.QueryOffsetResponse(status=from_remoting(resp))
+        return s.QueryOffsetResponse(status=status(C.OK), offset=int(resp.ext.get("offset") or 0))
+
     def to_message(self, m: MessageExt, handle: str = "", invisible: int = 0) -> d.Message:
         props = m.properties
         sp = d.SystemProperties(

@@ -54,6 +54,10 @@ refusals = RateLimitedLog(log)
 POP_MESSAGE = 200050
 ACK_MESSAGE = 200051
 CHANGE_MESSAGE_INVISIBLETIME = 200053
+NOTIFICATION = 200054
+POLLING_INFO = 200055
+POP_ROLLBACK = 200056
+BATCH_ACK_MESSAGE = 200151
 ORDER_REVIVE_QID = 999  # RocketMQ's revive queue id that marks an ordered (FIFO) receipt
 MAX_BATCH = 32
 MAX_POLL_MS = 20_000
@@ -92,10 +96,13 @@ class PopProcessor:
         self.queues: dict[tuple[str, str, int], QueueState] = {}
         self.dlq = 0
         self._mode_table: dict[str, dict[str, dict[str, Any]]] | None = None
+        self.polling: dict[tuple[str, str, int], int] = {}  # (group, topic, queue or -1) -> pops waiting now
 
     def register(self, registry: object, owner: str) -> None:
         for code, fn in ((POP_MESSAGE, self.pop), (ACK_MESSAGE, self.ack),
                          (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time),
+                         (BATCH_ACK_MESSAGE, self.batch_ack), (NOTIFICATION, self.notification),
+                         (POLLING_INFO, self.polling_info), (POP_ROLLBACK, self.pop_rollback),
                          (RequestCode.QUERY_ASSIGNMENT, self.query_assignment),
                          (RequestCode.SET_MESSAGE_REQUEST_MODE, self.set_request_mode)):
             registry.register(code, fn, owner=owner)  # type: ignore[attr-defined]
@@ -244,11 +251,24 @@ class PopProcessor:
             k = random.randrange(len(queues))
             queues = queues[k:] + queues[:k]
         deadline = time.monotonic() + min(max(poll, 0), MAX_POLL_MS) / 1000
-        while True:
-            got = await self._collect(group, topic, queues, n, invisible, order, mfilter)
-            if got or time.monotonic() >= deadline or conn.closed:
-                break
-            await anyio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        held = (group, topic, qid)
+        waiting = False
+        try:
+            while True:
+                got = await self._collect(group, topic, queues, n, invisible, order, mfilter)
+                if got or time.monotonic() >= deadline or conn.closed:
+                    break
+                if not waiting:  # POLLING_INFO counts the pops held here
+                    waiting = True
+                    self.polling[held] = self.polling.get(held, 0) + 1
+                await anyio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        finally:
+            if waiting:
+                left = self.polling.get(held, 1) - 1
+                if left > 0:
+                    self.polling[held] = left
+                else:
+                    self.polling.pop(held, None)
         if not got:
             return cmd.response(ResponseCode.PULL_NOT_FOUND, "no new message")
         if self.ctx.stats is not None:
@@ -379,6 +399,95 @@ class PopProcessor:
         self._commit(group, topic, qid, st)
         return cmd.response(ResponseCode.SUCCESS)
 
+    async def batch_ack(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE (200151): BatchAckMessageRequestBody, each entry's acked offsets a bit set
+        (Base64 of Java's BitSet.toByteArray) relative to its start offset. Stale receipts are skipped,
+        as RocketMQ answers SUCCESS for the batch."""
+        try:
+            body = json.loads(cmd.body or b"{}")
+            acks = body.get("acks") if isinstance(body, dict) else None
+        except ValueError as e:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"BatchAckMessageRequestBody is not JSON: {e}")
+        if not isinstance(acks, list) or not acks:
+            return cmd.response(ResponseCode.NO_MESSAGE, "no ack in the batch")
+        done = 0
+        for a in acks[:1024]:
+            try:
+                f = _batch_entry(a)
+            except (ValueError, TypeError, KeyError, OverflowError) as e:
+                refusals.info("batch-ack", "batch ack entry refused: %s", printable(str(e), 200))
+                continue
+            group, topic, qid, start, pop_time, bits = f
+            st = self.queues.get((group, topic, qid))
+            if st is None:
+                continue
+            for i, byte in enumerate(bits[:4096]):
+                for k in range(8):
+                    if byte >> k & 1:
+                        off = start + i * 8 + k
+                        fl = st.inflight.get(off)
+                        if fl is not None and fl.pop_time == pop_time:
+                            del st.inflight[off]
+                            done += 1
+            self._commit(group, topic, qid, st)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def notification(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """NOTIFICATION (200054): ``hasMsg`` once a pop of the group would find a message (new or with
+        its invisible time over), waiting up to ``pollTime`` for one, as RocketMQ's long polling."""
+        group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
+        qid = ext_i32(cmd, "queueId", -1)
+        poll = ext_int(cmd, "pollTime", 0)
+        refused = self._check(cmd, group, topic)
+        if refused is not None:
+            return refused
+        tc = self.ctx.topics.table[topic]
+        if qid >= tc.readQueueNums:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                                              f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        queues = [qid] if qid >= 0 else list(range(tc.readQueueNums))
+        deadline = time.monotonic() + min(max(poll, 0), MAX_POLL_MS) / 1000
+        while True:
+            has = self._has_message(group, topic, queues)
+            if has or time.monotonic() >= deadline or conn.closed:
+                break
+            await anyio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        return cmd.response(ResponseCode.SUCCESS, None, {"hasMsg": "true" if has else "false"})
+
+    def _has_message(self, group: str, topic: str, queues: list[int]) -> bool:
+        store, now = self.ctx.store, now_ms()
+        for q in queues:
+            st = self._state(group, topic, q)
+            if st.next_offset < store.get_max_offset(topic, q):
+                return True
+            if any(f.invisible_until <= now for f in st.inflight.values()):
+                return True
+        return False
+
+    async def polling_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """POLLING_INFO (200055): how many pops of the group on the topic (and queue) are held now."""
+        group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
+        qid = ext_i32(cmd, "queueId", -1)
+        tc = self.ctx.topics.table.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{printable(topic, 128)}] not exist, apply first please!")
+        if qid >= tc.readQueueNums or qid < -1:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                                              f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        sg = self.ctx.groups.table.get(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{printable(group, 128)}] does not exist")
+        if not sg.consumeEnable:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        n = self.polling.get((group, topic, qid), 0)
+        return cmd.response(ResponseCode.SUCCESS, None, {"pollingNum": str(n)})
+
+    async def pop_rollback(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """POP_ROLLBACK (200056): RocketMQ moves its pop state from the RocksDB store back to files;
+        the pop state here never leaves the file store, so there is nothing to move."""
+        return cmd.response(ResponseCode.SUCCESS)
+
     async def change_invisible_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         invisible = ext_int(cmd, "invisibleTime")
         if not 0 <= invisible <= 12 * 3600 * 1000:
@@ -392,3 +501,21 @@ class PopProcessor:
         revive = (cmd.ext.get("extraInfo") or "").split(" ")[3]
         return cmd.response(ResponseCode.SUCCESS, None, {
             "popTime": str(now), "invisibleTime": str(invisible), "reviveQid": revive})
+
+
+def _batch_entry(a: Any) -> tuple[str, str, int, int, int, bytes]:
+    """(group, topic, queue, start offset, pop time, bit set bytes) of one BatchAck (short or long keys)."""
+    import base64
+
+    def get(short: str, long: str) -> Any:
+        v = a.get(short, a.get(long))
+        if v is None:
+            raise KeyError(long)
+        return v
+
+    if not isinstance(a, dict):
+        raise TypeError("a batch ack entry is not an object")
+    bits = get("b", "bitSet")
+    raw = base64.b64decode(bits, validate=True) if isinstance(bits, str) else bytes(int(x) & 0xFF for x in bits)
+    return (str(get("c", "consumerGroup")), str(get("t", "topic")), int(get("q", "queueId")),
+            int(get("so", "startOffset")), int(get("pt", "popTime")), raw)

@@ -179,3 +179,58 @@ async def test_query_assignment_and_request_mode(rmqd_factory: Any) -> None:
         r = await call(proc.broker_addr, RequestCode.SET_MESSAGE_REQUEST_MODE, {}, retry)
         assert r.code == ResponseCode.NO_PERMISSION
     assert "POP" in (proc.workdir / "store" / "config" / "messageRequestMode.json").read_text()
+
+
+def pop_cmd(group: str, topic: str, n: int = 32, poll: int = 0, invisible: int = 60_000) -> dict[str, str]:
+    return {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(n),
+            "invisibleTime": str(invisible), "pollTime": str(poll), "bornTime": str(int(time.time() * 1000)),
+            "initMode": "0", "expType": "TAG", "exp": "*", "order": "false"}
+
+
+async def test_batch_ack_notification_and_polling_info(rmqd_factory: Any) -> None:
+    import base64
+    import json
+
+    proc: RmqdProcess = rmqd_factory()
+    await setup(proc, "PopB", 0, queues=1, group="CG_POP_B")
+    addr = proc.broker_addr
+    # nothing yet: NOTIFICATION waits its poll time and says no; a held pop shows in POLLING_INFO
+    r = await call(addr, 200054, {"consumerGroup": "CG_POP_B", "topic": "PopB", "queueId": "-1", "pollTime": "300",
+                                  "bornTime": "0"})
+    assert r.code == 0 and r.ext["hasMsg"] == "false"
+    async with anyio.create_task_group() as tg:
+        held: list[RemotingCommand] = []
+
+        async def hold() -> None:
+            held.append(await call(addr, 200050, pop_cmd("CG_POP_B", "PopB", poll=2000)))
+
+        tg.start_soon(hold)
+        await anyio.sleep(0.5)
+        info = await call(addr, 200055, {"consumerGroup": "CG_POP_B", "topic": "PopB", "queueId": "-1"})
+        assert info.code == 0 and info.ext["pollingNum"] == "1"
+    assert held[0].code == ResponseCode.PULL_NOT_FOUND
+    info = await call(addr, 200055, {"consumerGroup": "CG_POP_B", "topic": "PopB", "queueId": "-1"})
+    assert info.ext["pollingNum"] == "0"
+    assert (await call(addr, 200055, {"consumerGroup": "NoGroupB", "topic": "PopB", "queueId": "-1"})).code == \
+        ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    async with Producer("PG_POP_B", proc.namesrv_addr) as p:
+        for i in range(5):
+            await p.send(Message("PopB", f"b{i}".encode()))
+    r = await call(addr, 200054, {"consumerGroup": "CG_POP_B", "topic": "PopB", "queueId": "-1", "pollTime": "300",
+                                  "bornTime": "0"})
+    assert r.ext["hasMsg"] == "true"
+    popped = await call(addr, 200050, pop_cmd("CG_POP_B", "PopB"))
+    assert popped.code == 0
+    msgs = decode_messages(popped.body)
+    assert [m.queue_offset for m in msgs] == [0, 1, 2, 3, 4]
+    # ack offsets 0, 2, 3 in one request: RocketMQ's bit set relative to the start offset, Base64
+    bits = base64.b64encode(bytes([0b00001101])).decode()
+    body = {"brokerName": "broker-a", "acks": [{"c": "CG_POP_B", "t": "PopB", "r": "0", "so": 0, "q": 0, "rq": 0,
+                                                "pt": int(popped.ext["popTime"]), "it": 60000, "b": bits}]}
+    assert (await call(addr, 200151, {}, json.dumps(body).encode())).code == 0
+    assert (await call(addr, 200151, {}, b'{"acks": []}')).code == ResponseCode.NO_MESSAGE
+    assert (await call(addr, 200151, {}, b"not json")).code == ResponseCode.MESSAGE_ILLEGAL
+    # the committed offset stops at the first unacked message (1)
+    r = await call(addr, RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "CG_POP_B", "topic": "PopB", "queueId": "0"})
+    assert r.ext["offset"] == "1"
+    assert (await call(addr, 200056, {})).code == 0  # POP_ROLLBACK: nothing to move

@@ -6,6 +6,8 @@ import json
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rmq.plugins.broker.clients import SubscriptionData, parse_heartbeat
 from rmq.plugins.broker.locks import RebalanceLockManager
@@ -85,3 +87,20 @@ async def test_hold_service_missed_notification_and_recheck() -> None:
         current["max"] = 4
         assert hold.check_all(lambda t, q: current["max"]) == 1
     assert woke == [True] and not hold.waiters
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=3), kids,
+                                                                                     max_size=4), max_leaves=12)
+
+
+@given(st.one_of(json_values, st.dictionaries(st.sampled_from(["c", "t", "q", "so", "pt", "b", "bitSet", "queueId"]),
+                                              json_values, max_size=8)))
+def test_batch_ack_entries_parse_or_refuse(entry: object) -> None:
+    from rmq.plugins.broker.pop import _batch_entry
+
+    try:
+        group, topic, qid, start, pop_time, bits = _batch_entry(entry)
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return
+    assert isinstance(bits, bytes) and isinstance(qid, int) and isinstance(start, int)

@@ -2,8 +2,10 @@
 in the broker, as the 5.x proxy's "local" mode, so the official 5.x SDKs connect unmodified.
 
 Entry point ``rmq.processors: grpc``; selected for every broker. It listens on ``[proxy]
-grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the broker's ``listenHost``; clients are
-given the broker's address with that port as their endpoint. What each RPC does is in service.py:
+grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the broker's ``listenHost``. Routes list every
+broker of a topic from the name servers, each with its host and that port as the endpoint (the
+proxy's local-mode rule: every broker runs its proxy on the same port), so clients send to and
+receive from each broker through its own endpoint. What each RPC does is in service.py:
 every one becomes the broker's own remoting request, so interceptors (ACL) and processors are the
 same for both protocols.
 """
@@ -80,6 +82,7 @@ class GrpcProxyPlugin:
         import grpc
 
         from rmq.plugins.grpc_proxy.front import PermissiveFront
+        from rmq.plugins.grpc_proxy.routes import RouteView
         from rmq.plugins.grpc_proxy.service import MessagingService
         from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc
 
@@ -90,6 +93,9 @@ class GrpcProxyPlugin:
                    ("grpc.max_send_message_length", 130 * 1024 * 1024)]
         svc = MessagingService(broker, make_handler(self._registry), (host, port),
                                accounts=self._registry.services.get("acl"))
+        namesrv_addrs = getattr(broker, "namesrv_addrs", None)
+        if namesrv_addrs is not None:  # routes over every broker of a topic, as the proxy's local mode
+            svc.routes = RouteView(namesrv_addrs)
         tls = self._tls_mode(kernel)
         servers: list[Any] = []
 
@@ -140,4 +146,6 @@ class GrpcProxyPlugin:
                 await front.close()
             for srv in servers:
                 await srv.stop(grace=1.0)
+            if svc.routes is not None:
+                await svc.routes.aclose()
             self.service = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import itertools
 import json
 import logging
@@ -179,6 +180,7 @@ class MessagingService(sg.MessagingServiceServicer):
         self.peers: dict[str, GrpcPeer] = {}
         self._rr = itertools.count()
         self.transactions: dict[str, tuple[int, int, str]] = {}  # topic@txid -> (queue offset, commitlog offset, group)
+        self.routes: Any = None  # routes.RouteView: the topic's other brokers, from the name servers
 
     # ------------------------------------------------------------------ plumbing
 
@@ -229,19 +231,64 @@ class MessagingService(sg.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ routes, heartbeat, telemetry
 
+    def _endpoints_of(self, addr: str) -> d.Endpoints:
+        """A broker's gRPC endpoint in local mode: its host with this proxy's port (RocketMQ's rule)."""
+        host = addr.rpartition(":")[0] or addr
+        try:
+            ipaddress.ip_address(host)
+            scheme = d.IPv6 if ":" in host else d.IPv4
+        except ValueError:
+            scheme = d.DOMAIN_NAME
+        return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=self.port)])
+
+    async def _others(self, topic: str) -> tuple[list[tuple[str, int, d.Endpoints, int, int, int]], list[int]]:
+        """The topic's other brokers (and this broker's slaves) from the name servers: (name, id,
+        endpoints, read queues, write queues, perm), and the topic's message types as a broker has them."""
+        if self.routes is None:
+            return [], []
+        route = await self.routes.route(topic)
+        if route is None:
+            return [], []
+        me = self.broker.config.brokerName
+        qds = {q.broker_name: q for q in route.queue_datas}
+        out = []
+        for bd in route.broker_datas:
+            q = qds.get(bd.broker_name)
+            if q is None:
+                continue
+            for bid, addr in sorted(bd.addrs.items()):
+                if bd.broker_name == me and bid == 0:
+                    continue  # this broker: from its own tables, fresher than the namesrv's
+                out.append((bd.broker_name, bid, self._endpoints_of(addr), q.read_queue_nums, q.write_queue_nums,
+                            q.perm))
+        kinds = await self.routes.message_types(topic, route) if out else []
+        return out, kinds
+
     async def QueryRoute(self, request: s.QueryRouteRequest, context: Any) -> s.QueryRouteResponse:  # noqa: N802
+        """Every broker of the topic (the name servers' route) with its endpoint, this broker's queues
+        from its own tables."""
         topic = request.topic.name
         if validate_topic(topic) is not None:
             return s.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, validate_topic(topic) or ""))
         tc = self._topic(topic)
-        if tc is None:
+        others, kinds = await self._others(topic)
+        if tc is None and not others:
             return s.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
-        r, w = tc.readQueueNums, tc.writeQueueNums
         queues = []
-        for i in range(max(r, w)):
-            perm = d.READ_WRITE if i < min(r, w) else (d.READ if i < r else d.WRITE)
-            queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=self._broker(),
-                                         accept_message_types=accepted(tc)))
+        if tc is not None:
+            kinds = accepted(tc)
+            r, w = tc.readQueueNums, tc.writeQueueNums
+            for i in range(max(r, w)):
+                perm = d.READ_WRITE if i < min(r, w) else (d.READ if i < r else d.WRITE)
+                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=self._broker(),
+                                             accept_message_types=kinds))
+        for name, bid, ends, r, w, bits in others:
+            for i in range(max(r, w)):
+                rd, wr = i < r and bits & 4, i < w and bits & 2
+                perm = d.READ_WRITE if rd and wr else d.READ if rd else d.WRITE if wr else d.NONE
+                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm,
+                                             broker=d.Broker(name=name, id=bid, endpoints=ends),
+                                             accept_message_types=kinds or [d.NORMAL]))
         return s.QueryRouteResponse(status=status(C.OK), message_queues=queues)
 
     async def Heartbeat(self, request: s.HeartbeatRequest, context: Any) -> s.HeartbeatResponse:  # noqa: N802
@@ -435,9 +482,17 @@ class MessagingService(sg.MessagingServiceServicer):
             return s.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
         if tc.readQueueNums <= 0:
             return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
-        ids = list(range(tc.readQueueNums)) if self._orderly(request.group.name) else [-1]  # FIFO: every queue
+        fifo = self._orderly(request.group.name)
+        ids = list(range(tc.readQueueNums)) if fifo else [-1]  # FIFO: every queue
         mqs = [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=d.READ_WRITE, broker=self._broker(),
                               accept_message_types=accepted(tc)) for i in ids]
+        others, _kinds = await self._others(topic)
+        for name, bid, ends, r, _w, bits in others:  # each other master's queues, received through its own proxy
+            if bid != 0 or not bits & 4 or r <= 0:
+                continue
+            mqs += [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=d.READ_WRITE,
+                                   broker=d.Broker(name=name, id=0, endpoints=ends), accept_message_types=accepted(tc))
+                    for i in (range(r) if fifo else [-1])]
         return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=q) for q in mqs])
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: Any) -> AsyncIterator[s.ReceiveMessageResponse]:  # noqa: N802

@@ -373,3 +373,37 @@ def test_recall_and_forward_to_dlq_over_grpc(rmqd_factory: Any, compat: Any) -> 
 
 
     assert anyio.run(dlq) == [b"poison"]
+
+
+def test_routes_span_every_broker_of_a_topic(rmqd_factory: Any, compat: Any) -> None:
+    """Two brokers hold the topic: the route lists both (each with its own proxy's endpoint, RocketMQ's
+    local mode: the broker's host with the common gRPC port), the SDK's sends spread over both and a
+    SimpleConsumer connected to one endpoint receives every message."""
+    from rmq.testing.daemon import free_port
+
+    port = free_port()
+    a = rmqd_factory(extra={"proxy": {"grpcServerPort": port}})
+    b = rmqd_factory(namesrv=False, extra={"proxy": {"grpcServerPort": port}},
+                     broker_conf={"brokerName": "broker-b", "listenHost": "127.0.0.2", "brokerIP1": "127.0.0.2",
+                                  "namesrvAddr": a.namesrv_addr})
+    b_addr = f"127.0.0.2:{b.broker_port}"
+    for addr in (a.broker_addr, b_addr):
+        r = compat.admin(addr, 17, {"topic": "G5Multi", "defaultTopic": "TBW102", "readQueueNums": "2",
+                                    "writeQueueNums": "2", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                    "topicSysFlag": "0", "order": "false"})
+        assert r.code == 0, r.remark
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # both brokers registered the topic with the name server
+        route = compat.admin(a.namesrv_addr, 105, {"topic": "G5Multi"})
+        if route.code == 0 and b"broker-b" in route.body and b"broker-a" in route.body:
+            break
+        time.sleep(0.2)
+    sent = run5(mode="produce", endpoint=f"127.0.0.1:{port}", topic="G5Multi", count=20)
+    assert len([ln for ln in sent if "message_id" in ln]) == 20, (sent[:2], a.log_tail(30))
+    on_b = 0
+    for q in range(2):
+        r = compat.admin(b_addr, 30, {"topic": "G5Multi", "queueId": str(q)})
+        on_b += int(r.ext["offset"])
+    assert 0 < on_b < 20, on_b  # the producer used both brokers
+    got = msgs(run5(mode="receive", endpoint=f"127.0.0.1:{port}", topic="G5Multi", group="CG5Multi", want=20, await_s=2))
+    assert sorted(m["body"] for m in got) == sorted(f"body-{i}" for i in range(20))

@@ -19,7 +19,7 @@ from rmq.protocol.names import printable, require_group, require_topic
 
 log = logging.getLogger("rmq.broker")
 
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")  # POP: RocketMQ 5 clients
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
 CONSUME_FROM_WHERE = (
     "CONSUME_FROM_LAST_OFFSET",

@@ -125,13 +125,58 @@ class GrpcPeer:
         self._closed = False
         self._callbacks: list[Callable[[Any], None]] = []
         self.convert: Callable[[MessageExt], d.Message] | None = None
+        self.waiting: dict[str, asyncio.Future[s.TelemetryCommand]] = {}  # nonce -> the answer awaited
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
-        raise ConnectionError("a gRPC client answers no remoting requests")
+        """The broker's calls to a consumer, as the proxy turns them into Telemetry commands:
+        GET_CONSUMER_RUNNING_INFO -> print_thread_stack_trace_command (answered by thread_stack_trace),
+        CONSUME_MESSAGE_DIRECTLY -> verify_message_command (answered by verify_message_result)."""
+        nonce = f"{self.client_id}-{next(self._ids)}"
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            command = s.TelemetryCommand(print_thread_stack_trace_command=s.PrintThreadStackTraceCommand(nonce=nonce))
+        elif cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY and cmd.body and self.convert is not None:
+            msgs = decode_messages(cmd.body)
+            if not msgs:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, "no message to verify")
+            command = s.TelemetryCommand(verify_message_command=s.VerifyMessageCommand(
+                nonce=nonce, message=self.convert(msgs[0])))
+        else:
+            raise ConnectionError(f"a gRPC client answers no remoting request {cmd.code}")
+        if self._closed:
+            raise ConnectionError(f"gRPC client {self.client_id} has no telemetry stream")
+        fut: asyncio.Future[s.TelemetryCommand] = asyncio.get_running_loop().create_future()
+        self.waiting[nonce] = fut
+        started = time.monotonic()
+        try:
+            self.outbox.put_nowait(command)
+            answer = await asyncio.wait_for(fut, timeout)
+        except asyncio.QueueFull:
+            raise ConnectionError(f"gRPC client {self.client_id}: telemetry backlog full") from None
+        finally:
+            self.waiting.pop(nonce, None)
+        ok = not answer.HasField("status") or answer.status.code == C.OK
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            info = {"properties": {"clientId": self.client_id, "language": "GRPC", "PROP_CONSUMER_START_TIMESTAMP": "0"},
+                    "subscriptionSet": [], "mqTable": {}, "statusTable": {},
+                    "jstack": answer.thread_stack_trace.thread_stack_trace}
+            return cmd.response(ResponseCode.SUCCESS if ok else ResponseCode.SYSTEM_ERROR,
+                                None if ok else answer.status.message, body=json_bytes(info))
+        result = {"order": False, "autoCommit": True, "consumeResult": "CR_SUCCESS" if ok else "CR_THROW_EXCEPTION",
+                  "remark": None if ok else answer.status.message,
+                  "spentTimeMills": int((time.monotonic() - started) * 1000)}
+        return cmd.response(ResponseCode.SUCCESS, None, body=json_bytes(result))
+
+    def answered(self, cmd: s.TelemetryCommand) -> None:
+        """A client's answer on its Telemetry stream to a command sent by ``send_request``."""
+        kind = cmd.WhichOneof("command")
+        nonce = cmd.thread_stack_trace.nonce if kind == "thread_stack_trace" else cmd.verify_message_result.nonce
+        fut = self.waiting.get(nonce)
+        if fut is not None and not fut.done():
+            fut.set_result(cmd)
 
     async def send_oneway(self, cmd: RemotingCommand) -> None:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and cmd.body and self.convert is not None:
@@ -299,13 +344,26 @@ class MessagingService(sg.MessagingServiceServicer):
         return s.HeartbeatResponse(status=status(C.OK))
 
     async def _register(self, peer: GrpcPeer) -> None:
-        """A remoting heartbeat for the client: producers per published topic (group = topic, as the proxy)."""
+        """A remoting heartbeat for the client, as the proxy's: a producer per published topic (group =
+        topic), a consumer as its group (CONSUME_POP, CLUSTERING) with its subscriptions, so admin
+        views list it and the broker's calls to a consumer (running info, consume directly) reach it."""
         st = peer.settings
-        if st is None or st.client_type != d.PRODUCER:
+        if st is None:
             return
-        producers = [{"groupName": t.name} for t in st.publishing.topics]
-        if producers:
-            body = json_bytes({"clientID": peer.client_id, "producerDataSet": producers, "consumerDataSet": []})
+        producers: list[dict[str, Any]] = []
+        consumers: list[dict[str, Any]] = []
+        if st.client_type == d.PRODUCER:
+            producers = [{"groupName": t.name} for t in st.publishing.topics]
+        elif st.client_type in (d.PUSH_CONSUMER, d.SIMPLE_CONSUMER) and st.subscription.group.name:
+            subs = [{"topic": e.topic.name, "subString": e.expression.expression or "*",
+                     "expressionType": "SQL92" if e.expression.type == d.SQL else "TAG", "tagsSet": [], "codeSet": [],
+                     "subVersion": 0, "classFilterMode": False}
+                    for e in st.subscription.subscriptions if e.topic.name]
+            consumers = [{"groupName": st.subscription.group.name, "consumeType": "CONSUME_POP",
+                          "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                          "subscriptionDataSet": subs, "unitMode": False}]
+        if producers or consumers:
+            body = json_bytes({"clientID": peer.client_id, "producerDataSet": producers, "consumerDataSet": consumers})
             await self._call(peer, RequestCode.HEART_BEAT, {}, body)
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[s.TelemetryCommand]:  # noqa: N802
@@ -336,6 +394,8 @@ class MessagingService(sg.MessagingServiceServicer):
                 peer.settings = cmd.settings
                 await self._register(peer)
                 await peer.outbox.put(s.TelemetryCommand(status=status(C.OK), settings=self._merged(cmd.settings)))
+            elif cmd.HasField("thread_stack_trace") or cmd.HasField("verify_message_result"):
+                peer.answered(cmd)
 
     def _merged(self, st: d.Settings) -> d.Settings:
         out = d.Settings()

@@ -117,7 +117,8 @@ class BrokerCollector:
         cc = GaugeMetricFamily("rocketmq_consumer_connections", "Consumer connections per group",
                                labels=[*base, "consumer_group", "consume_mode"])
         for group, info in sorted(b.consumers.groups.items()):
-            mode = "push" if str(info.consume_type).upper().endswith("PASSIVELY") else "pull"
+            kind = str(info.consume_type).upper()
+            mode = "pop" if kind == "CONSUME_POP" else "push" if kind.endswith("PASSIVELY") else "pull"
             cc.add_metric([*ids, group, mode], len(info.channels))
         yield cc
         perm = GaugeMetricFamily("rocketmq_broker_permission", "The broker's permission (2 write, 4 read)",

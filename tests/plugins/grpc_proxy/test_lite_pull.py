@@ -95,3 +95,62 @@ async def test_pull_offsets_and_queries(rmqd_factory: Any) -> None:
         assert q.status.code == d.Code.BAD_REQUEST
         r = await stub.GetOffset(s.GetOffsetRequest(group=d.Resource(name="LITE_G"), message_queue=mq("LiteT")))
         assert r.status.code == d.Code.CLIENT_ID_REQUIRED
+
+
+async def test_telemetry_thread_stack_and_verify_message(rmqd_factory: Any) -> None:
+    """The broker's calls to a consumer reach a 5.x client over its Telemetry stream, as the proxy's:
+    running info -> print_thread_stack_trace_command, consume directly -> verify_message_command."""
+    import anyio
+
+    proc: RmqdProcess = rmqd_factory()
+    async with Admin(proc.namesrv_addr) as a:
+        await a.create_topic("TeleT", 1)
+        async with Producer("TELE_P", proc.namesrv_addr) as p:
+            sent = await p.send(Message("TeleT", b"verify me"))
+        cid = "tele@1@1@x"
+        settings = d.Settings(client_type=d.SIMPLE_CONSUMER, subscription=d.Subscription(
+            group=d.Resource(name="TELE_G"), subscriptions=[d.SubscriptionEntry(
+                topic=d.Resource(name="TeleT"), expression=d.FilterExpression(type=d.TAG, expression="*"))]))
+        outbox: list[s.TelemetryCommand] = [s.TelemetryCommand(settings=settings)]
+        more = anyio.Event()
+        seen: list[s.TelemetryCommand] = []
+
+        async def requests() -> Any:
+            while True:
+                while outbox:
+                    yield outbox.pop(0)
+                await more.wait()
+
+        async with grpc.aio.insecure_channel(proc.grpc_endpoint) as ch:
+            stub = sg.MessagingServiceStub(ch)
+            call = stub.Telemetry(requests(), metadata=(("x-mq-client-id", cid),))
+
+            async def answer() -> None:
+                nonlocal more
+                async for cmd in call:
+                    seen.append(cmd)
+                    kind = cmd.WhichOneof("command")
+                    if kind == "print_thread_stack_trace_command":
+                        outbox.append(s.TelemetryCommand(status=d.Status(code=d.Code.OK), thread_stack_trace=s.ThreadStackTrace(
+                            nonce=cmd.print_thread_stack_trace_command.nonce, thread_stack_trace="main: waiting")))
+                    elif kind == "verify_message_command":
+                        assert cmd.verify_message_command.message.body == b"verify me"
+                        outbox.append(s.TelemetryCommand(status=d.Status(code=d.Code.OK),
+                                                         verify_message_result=s.VerifyMessageResult(
+                                                             nonce=cmd.verify_message_command.nonce)))
+                    more.set()
+                    more = anyio.Event()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer)
+                with anyio.fail_after(15):
+                    while not seen:  # noqa: ASYNC110 - the settings answer first
+                        await anyio.sleep(0.05)
+                conn = await a.consumer_connection("TELE_G")
+                assert [c["clientId"] for c in conn["connectionSet"]] == [cid]
+                info = await a.consumer_running_info("TELE_G", cid, jstack=True)
+                assert info["jstack"] == "main: waiting"
+                result = await a.consume_message_directly("TELE_G", cid, sent.offset_msg_id, "TeleT")
+                assert result["consumeResult"] == "CR_SUCCESS"
+                call.cancel()
+                tg.cancel_scope.cancel()

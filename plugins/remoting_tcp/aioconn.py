@@ -154,8 +154,9 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         if self._closed:
             raise RemotingClosedError(f"connection to {self.peer} is closed")
         woken: asyncio.Future[None] = self._loop.create_future()
-        pending, head, body = self._session.send_request(cmd, timeout, time.monotonic(), woken)
-        timer = self._loop.call_later(max(timeout, 0), self._expire)
+        now = time.monotonic()
+        pending, head, body = self._session.send_request(cmd, timeout, now, woken)
+        timer = self._loop.call_later(max(timeout, 0), self._expire_at, now + timeout)
         try:
             self._queue(head, body)
             await woken
@@ -411,6 +412,15 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
     def _expire(self) -> None:
         for pending in self._session.expire(time.monotonic()):
             _wake(pending.token)
+
+    def _expire_at(self, deadline: float) -> None:
+        """A request's timer: uvloop may fire up to a millisecond early (it rounds to ms), so an
+        early call re-arms itself rather than leave the request waiting for no other wake-up."""
+        now = time.monotonic()
+        if now < deadline:
+            self._loop.call_later(deadline - now + 0.001, self._expire_at, deadline)
+            return
+        self._expire()
 
     def _idle_check(self) -> None:
         self._idle_handle = None

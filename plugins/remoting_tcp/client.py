@@ -12,6 +12,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from rmq.kernel import RateLimitedLog
+from rmq.plugins.remoting_tcp.aioconn import AsyncioConnection
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.protocol.command import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 
@@ -19,6 +20,17 @@ if TYPE_CHECKING:
     from rmq.kernel import RemotingConfig, RequestHandler
 
 log = logging.getLogger("rmq.remoting")
+
+
+def _on_asyncio() -> bool:
+    """True when running on an asyncio loop (uvloop included); other anyio backends take streams."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -46,7 +58,7 @@ class TcpRemotingClient:
         self.config = config
         self._handler = handler
         self._kernel = kernel
-        self._conns: dict[str, TcpConnection] = {}
+        self._conns: dict[str, TcpConnection | AsyncioConnection] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
@@ -97,6 +109,8 @@ class TcpRemotingClient:
         cfg = self.config
         tg = self._task_group()
         limit = cfg.connect_timeout if connect_timeout is None else min(connect_timeout, cfg.connect_timeout)
+        if cfg.tls_client is None and _on_asyncio():
+            return await self._connect_protocol(addr, host, port, limit)  # type: ignore[return-value]
         try:
             with anyio.fail_after(limit):
                 if cfg.tls_client is not None:
@@ -116,7 +130,29 @@ class TcpRemotingClient:
         log.debug("%s: connected #%d to %s", cfg.name, conn.id, addr)
         return conn
 
-    def _forget(self, addr: str, conn: TcpConnection) -> None:
+    async def _connect_protocol(self, addr: str, host: str, port: int, limit: float) -> AsyncioConnection:
+        """On asyncio, the server's ``asyncio.Protocol`` connection serves the client side too: no
+        reader task, no anyio stream under each request (a write is ``transport.write`` of the
+        frames queued in one loop turn; a response wakes its waiter straight from ``data_received``).
+        What the broker asks of a client (rebalance notices, offset resets, running info) is
+        served by the client's handler exactly as on the anyio connection."""
+        import asyncio
+
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        conn_id = next(self._ids)
+        try:
+            _transport, conn = await asyncio.wait_for(loop.create_connection(
+                lambda: AsyncioConnection.for_config(self._handler, cfg, conn_id, self._rlog), host, port), limit)
+        except TimeoutError:
+            raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
+        except OSError as exc:
+            raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
+        conn.on_close(lambda c: self._forget(addr, c))
+        log.debug("%s: connected #%d to %s (asyncio protocol)", cfg.name, conn.id, addr)
+        return conn
+
+    def _forget(self, addr: str, conn: Any) -> None:
         if self._conns.get(addr) is conn:
             del self._conns[addr]
 

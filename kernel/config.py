@@ -353,7 +353,7 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
     section, key = parts[0], parts[-1]
     value: Any = raw
     cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
-           "log": LogConfig}.get(section)
+           "proxy": ProxyConfig, "log": LogConfig}.get(section)
     if cls is not None and len(parts) == 2:
         fields = {f.name: f for f in attrs.fields(cls)}
         if key not in fields:
@@ -370,8 +370,9 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
                 value = raw.lower() in ("true", "1")
         except ValueError:
             raise ConfigError(f"--set {dotted}={raw}: expected {getattr(kind, '__name__', kind)}") from None
-    elif section not in ("plugins", "plugin"):
-        raise ConfigError(f"--set {dotted}: unknown section {section!r}; sections: namesrv, broker, plugins, plugin, log")
+    elif section not in ("plugins", "plugin", "tls"):
+        raise ConfigError(f"--set {dotted}: unknown section {section!r}; sections: namesrv, broker, controller, "
+                          "proxy, tls, plugins, plugin, log")
     else:
         try:
             value = tomllib.loads(f"v = {raw}")["v"]

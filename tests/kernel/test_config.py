@@ -114,6 +114,10 @@ def test_set_overrides_are_typed_by_field(tmp_path: Path) -> None:
         load_config(None, ["broker.brokerNam=x"])
     with pytest.raises(ConfigError, match="expected section.key=value"):
         load_config(None, ["broker.listenPort"])
+    cfg = load_config(None, ["proxy.grpcServerPort=0", 'tls.server.mode="disabled"'])
+    assert cfg.proxy.grpcServerPort == 0 and cfg.tls == {"server": {"mode": "disabled"}}
+    with pytest.raises(ConfigError, match="unknown section 'nope'; sections: namesrv, broker, controller, proxy"):
+        load_config(None, ["nope.x=1"])
 
 
 def test_dump_config_is_toml_that_loads_back_to_the_same_config(tmp_path: Path) -> None:

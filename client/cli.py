@@ -380,11 +380,18 @@ def query_msg_by_id(namesrv: str, access_key: str | None, secret_key: str | None
                     topic: str | None, group: str | None, client_id: str | None) -> None:
     """One message by its offset msgId (or unique key with -t); with -g and -d, consumed directly
     by that member's listener (CONSUME_MESSAGE_DIRECTLY), as mqadmin does."""
+    show_message(namesrv, _creds(access_key, secret_key), as_json, msg_id, topic, group, client_id)
+
+
+def show_message(namesrv: str, creds: tuple[str, str] | None, as_json: bool, msg_id: str, topic: str | None,
+                 group: str | None, client_id: str | None) -> None:
+    """Print one message (by unique key when ``topic`` is given, else by offset msgId); with a group
+    and a client id, also have that member consume it (CONSUME_MESSAGE_DIRECTLY) and print the result."""
     if bool(group) != bool(client_id):
         raise click.UsageError("-g and -d go together")
 
     async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
+        async with Admin(namesrv, credentials=creds) as a:
             m = await (a.query_message_by_id(topic, msg_id) if topic else a.view_message(msg_id))
             if group and client_id:
                 return m, await a.consume_message_directly(group, client_id, m.offset_msg_id, m.topic)

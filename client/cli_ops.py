@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from rmq.client import Admin, ClientError, Message, Producer, PullConsumer, PullStatus
-from rmq.client.cli import _admin_options, _creds, _emit, _message_doc, _run, _timestamp, main
+from rmq.client.cli import _admin_options, _creds, _emit, _message_doc, _run, _timestamp, main, show_message
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode
 
@@ -308,19 +308,7 @@ def query_msg_by_offset(namesrv: str, access_key: str | None, secret_key: str | 
 def query_msg_by_unique_key(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
                             msg_id: str, topic: str, group: str | None, client_id: str | None) -> None:
     """A message by its unique key; with -g and -d, consumed directly by that member."""
-
-    async def go() -> Any:
-        async with _admin(namesrv, access_key, secret_key) as a:
-            m = await a.query_message_by_id(topic, msg_id)
-            if group and client_id:
-                return m, await a.consume_message_directly(group, client_id, m.offset_msg_id, topic)
-            return m, None
-
-    m, result = _run(go)
-    doc = _message_doc(m)
-    if result is not None:
-        doc["consumeMessageDirectlyResult"] = result
-    _emit(as_json, doc, ["field", "value"], [[k, v] for k, v in doc.items()])
+    show_message(namesrv, _creds(access_key, secret_key), as_json, msg_id, topic, group, client_id)
 
 
 @main.command("resendMessageToGroup")

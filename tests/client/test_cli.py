@@ -3,26 +3,10 @@ document with RocketMQ's field names under --json, exit status 1 with one line o
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from rmq.testing.daemon import RmqdProcess
-
-RMQADMIN = str(Path(sys.executable).with_name("rmqadmin"))  # the console script of this environment
-
-
-def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([RMQADMIN, *args], capture_output=True, text=True, timeout=60)
-    if ok:
-        assert p.returncode == 0, p.stderr
-    return p
-
-
-def js(*args: str) -> Any:
-    return json.loads(run(*args, "--json").stdout)
+from rmq.testing.rmqadmin import js, run
 
 
 def test_topic_message_and_group_commands(rmqd_factory: Any) -> None:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from rmq.testing.daemon import RmqdProcess
-
-RMQADMIN = str(Path(sys.executable).with_name("rmqadmin"))
-
-
-def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([RMQADMIN, *args], capture_output=True, text=True, timeout=60)
-    if ok:
-        assert p.returncode == 0, p.stderr
-    return p
-
-
-def js(*args: str) -> Any:
-    return json.loads(run(*args, "--json").stdout)
+from rmq.testing.rmqadmin import js, run
 
 
 def test_group_and_message_commands(rmqd_factory: Any) -> None:

@@ -9,6 +9,7 @@ are re-tried in place when orderly.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -83,6 +84,8 @@ class PushConsumer(ConsumerBase):
         self.listener = listener
         self.orderly = orderly
         self._consume_limiter = anyio.CapacityLimiter(opts.consume_concurrency)
+        self._aio: asyncio.AbstractEventLoop | None = None  # set at start on asyncio: _dispatch's fast path
+        self._aio_tasks: set[asyncio.Task[None]] = set()
         self._thread_limiter = anyio.CapacityLimiter(opts.consume_concurrency)
         self._pull_scopes: dict[MessageQueue, anyio.CancelScope] = {}
         self._workers_done: dict[MessageQueue, anyio.Event] = {}
@@ -98,6 +101,12 @@ class PushConsumer(ConsumerBase):
     async def _on_start(self) -> None:
         if self.listener is None:
             raise ValueError("PushConsumer needs listener=callable(message)")
+        try:
+            self._aio = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend: consumption tasks go to the task group
+            self._aio = None
+        else:
+            self._consume_limiter = asyncio.Semaphore(self.options.consume_concurrency)  # type: ignore[assignment]
         self._async_listener = _is_async(self.listener)
         if self.options.enable_trace:
             self._trace = await start_tracing(self, self.group)
@@ -119,6 +128,8 @@ class PushConsumer(ConsumerBase):
             while self._inflight:
                 self._idle = anyio.Event() if self._idle.is_set() else self._idle
                 await self._idle.wait()
+        for task in list(self._aio_tasks):  # what outlived shutdown_timeout ends as the task group's would
+            task.cancel()
         await self.persist_offsets(sync=True)
         if self.orderly and self.message_model == CLUSTERING:
             await self._unlock_all(list(self.process_queues))
@@ -266,9 +277,15 @@ class PushConsumer(ConsumerBase):
         pq.put(msgs)
         if self.orderly:
             return
-        assert self._tg is not None
         self._inflight += 1
         pq.inflight += 1
+        loop = self._aio
+        if loop is not None:  # asyncio: a plain task per pulled batch (anyio's spawn costs more than it)
+            task = loop.create_task(self._consume_concurrently(mq, pq, msgs))
+            self._aio_tasks.add(task)
+            task.add_done_callback(self._aio_tasks.discard)
+            return
+        assert self._tg is not None
         self._tg.start_soon(self._consume_concurrently, mq, pq, msgs)
 
     # ------------------------------------------------------------------ concurrent consumption

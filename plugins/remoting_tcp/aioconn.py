@@ -135,6 +135,7 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         self._split = False  # the last request served suspended: a task per request (see _serve_many)
         self._idle_handle: asyncio.TimerHandle | None = None
         self._done = self._loop.create_future()
+        self.write_through = False  # requests written at once (the client side), not gathered per turn
 
     @classmethod
     def for_config(cls, handler: RequestHandler | None, config: RemotingConfig, conn_id: int,
@@ -158,7 +159,10 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         pending, head, body = self._session.send_request(cmd, timeout, now, woken)
         timer = self._loop.call_later(max(timeout, 0), self._expire_at, now + timeout)
         try:
-            self._queue(head, body)
+            if self.write_through:
+                self._write_now(head, body)
+            else:
+                self._queue(head, body)
             await woken
         finally:
             timer.cancel()
@@ -211,6 +215,24 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+
+    def _write_now(self, head: bytes, body: bytes) -> None:
+        """A client's request leaves at once (a syscall each): requests spread over time keep the
+        broker and the client working side by side, where frames gathered per loop turn make the
+        two take turns (measured: 32 pipelined sends on one connection ran at ~60 % of the
+        broker's core batched, ~95 % written through)."""
+        if self._wbuf or self._flush_scheduled:  # keep call order behind frames already queued
+            self._queue(head, body)
+            return
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise RemotingClosedError(f"connection to {self.peer} is closed")
+        try:
+            transport.write(head + body if body else head)
+        except Exception as exc:  # noqa: BLE001 - the transport failed: this connection only
+            self._fail(f"write failed: {exc!r}")
+            raise RemotingClosedError(f"write to {self.peer} failed: {exc!r}") from None
+        self._last_activity = time.monotonic()
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -148,6 +148,7 @@ class TcpRemotingClient:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
         except OSError as exc:
             raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
+        conn.write_through = True
         conn.on_close(lambda c: self._forget(addr, c))
         log.debug("%s: connected #%d to %s (asyncio protocol)", cfg.name, conn.id, addr)
         return conn

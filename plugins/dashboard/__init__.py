@@ -107,6 +107,7 @@ class DashboardPlugin:
         app = make_app(backend)
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                                 proxy_headers=False, ws="none", timeout_graceful_shutdown=3)
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # rmqd logs the start itself
         server = _Server(config)
         self.port = sock.getsockname()[1]
         sampler = asyncio.get_running_loop().create_task(backend.sample_forever(), name="rmq-dashboard-stats")

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -139,6 +140,21 @@ class Backend:
             raise Refused(401, "unknown accessKey or wrong secretKey")
         return (ak, sk), ak
 
+    def check_admin_peer(self, host: str) -> None:
+        """Without ACL the broker takes admin requests from loopback peers only (unless allowRemoteAdmin):
+        the dashboard, itself a loopback peer, must not lend that to a remote browser."""
+        if self.acl_on or getattr(self.broker.config, "allowRemoteAdmin", False):
+            return
+        try:
+            ip = ipaddress.ip_address(host.split("%")[0])
+            mapped = getattr(ip, "ipv4_mapped", None)
+            local = ip.is_loopback or (mapped is not None and mapped.is_loopback)
+        except ValueError:
+            local = False
+        if not local:
+            raise Refused(403, f"changes from {host} are refused: the broker takes them from loopback only "
+                               "(enable ACL, or set broker.allowRemoteAdmin = true)")
+
     def sample(self) -> None:
         s = self.broker.store.stats() or {}
         self.samples.append((time.time(), int(s.get("puts", 0)), int(s.get("get_messages", 0))))
@@ -211,8 +227,10 @@ def _page(backend: Backend, fn: Handler) -> Callable[[Request], Awaitable[Respon
         user = ""
         try:
             creds, user = backend.authenticate(request.headers.get("authorization"))
-            if request.method == "POST" and not _same_origin(request):
-                raise Refused(403, "cross-origin form refused")
+            if request.method == "POST":
+                if not _same_origin(request):
+                    raise Refused(403, "cross-origin form refused")
+                backend.check_admin_peer(request.client.host if request.client else "")
             form = await _form(request)
             with anyio.fail_after(REQUEST_LIMIT):
                 resp = await fn(request, Session(backend, creds, user, form))
@@ -567,8 +585,13 @@ async def dlq_resend(request: Request, s: Session) -> Response:
     props = {k: v for k, v in dict(m.properties).items() if k not in DROP_ON_RESEND and k and v}
     props.setdefault("ORIGIN_MESSAGE_ID", m.offset_msg_id)
     props.setdefault("RETRY_TOPIC", props.get("RETRY_TOPIC") or m.topic)
-    r = await (await s.producer()).send(Message(RETRY_PREFIX + group, m.body, properties=props))
-    return _see_other("/dlq", group=group, resent=f"{offset_id} resent to {RETRY_PREFIX}{group} as {r.msg_id}")
+    retry = RETRY_PREFIX + group
+    try:
+        await admin.topic_route(retry)
+    except ClientError:  # no consumer of the group ever ran: make its retry topic as the broker would
+        await admin.create_topic(retry, 1, wait=3.0)
+    r = await (await s.producer()).send(Message(retry, m.body, properties=props))
+    return _see_other("/dlq", group=group, resent=f"{offset_id} resent to {retry} as {r.msg_id}")
 
 
 async def send_page(request: Request, s: Session) -> Response:

@@ -214,6 +214,37 @@ def test_acl_broker_wants_basic_credentials(rmqd_factory: Any, tmp_path: Path) -
     status, _ = http(f"{base}/topics/save", {"topic": "AclT"}, _basic("dashadmin", "87654321"))
     assert status == 200
     assert any("dashboard on http://127.0.0.1" in ln for ln in proc.log_lines())
+    if os.access(CHROMIUM, os.X_OK):  # a browser logs in with the account and sees it named
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(http_credentials={"username": "dashadmin", "password": "87654321"})
+                page.goto(f"{base}/topics")
+                assert page.inner_text("nav .user") == "dashadmin" and page.query_selector("#topics")
+                assert browser.new_page().request.get(f"{base}/topics").status == 401  # no credentials
+            finally:
+                browser.close()
+
+
+def test_changes_only_from_loopback_without_acl() -> None:
+    """Without ACL the dashboard, a loopback peer of the broker, lends no admin rights to remote browsers."""
+    from types import SimpleNamespace
+
+    from rmq.plugins.dashboard.app import Backend, Refused
+
+    def backend(**cfg: Any) -> Backend:
+        conf = {"aclEnable": False, "allowRemoteAdmin": False, **cfg}
+        return Backend(SimpleNamespace(config=SimpleNamespace(**conf)), [], acl_on=conf["aclEnable"], accounts=None)
+
+    for host in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        backend().check_admin_peer(host)
+    for host in ("10.1.2.3", "::ffff:10.1.2.3", "", "unix"):
+        with pytest.raises(Refused, match="loopback only"):
+            backend().check_admin_peer(host)
+    backend(allowRemoteAdmin=True).check_admin_peer("10.1.2.3")
+    backend(aclEnable=True).check_admin_peer("10.1.2.3")
 
 
 def test_bad_dashboard_table_refuses_start(tmp_path: Path) -> None:
@@ -229,3 +260,45 @@ def test_bad_dashboard_table_refuses_start(tmp_path: Path) -> None:
 def test_no_dashboard_without_a_table(rmqd_factory: Any) -> None:
     proc: RmqdProcess = rmqd_factory()
     assert not any("dashboard on" in ln for ln in proc.log_lines())
+
+
+@pytest.mark.anyio
+async def test_dead_letters_resend_and_clients_online(dash: tuple[RmqdProcess, str], tmp_path: Path) -> None:
+    from rmq.client import PullConsumer, PullStatus, PushConsumer
+
+    proc, base = dash
+    ns, group = proc.namesrv_addr, "DlqGroup"
+    async with Admin(ns) as a:
+        await a.create_topic("DlqOrigin", 1)
+        await a.create_topic(f"%DLQ%{group}", 1)  # what the broker makes on a group's first dead letter
+    async with Producer("DLQ_P", ns) as p:
+        await p.send(Message(f"%DLQ%{group}", b"dead letter", keys="dk",
+                             properties={"RETRY_TOPIC": "DlqOrigin", "RECONSUME_TIME": "16"}))
+    status, text = await anyio.to_thread.run_sync(http, f"{base}/dlq?group={group}")
+    assert status == 200 and "dead letter" in text
+    offset_id = text.split('name="offsetMsgId" value="')[1].split('"')[0]
+    status, text = await anyio.to_thread.run_sync(http, f"{base}/dlq/resend", {"group": group, "offsetMsgId": offset_id})
+    assert status == 200 and f"{offset_id} resent to %RETRY%{group}" in text
+    async with PullConsumer(group, ns) as pc:
+        (mq,) = await pc.fetch_queues(f"%RETRY%{group}")
+        r = await pc.pull(mq, 0, 8)
+    assert r.status is PullStatus.FOUND and [m.body for m in r.messages] == [b"dead letter"]
+    back = r.messages[0]
+    assert back.properties["RETRY_TOPIC"] == "DlqOrigin" and back.keys == "dk"
+    assert back.properties["ORIGIN_MESSAGE_ID"] == offset_id and "RECONSUME_TIME" not in back.properties
+    # a message of another group's DLQ is refused
+    status, _ = await anyio.to_thread.run_sync(http, f"{base}/dlq/resend", {"group": "Other", "offsetMsgId": offset_id})
+    assert status == 400
+
+    async def ignore(msg: Any) -> None:
+        return None
+
+    async with PushConsumer("OnlineGroup", ns, listener=ignore, offset_store_dir=str(tmp_path)) as c:
+        c.subscribe("DlqOrigin")
+        with anyio.fail_after(15):
+            while True:
+                status, text = await anyio.to_thread.run_sync(http, f"{base}/group?name=OnlineGroup")
+                if status == 200 and c.client_id in text:
+                    break
+                await anyio.sleep(0.2)
+        assert "DlqOrigin" in text.split('id="clients"')[1]

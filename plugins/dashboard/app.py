@@ -102,7 +102,7 @@ class Backend:
             if c is None or not c.started:
                 if not self.namesrv:
                     raise Refused(503, "the broker knows no name server: the dashboard needs one")
-                opts: dict[str, Any] = {"credentials": creds, "instance_name": f"dashboard-{kind}"}
+                opts: dict[str, Any] = {"credentials": creds, "instance_name": f"dashboard-{len(self._clients)}"}
                 if kind == "admin":
                     c = Admin(self.namesrv, **opts)
                 elif kind == "producer":
@@ -394,10 +394,10 @@ async def topic_delete(request: Request, s: Session) -> Response:
     return _see_other("/topics")
 
 
-async def _groups(admin: Admin) -> dict[str, dict[str, Any]]:
+async def _groups(admin: Admin, masters: list[str]) -> dict[str, dict[str, Any]]:
     """Subscription groups of every master: name -> config (the first broker's)."""
     out: dict[str, dict[str, Any]] = {}
-    for addr in await _masters(admin):
+    for addr in masters:
         resp = await admin.instance.invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {},
                                            what="subscription groups")
         table = json.loads(resp.body or b"{}").get("subscriptionGroupTable") or {}
@@ -407,10 +407,10 @@ async def _groups(admin: Admin) -> dict[str, dict[str, Any]]:
     return out
 
 
-async def _connections(admin: Admin, group: str) -> dict[str, Any]:
-    """GET_CONSUMER_CONNECTION_LIST merged over the masters ({} when no consumer is online)."""
+async def _connections(admin: Admin, group: str, masters: list[str]) -> dict[str, Any]:
+    """GET_CONSUMER_CONNECTION_LIST merged over the masters (no connections when no consumer is online)."""
     doc: dict[str, Any] = {"connectionSet": [], "subscriptionTable": {}}
-    for addr in await _masters(admin):
+    for addr in masters:
         try:
             resp = await admin.instance.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
                                                {"consumerGroup": group}, what="consumer connections")
@@ -429,11 +429,12 @@ async def _connections(admin: Admin, group: str) -> dict[str, Any]:
 async def groups_page(request: Request, s: Session) -> Response:
     admin = await s.admin()
     show_system = request.query_params.get("system") == "1"
+    masters = await _masters(admin)
     rows = []
-    for name, cfg in sorted((await _groups(admin)).items()):
+    for name, cfg in sorted((await _groups(admin, masters)).items()):
         if not show_system and (name in SYSTEM_GROUPS or name.startswith("CID_RMQ_SYS_")):
             continue
-        conns = await _connections(admin, name)
+        conns = await _connections(admin, name, masters)
         lag = sum(p.lag for p in await admin.consumer_progress(name))
         rows.append({"name": name, "clients": len(conns["connectionSet"]), "lag": lag,
                      "mode": conns.get("messageModel", ""), "orderly": bool(cfg.get("consumeMessageOrderly")),
@@ -448,8 +449,9 @@ async def group_page(request: Request, s: Session) -> Response:
     if not name:
         raise Refused(400, "name is required")
     admin = await s.admin()
-    groups = await _groups(admin)
-    conns = await _connections(admin, name)
+    masters = await _masters(admin)
+    groups = await _groups(admin, masters)
+    conns = await _connections(admin, name, masters)
     progress = await admin.consumer_progress(name)
     if name not in groups and not progress and not conns["connectionSet"]:
         raise Refused(404, f"no consumer group {name!r}")

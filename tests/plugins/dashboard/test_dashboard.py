@@ -302,3 +302,17 @@ async def test_dead_letters_resend_and_clients_online(dash: tuple[RmqdProcess, s
                     break
                 await anyio.sleep(0.2)
         assert "DlqOrigin" in text.split('id="clients"')[1]
+
+
+def test_the_table_selects_the_dashboard(tmp_path: Path) -> None:
+    """Served with a [dashboard] table (the embedded default has one), off without; --set reaches it."""
+    from rmq.kernel import load_config
+
+    assert load_config(None).dashboard == {}
+    assert load_config(None, ["dashboard.listenPort=0"]).dashboard == {"listenPort": 0}
+    assert "dashboard" in load_config(None).selected()["processors"]
+    f = tmp_path / "rmqd.toml"
+    f.write_text("[broker]\n")
+    assert load_config(f).dashboard is None
+    f.write_text("[broker]\n[dashboard]\nlistenHost = \"::1\"\n")
+    assert load_config(f).dashboard == {"listenHost": "::1"}

@@ -113,6 +113,16 @@ async def test_pages_and_forms_in_a_browser(dash: tuple[RmqdProcess, str]) -> No
             assert "body 1" in await page.inner_text("#message-list")
             await page.goto(f"{base}/messages?topic={TOPIC}")
             assert (await page.inner_text("#message-list")).count("body ") == 5
+            await page.fill("#by-time input[name=begin]", "2000-01-01T00:00:00")
+            await page.click("#by-time button")
+            assert (await page.inner_text("#message-list")).count("body ") == 5
+            await page.fill("#by-time input[name=begin]", "2099-01-01T00:00:00")
+            await page.fill("#by-time input[name=end]", "2099-01-02T00:00:00")
+            await page.click("#by-time button")
+            assert "no messages" in await page.inner_text("#message-list")
+            await page.fill("#by-time input[name=end]", "2098-01-01T00:00:00")
+            await page.click("#by-time button")
+            assert "end is before begin" in await page.inner_text("#error")
             # the send form sends; the message is stored (read back with rmq.client)
             await page.goto(f"{base}/send?topic={TOPIC}")
             await page.fill("#send-form input[name=keys]", "from-browser")
@@ -131,6 +141,18 @@ async def test_pages_and_forms_in_a_browser(dash: tuple[RmqdProcess, str]) -> No
             async with Admin(ns) as a:
                 route = await a.topic_route("BrowserTopic")
             assert [q.write_queue_nums for q in route.queue_datas] == [3]
+            page.once("dialog", lambda d: d.accept())  # "Delete topic BrowserTopic?"
+            await page.click("#delete-topic button")
+            assert await page.inner_text("h1") == "Topics"
+            async with Admin(ns) as a:
+                assert "BrowserTopic" not in await a.list_topics()
+            # the create-group form
+            await page.goto(f"{base}/groups")
+            await page.fill("#create-group input[name=group]", "BrowserGroup")
+            await page.click("#create-group button")
+            assert await page.inner_text("h1") == "Group BrowserGroup"
+            await page.goto(f"{base}/groups")
+            assert "BrowserGroup" in await page.inner_text("#groups")
             # reset the group's offsets to the beginning: its lag is every message
             await page.goto(f"{base}/group?name={GROUP}")
             await page.fill("#reset-offset input[name=topic]", TOPIC)  # no offsets yet: a text field

@@ -19,6 +19,8 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python $(VENV5)/bin/python
 	$(BIN)/pip install -q -e ".[test,spark]" -e tests/fake_plugin
+	@# the dashboard's browser tests drive Debian's chromium (playwright's own browser download is not used)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m rmq.connectors.spark.discovery
 
 $(VENV5)/bin/python:

@@ -271,6 +271,7 @@ class RootConfig:
     log: LogConfig = attrs.field(factory=LogConfig)
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     tls: dict[str, Any] = attrs.field(factory=dict)  # opaque here: the remoting plugin reads it
+    dashboard: dict[str, Any] | None = None  # opaque: the dashboard plugin reads it; None (no table) = off
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
 
     def roles(self) -> list[str]:
@@ -280,7 +281,7 @@ class RootConfig:
         """Plugin names per namespace: the TOML's choice, else RocketMQ-like defaults for the roles on."""
         out: dict[str, list[str]] = {ns: [] for ns in NAMESPACES}
         out["remoting"] = ["tcp"]
-        out["processors"] = self.roles() + (["schedule", "transaction", "timer", "grpc", "metrics"] if self.broker is not None else [])
+        out["processors"] = self.roles() + (["schedule", "transaction", "timer", "grpc", "metrics", "dashboard"] if self.broker is not None else [])
         out["filters"] = ["tag", "sql92", "class"]
         out["allocation"] = list(ALL_ALLOCATORS)
         if self.broker is not None:
@@ -370,9 +371,9 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
                 value = raw.lower() in ("true", "1")
         except ValueError:
             raise ConfigError(f"--set {dotted}={raw}: expected {getattr(kind, '__name__', kind)}") from None
-    elif section not in ("plugins", "plugin", "tls"):
+    elif section not in ("plugins", "plugin", "tls", "dashboard"):
         raise ConfigError(f"--set {dotted}: unknown section {section!r}; sections: namesrv, broker, controller, "
-                          "proxy, tls, plugins, plugin, log")
+                          "proxy, tls, dashboard, plugins, plugin, log")
     else:
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
@@ -406,6 +407,7 @@ def embedded_default() -> dict[str, Any]:
             "maxHashSlotNum": 500_000,
             "maxIndexNum": 2_000_000,
         },
+        "dashboard": {},  # the browser dashboard on 127.0.0.1:8080
     }
 
 

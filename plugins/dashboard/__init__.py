@@ -1,0 +1,181 @@
+"""The bundled ``dashboard`` processors plugin: a browser dashboard for the broker (what rocketmq-dashboard
+gives: cluster, topics, groups and lag, message lookup, DLQ resend, test sends, live throughput).
+
+Entry point ``rmq.processors: dashboard``; selected for every broker, serving only when the config has a
+``[dashboard]`` table (rmqd's embedded default has one) with ``listenPort`` (8080; 0 = off) on
+``listenHost`` (127.0.0.1: loopback unless asked). A Starlette app under uvicorn, served on the broker's
+own event loop. The dashboard is a client of its own daemon (``rmq.client`` against the name server and
+brokers), so every validation, permission and persistence rule is the broker's own; with ``aclEnable``
+it asks for HTTP Basic credentials (an account's accessKey / secretKey) and makes its calls with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rmq.kernel import ConfigError, NoOptions, hookimpl, structure_options
+
+if TYPE_CHECKING:
+    from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
+
+__all__ = ["DashboardConfig", "DashboardPlugin", "structure_dashboard"]
+
+log = logging.getLogger("rmq.dashboard")
+
+EMBEDDED = "<embedded default>"  # the kernel's name for the no-config source
+
+
+@attrs.define(frozen=True)
+class DashboardConfig:
+    listenPort: int = 8080  # 0 = off
+    listenHost: str = "127.0.0.1"
+
+
+def structure_dashboard(doc: Any) -> DashboardConfig:
+    """The ``[dashboard]`` table, strictly: ValueError names the key that is wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError("expected a table")
+    known = [f.name for f in attrs.fields(DashboardConfig)]
+    for key in doc:
+        if key not in known:
+            raise ValueError(f"unknown key {key!r}; known: {', '.join(known)}")
+    port = doc.get("listenPort", 8080)
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"listenPort: expected a port number 0..65535 (0 = off), got {port!r}")
+    host = doc.get("listenHost", "127.0.0.1")
+    if not isinstance(host, str) or not host.strip():
+        raise ValueError(f"listenHost: expected a host name or address, got {host!r}")
+    return DashboardConfig(port, host.strip())
+
+
+class DashboardPlugin:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        structure_options(NoOptions, options, "plugin.processors.dashboard")
+        self.config: DashboardConfig | None = None
+        self._registry: ProcessorRegistry | None = None
+        self.port = 0
+
+    @hookimpl
+    def rmq_configure(self, kernel: Kernel) -> None:
+        root = kernel.config
+        doc = getattr(root, "dashboard", None)
+        if doc is None:
+            return
+        try:
+            self.config = structure_dashboard(doc)
+        except ValueError as e:
+            raise ConfigError(f"{root.source}: dashboard: {e}") from None
+
+    @hookimpl
+    def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
+        if registry.role == "broker":
+            self._registry = registry
+
+    @hookimpl
+    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
+        if self.config is None or not self.config.listenPort:
+            return None
+        return self._serve(kernel, broker, self.config)
+
+    @asynccontextmanager
+    async def _serve(self, kernel: Kernel, broker: BrokerContext, cfg: DashboardConfig) -> AsyncIterator[None]:
+        import uvicorn
+
+        from rmq.plugins.dashboard.app import Backend, make_app
+
+        try:
+            sock = _listen(cfg.listenHost, cfg.listenPort)
+        except OSError as e:
+            if kernel.config.source != EMBEDDED:
+                raise OSError(f"dashboard: cannot listen on {cfg.listenHost}:{cfg.listenPort}: {e}") from None
+            # a first run must not fail for a busy 8080: the dashboard is a convenience there
+            log.warning("dashboard: cannot listen on %s:%d (%s); running without it", cfg.listenHost,
+                        cfg.listenPort, e)
+            yield
+            return
+        acl_on = bool(getattr(broker.config, "aclEnable", False))
+        accounts = self._registry.services.get("acl") if (acl_on and self._registry is not None) else None
+        backend = Backend(broker, _namesrv_addrs(kernel, broker), acl_on=acl_on, accounts=accounts)
+        app = make_app(backend)
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
+                                proxy_headers=False, ws="none", timeout_graceful_shutdown=3)
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # rmqd logs the start itself
+        server = _Server(config)
+        self.port = sock.getsockname()[1]
+        sampler = asyncio.get_running_loop().create_task(backend.sample_forever(), name="rmq-dashboard-stats")
+
+        async def run() -> None:
+            try:
+                await server.serve(sockets=[sock])
+            except SystemExit:  # uvicorn's way out of a failed start-up must not end the daemon
+                log.error("dashboard server could not start")
+
+        task = asyncio.get_running_loop().create_task(run(), name="rmq-dashboard")
+        task.add_done_callback(_report)
+        log.info("dashboard on http://%s:%d/%s", cfg.listenHost, self.port, " (HTTP Basic: ACL accounts)" if acl_on
+                 else "")
+        try:
+            yield
+        finally:
+            server.should_exit = True
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            if not task.done():
+                task.cancel()
+            await backend.aclose()
+            sock.close()
+
+
+class _Server:
+    """uvicorn's Server without its signal handling: rmqd owns SIGTERM/SIGINT (uvicorn would take them
+    with ``signal.signal`` for as long as it serves, and re-raise them at exit)."""
+
+    def __new__(cls, config: Any) -> Any:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+            def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+                return None
+
+        return Server(config)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bound here (not by uvicorn, which exits the process when it cannot bind)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _namesrv_addrs(kernel: Kernel, broker: Any) -> list[str]:
+    """The name servers the broker registers with (its own embedded one included)."""
+    find = getattr(broker, "namesrv_addrs", None)
+    addrs = list(find()) if callable(find) else []
+    if not addrs:
+        addrs = [a.strip() for a in (broker.config.namesrvAddr or "").split(";") if a.strip()]
+    return addrs
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("dashboard server stopped: %s", task.exception())

@@ -65,7 +65,7 @@ async def _create_group(ns: str, group: str, creds: tuple[str, str] | None = Non
 @pytest.mark.timeout(90)
 async def test_pages_and_forms_in_a_browser(dash: tuple[RmqdProcess, str]) -> None:
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} missing (make install-test installs Debian's chromium)")
+        pytest.fail(f"{CHROMIUM} missing: make install-test installs Debian's chromium")
     from playwright.async_api import async_playwright
 
     proc, base = dash
@@ -236,18 +236,18 @@ def test_acl_broker_wants_basic_credentials(rmqd_factory: Any, tmp_path: Path) -
     status, _ = http(f"{base}/topics/save", {"topic": "AclT"}, _basic("dashadmin", "87654321"))
     assert status == 200
     assert any("dashboard on http://127.0.0.1" in ln for ln in proc.log_lines())
-    if os.access(CHROMIUM, os.X_OK):  # a browser logs in with the account and sees it named
-        from playwright.sync_api import sync_playwright
+    # a browser logs in with the account and sees it named
+    from playwright.sync_api import sync_playwright
 
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                page = browser.new_page(http_credentials={"username": "dashadmin", "password": "87654321"})
-                page.goto(f"{base}/topics")
-                assert page.inner_text("nav .user") == "dashadmin" and page.query_selector("#topics")
-                assert browser.new_page().request.get(f"{base}/topics").status == 401  # no credentials
-            finally:
-                browser.close()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(http_credentials={"username": "dashadmin", "password": "87654321"})
+            page.goto(f"{base}/topics")
+            assert page.inner_text("nav .user") == "dashadmin" and page.query_selector("#topics")
+            assert browser.new_page().request.get(f"{base}/topics").status == 401  # no credentials
+        finally:
+            browser.close()
 
 
 def test_changes_only_from_loopback_without_acl() -> None:

@@ -77,6 +77,7 @@ class PutResult:
     store_timestamp: int = 0
     physical_offsets: Sequence[int] = ()
     remark: str = ""
+    durable_at: int = 0  # put_message_nowait: the answer waits until ``store.durable`` reaches this
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,9 @@ round that does not reach it. On asyncio a waiter is one bare future, and timeou
 one loop timer per watermark (armed for the earliest deadline): a cancel scope per
 waiter would cost more than the rest of a synchronous put, and dozens of puts wait on
 each group commit. Other anyio backends take the portable path (an event and a cancel
-scope per waiter). Event-loop only: call ``advance`` from the loop's thread.
+scope per waiter). ``add_waiter`` takes any future-like object instead of a coroutine: a
+connection holds a SYNC_FLUSH answer on ``durable`` that way, with no task parked per send.
+Event-loop only: call ``advance`` from the loop's thread.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ Listener = Callable[[int], None]
 
 
 def _wake(w: Any) -> None:
-    if isinstance(w, asyncio.Future):
-        if not w.done():  # a cancelled waiter's future is done already
-            w.set_result(None)
-    else:
+    if isinstance(w, anyio.Event):
         w.set()
+    elif not w.done():  # a cancelled waiter's future is done already
+        w.set_result(None)
 
 
 class Watermark:
@@ -79,12 +80,19 @@ class Watermark:
         except RuntimeError:  # another anyio backend: the portable way
             return await self._wait_portable(n, timeout)
         fut = loop.create_future()
+        self.add_waiter(n, fut, timeout, loop)
+        await fut
+        return self._value >= n
+
+    def add_waiter(self, n: int, fut: Any, timeout: float | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake ``fut`` (an asyncio future, or any object with ``done()`` and ``set_result(None)``)
+        once the mark reaches ``n`` or ``timeout`` seconds pass; the waiter then reads ``value``.
+        A waiter without a coroutine: a connection holds a SYNC_FLUSH answer until its bytes
+        are durable without parking a task per request."""
         deadline = math.inf if timeout is None else loop.time() + timeout
         heapq.heappush(self._waiters, (n, next(self._seq), fut, deadline))
         if deadline < self._timer_at:
             self._arm(loop, deadline)
-        await fut
-        return self._value >= n
 
     async def _wait_portable(self, n: int, timeout: float | None) -> bool:
         ev = anyio.Event()
@@ -110,7 +118,7 @@ class Watermark:
             w, deadline = entry[2], entry[3]
             if deadline <= now:
                 _wake(w)
-            elif not (isinstance(w, asyncio.Future) and w.done()):
+            elif isinstance(w, anyio.Event) or not w.done():
                 keep.append(entry)
                 nxt = min(nxt, deadline)
         heapq.heapify(keep)

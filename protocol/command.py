@@ -198,6 +198,17 @@ class RemotingCommand:
         r.serialize_type = self.serialize_type
         return r
 
+    def held_until(self, mark: Any, at: int, timeout: float, late_code: int) -> HeldAnswer:
+        """This response as a ``HeldAnswer`` (see there)."""
+        h = _new(HeldAnswer)
+        for name in _SLOTS:
+            setattr(h, name, getattr(self, name))
+        h.mark = mark
+        h.at = at
+        h.timeout = timeout
+        h.late_code = late_code
+        return h
+
     @property
     def is_response(self) -> bool:
         return bool(self.flag & RESPONSE_FLAG)
@@ -355,6 +366,24 @@ def ext_bool(cmd: RemotingCommand, key: str, default: Any = _REQUIRED) -> Any:
 # whole and told us its opaque and flag, so the connection can answer it and go on) or a
 # FrameError (the connection must close). Nothing else escapes: no OverflowError from
 # ``1E99511627776``, no RecursionError from deep nesting, no UnicodeDecodeError.
+
+
+_SLOTS = RemotingCommand.__slots__
+
+
+class HeldAnswer(RemotingCommand):
+    """A response that may leave only once ``mark`` (a ``Watermark``) reaches ``at``; when ``timeout``
+    seconds pass first it leaves with ``late_code`` instead (a SYNC_FLUSH send: FLUSH_DISK_TIMEOUT,
+    the message stored all the same). A connection that can hold one without parking a task
+    declares ``holds_answers = True``; handlers return one only to such a connection."""
+
+    __slots__ = ("mark", "at", "timeout", "late_code")
+
+    mark: Any
+    at: int
+    timeout: float
+    late_code: int
+
 
 class CommandDecodeError(FrameError):
     """A whole frame whose header could not be decoded.

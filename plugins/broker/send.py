@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
 from rmq.plugins.broker.flowcontrol import SendFlowControl
@@ -187,9 +187,14 @@ class SendProcessor:
                     return self._answer(cmd, queue_id, refused, None)
                 if rec.topic != topic and not reconsume:
                     extra = b.pipeline.response_fields(rec)  # a parked timer message's recallHandle
-            result = await b.store.put_message(rec)
-            if b.sync_master and b.replication is not None and result.status is _PUT_OK:
-                await b.wait_slave(result)
+            store = b.store
+            if (_holds(store) and getattr(conn, "holds_answers", False)
+                    and not (b.sync_master and b.replication is not None)):
+                result = store.put_message_nowait(rec)  # SYNC_FLUSH: the answer is held, no task waits
+            else:
+                result = await store.put_message(rec)
+                if b.sync_master and b.replication is not None and result.status is _PUT_OK:
+                    await b.wait_slave(result)
         finally:
             self.inflight -= 1
         if result.status is _PUT_OK:  # the common case, inline
@@ -205,6 +210,9 @@ class SendProcessor:
             }
             if extra:
                 fields.update(extra)
+            if result.durable_at:
+                return cmd.response(0, None, fields).held_until(
+                    store.durable, result.durable_at, store.flush_timeout, ResponseCode.FLUSH_DISK_TIMEOUT)
             return cmd.response(0, None, fields)
         return self._answer(cmd, queue_id, result, None)
 
@@ -292,12 +300,21 @@ class SendProcessor:
             if bad_props is not None:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
             add(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
-        result = await b.store.put_messages(recs)
+        store = b.store
+        sync_slave = b.sync_master and b.replication is not None
+        if _holds(store) and getattr(conn, "holds_answers", False) and not sync_slave:
+            result = store.put_messages_nowait(recs)  # SYNC_FLUSH: the answer is held, no task waits
+        else:
+            result = await store.put_messages(recs)
         if result.status is PutStatus.PUT_OK and b.stats is not None:
             b.stats.put(topic, len(recs), len(body))
-        if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
+        if sync_slave and result.status is PutStatus.PUT_OK:
             await b.wait_slave(result)
-        return self._answer(cmd, queue_id, result, result.physical_offsets)
+        resp = self._answer(cmd, queue_id, result, result.physical_offsets)
+        if result.durable_at:
+            return resp.held_until(store.durable, result.durable_at, store.flush_timeout,
+                                   ResponseCode.FLUSH_DISK_TIMEOUT)
+        return resp
 
     def _answer(self, cmd: RemotingCommand, queue_id: int, result: PutResult, batch_offsets: object) -> RemotingCommand:
         status = result.status
@@ -321,6 +338,12 @@ class SendProcessor:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
         refusals.warning(f"put.{status.name}", "put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)
+
+
+def _holds(store: Any) -> bool:
+    """The store offers ``put_message_nowait`` (its class, not a wrapper's ``__getattr__``: a wrapper
+    that counts or filters puts must see them) and holds answers now (SYNC_FLUSH)."""
+    return getattr(type(store), "put_message_nowait", None) is not None and bool(store.holds_answers)
 
 
 def _peer(conn: Connection) -> str:

@@ -103,11 +103,18 @@ class _PolicyBase:
 
     async def wait_flushed(self, end_offset: int) -> bool:
         """True once ``end_offset`` is durable; False after syncFlushTimeout (no flush covered it)."""
-        durable = self.store.durable
-        if durable.value >= end_offset:
+        if not self.want_flushed(end_offset):
             return True
+        return await self.store.durable.wait_for(end_offset, self.timeout)
+
+    def want_flushed(self, end_offset: int) -> bool:
+        """Ask for a flush covering ``end_offset`` without waiting for it (the caller waits on
+        ``store.durable``: a held answer, see ``MmapMessageStore.put_message_nowait``); False when
+        it is durable already."""
+        if self.store.durable.value >= end_offset:
+            return False
         self._demand()
-        return await durable.wait_for(end_offset, self.timeout)
+        return True
 
     def _demand(self) -> None:
         self.wake()
@@ -135,13 +142,19 @@ class SyncFlushPolicy(_PolicyBase):
       comes back with one ``call_soon_threadsafe`` advancing ``store.durable``, so the loop
       keeps reading and appending while the disk works (group commit overlaps the I/O).
 
-    Either way ``store.durable`` wakes exactly the covered puts. Other backends run the
-    same rounds from a task through ``anyio.to_thread``.
+    - a lone producer (one put per turn, ``SOLO_AFTER`` turns in a row) on that fast disk:
+      ``want_flushed`` flushes right inside the put, so the answer leaves in the same turn,
+      ahead of the reput and the turn's other callbacks; a second put in a turn ends it.
+
+    Either way ``store.durable`` wakes exactly the covered puts (a future, or an answer held by
+    the connection: ``want_flushed`` asks for the round without waiting). Other backends run
+    the same rounds from a task through ``anyio.to_thread``.
     """
 
     INLINE_MAX = 2
     INLINE_AFTER = 16
     FAST_FLUSH_S = 0.050
+    SOLO_AFTER = 4
 
     synchronous = True
 
@@ -157,6 +170,8 @@ class SyncFlushPolicy(_PolicyBase):
         self._turn_wanted = 0  # waiters of this loop turn (loop thread only)
         self._turn_count = 0
         self._turn_scheduled = False
+        self._turn_immediate = False  # this turn's first put flushed on the spot
+        self._solo = 0  # turns in a row with a single put
         self.inline_rounds = 0
         self._fast = 0  # consecutive flushes under FAST_FLUSH_S (either path)
 
@@ -181,38 +196,55 @@ class SyncFlushPolicy(_PolicyBase):
             await anyio.to_thread.run_sync(th.join)
         await self._final_flush()
 
-    async def wait_flushed(self, end_offset: int) -> bool:
-        durable = self.store.durable
-        if durable.value >= end_offset:
-            return True
+    def want_flushed(self, end_offset: int) -> bool:
+        if self.store.durable.value >= end_offset:
+            return False
         if self._thread is None:
-            return await super().wait_flushed(end_offset)
-        if end_offset > self._turn_wanted:
-            self._turn_wanted = end_offset
-        self._turn_count += 1
+            self._demand()
+            return True
         if not self._turn_scheduled:
             self._turn_scheduled = True
             loop = self._aloop
             assert loop is not None
             loop.call_soon(self._end_of_turn)  # behind the requests already read this turn
-        return await durable.wait_for(end_offset, self.timeout)
+            if self._solo >= self.SOLO_AFTER and self._may_inline():
+                # a lone producer: flush right here, inside its put, so its answer leaves before the
+                # reput and the other callbacks of this turn run (Redis's appendfsync always does the same)
+                self._turn_immediate = True
+                self._flush_inline()
+                if self.store.durable.value >= end_offset:
+                    return False
+        if end_offset > self._turn_wanted:
+            self._turn_wanted = end_offset
+        self._turn_count += 1
+        return True
+
+    def _may_inline(self) -> bool:
+        """The disk has been fast and the thread is idle with nothing asked of it (only this loop
+        raises ``_wanted``, so no thread round can start until it does)."""
+        with self._cond:  # uncontended but for the instant a round takes its target
+            return self._fast >= self.INLINE_AFTER and not self._busy and self._wanted <= self._served
 
     def _end_of_turn(self) -> None:
         """Start the round for this turn's waiters: inline when they are few and no round runs."""
         self._turn_scheduled = False
         wanted, count = self._turn_wanted, self._turn_count
         self._turn_count = 0
+        immediate, self._turn_immediate = self._turn_immediate, False
+        # one put per turn, turn after turn: a lone producer, whose put may flush on the spot
+        self._solo = self._solo + 1 if count + immediate == 1 else 0
         if wanted <= self.store.durable.value:
             return
-        with self._cond:  # uncontended but for the instant a round takes its target
-            inline = (count <= self.INLINE_MAX and self._fast >= self.INLINE_AFTER and not self._busy
-                      and self._wanted <= self._served)
-            if not inline:
+        if count > self.INLINE_MAX or not self._may_inline():
+            with self._cond:
                 if wanted > self._wanted:
                     self._wanted = wanted
                     self._cond.notify()
-                return
-        # the thread is idle and only this loop raises _wanted: no round can start meanwhile
+            return
+        self._flush_inline()
+
+    def _flush_inline(self) -> None:
+        """One round on the loop thread (see the class docstring)."""
         t0 = time.perf_counter()
         try:
             flushed = self.store.flush(0)

@@ -6,7 +6,11 @@ Why not anyio streams here: a stream read wakes a reader task per chunk and ever
 bytes into events, the requests of one read share one plain asyncio task until one of them
 suspends (then the rest move to a new task, so a held long-poll never delays other
 requests), and the responses produced in one loop iteration leave in one
-``transport.write`` (one flush scheduled with ``call_soon`` when the first is queued).
+``transport.write`` (one flush scheduled with ``call_soon`` when the first is queued; a read
+whose requests all completed at once writes its answers right away, before the turn's other
+callbacks). A handler may return a ``HeldAnswer`` (a SYNC_FLUSH send): it waits on the store's
+``durable`` watermark as a plain waiter object and is queued by the flush that covers it, so
+no task is parked per durable send.
 Frames are written in call order. Flow control: above the transport's high-water mark
 reading pauses (a peer that does not read its answers stops being served) and writers
 wait until it drains.
@@ -32,6 +36,7 @@ from rmq.plugins.remoting_tcp.connection import _NO_HANDLER, _REFUSALS, WRITE_HI
 from rmq.protocol.command import (
     ONEWAY_FLAG,
     RESPONSE_FLAG,
+    HeldAnswer,
     RemotingClosedError,
     RemotingCommand,
 )
@@ -98,8 +103,41 @@ class _Resume:
                     return
 
 
+class _Release:
+    """Future-like waiter on a ``HeldAnswer``'s watermark: queues the answer when woken (by the
+    advance that reaches it, or by its timeout: then it leaves with ``late_code``)."""
+
+    __slots__ = ("conn", "resp", "fired")
+
+    def __init__(self, conn: AsyncioConnection, resp: HeldAnswer) -> None:
+        self.conn = conn
+        self.resp = resp
+        self.fired = False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _: object) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        conn, resp = self.conn, self.resp
+        if resp.mark.value < resp.at:
+            resp.code = resp.late_code
+        if conn._closed:
+            return
+        try:
+            head, body = conn._session.send_response(resp)
+            conn._queue(head, body)
+        except Exception as exc:  # noqa: BLE001 - called from a flush round: never let it fail
+            conn._rlog.error("held-answer", "%s: answering %s failed: %s", conn.name, conn.peer,
+                             printable(repr(exc)))
+
+
 class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
     """A served peer connection; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
+
+    holds_answers = True  # a handler may return a HeldAnswer (see _serve)
 
     def __init__(
         self,
@@ -390,6 +428,8 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
                     self._start_all(cmds, i + 1)
                 await _Resume(coro, yielded)
                 return
+            if start == 0 and stop == len(cmds) and self._flush_scheduled:
+                self._flush()  # every answer of this read is ready: out before the turn's other callbacks
         finally:
             self._tasks.pop(seq, None)
 
@@ -418,6 +458,9 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
                 return
             resp.opaque = cmd.opaque
             resp.flag |= RESPONSE_FLAG
+            if type(resp) is HeldAnswer:  # leaves when its bytes are durable: no task waits for that
+                resp.mark.add_waiter(resp.at, _Release(self, resp), resp.timeout, self._loop)
+                return
             head, body = self._session.send_response(resp)
             self._queue(head, body)
             if self._paused:

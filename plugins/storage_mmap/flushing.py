@@ -68,12 +68,17 @@ class DefaultFlushPolicy:
             self._kick.set()
 
     async def wait_flushed(self, end_offset: int) -> bool:
-        durable = self.store.durable
-        if durable.value >= end_offset:
+        if not self.want_flushed(end_offset):
             return True
+        return await self.store.durable.wait_for(end_offset, self.timeout)
+
+    def want_flushed(self, end_offset: int) -> bool:
+        """Ask for a round covering ``end_offset``; False when it is durable already."""
+        if self.store.durable.value >= end_offset:
+            return False
         if self._kick is not None:
             self._kick.set()
-        return await durable.wait_for(end_offset, self.timeout)
+        return True
 
     async def _flush(self) -> None:
         try:

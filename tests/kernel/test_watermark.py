@@ -67,3 +67,36 @@ async def test_one_timer_serves_many_deadlines_and_cancelled_waiters_are_dropped
         assert results == {10: False} and w.waiters == 1
         w.advance(25)
     assert results == {10: False, 20: True} and w.waiters == 0
+
+
+class Held:
+    """A waiter without a coroutine (what a connection holding an answer registers)."""
+
+    def __init__(self, w: Watermark, n: int) -> None:
+        self.w, self.n = w, n
+        self.calls: list[bool] = []
+
+    def done(self) -> bool:
+        return bool(self.calls)
+
+    def set_result(self, _: object) -> None:
+        self.calls.append(self.w.value >= self.n)
+
+
+@pytest.mark.anyio
+async def test_add_waiter_wakes_a_plain_object_on_the_advance_or_its_timeout() -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    w = Watermark()
+    reached, late = Held(w, 10), Held(w, 50)
+    w.add_waiter(10, reached, 5, loop)
+    w.add_waiter(50, late, 0.05, loop)
+    w.advance(5)
+    assert reached.calls == [] and late.calls == []  # an advance short of the target wakes nobody
+    w.advance(12)
+    assert reached.calls == [True] and late.calls == []  # woken by the advance itself, synchronously
+    await anyio.sleep(0.15)
+    assert late.calls == [False] and w.waiters == 0  # the timeout: woken once, the mark short of it
+    w.advance(60)
+    assert late.calls == [False]  # never woken twice

@@ -155,3 +155,44 @@ class MisspelledHookPlugin:
     @hookimpl
     def rmq_storage_make_stor(self, kernel: Any, config: Any) -> None:  # pragma: no cover
         pass
+
+
+class StalledFlushPolicy:
+    """A disk that never confirms a flush: durable sends must be answered FLUSH_DISK_TIMEOUT after
+    syncFlushTimeout, never sooner and never as a success (the message stays stored)."""
+
+    synchronous = True
+
+    def __init__(self, store: Any, config: Any) -> None:
+        self.store = store
+        self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
+        self.asked = 0
+
+    async def __aenter__(self) -> StalledFlushPolicy:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        self.asked += 1
+        return await self.store.durable.wait_for(end_offset, self.timeout)
+
+    def want_flushed(self, end_offset: int) -> bool:
+        self.asked += 1
+        return self.store.durable.value < end_offset
+
+    def wake(self) -> None:
+        pass
+
+
+class StalledFlushPlugin:
+    """``[plugins] flush = ["stalled"]``: a third party's flush policy (see ``StalledFlushPolicy``)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+
+    @hookimpl
+    def rmq_flush_make_policy(self, kernel: Any, store: Any, config: Any) -> Any:
+        return StalledFlushPolicy(store, config)

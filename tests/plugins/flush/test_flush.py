@@ -142,6 +142,39 @@ async def test_sync_lone_waiters_flush_inline_on_a_fast_disk_and_a_slow_flush_re
 
 
 @pytest.mark.anyio
+async def test_a_lone_producer_flushes_within_its_put_and_company_goes_back_to_shared_rounds() -> None:
+    """One put per loop turn, turn after turn, on a proven-fast disk: ``want_flushed`` flushes on the
+    spot and reports the bytes durable (the answer needs no waiting); two puts in one turn end that."""
+    disk = Disk()
+    async with SyncFlushPolicy(disk, cfg(syncFlushTimeout=5000)) as policy:
+
+        def ask() -> tuple[int, bool]:
+            disk.written += 100
+            return disk.written, policy.want_flushed(disk.written)
+
+        immediate = False
+        for _ in range(policy.INLINE_AFTER + policy.SOLO_AFTER + 500):
+            end, pending = ask()
+            if not pending:  # flushed on the spot, inside the call
+                assert disk.flushed >= end and disk.durable.value >= end
+                immediate = True
+                break
+            assert await disk.durable.wait_for(end, 5)
+            await anyio.lowlevel.checkpoint()  # the next put comes in a later turn
+        assert immediate
+
+        # company: two puts in one turn; the first may still flush on the spot, the second waits
+        # for the turn's round, and after that turn puts wait for rounds again
+        ask()
+        end2, pending2 = ask()
+        assert pending2 and disk.flushed < end2
+        assert await disk.durable.wait_for(end2, 5)
+        end3, pending3 = ask()
+        assert pending3  # no longer a lone producer
+        assert await disk.durable.wait_for(end3, 5)
+
+
+@pytest.mark.anyio
 async def test_async_policy_least_pages_and_thorough() -> None:
     disk = Disk()
     conf = cfg(flushIntervalCommitLog=20, flushCommitLogLeastPages=4, flushCommitLogThoroughInterval=400)

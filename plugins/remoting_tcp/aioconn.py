@@ -55,6 +55,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq.remoting")
 
+# Longest run of one read's requests served back to back before the rest yields to the loop: a
+# 500-message batch takes a few ms, and a peer pipelining dozens would otherwise stall every
+# other peer for a sizeable part of waitTimeMillsInSendQueue (200 ms), tripping flow control.
+TURN_BUDGET = 0.005
+
 
 def _wake(fut: asyncio.Future[None] | None) -> None:
     if fut is not None and not fut.done():
@@ -411,9 +416,14 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         Requests that suspend (a SYNC_FLUSH send waits for its group commit) want the old shape,
         every request of a read started in the same loop turn, so that all of them have appended
         before the flush round is decided: once one suspends, the rest of the read and the reads
-        after it get a task per request, until a request completes without suspending."""
+        after it get a task per request, until a request completes without suspending.
+
+        A read of heavy requests (a pipeline of 500-message batches) must not hold the loop for
+        long: past ``TURN_BUDGET`` seconds the rest continues in a new task, behind the turn's
+        other callbacks (other peers, the reput, the send flow control's clock)."""
         try:
             serve = self._serve
+            t0 = time.monotonic()
             for i in range(start, stop):
                 if self._closed:
                     return
@@ -422,6 +432,9 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
                     yielded = coro.send(None)
                 except StopIteration:
                     self._split = False
+                    if i + 1 < stop and time.monotonic() - t0 > TURN_BUDGET:
+                        self._start(cmds, i + 1, stop)
+                        return
                     continue
                 self._split = True
                 if i + 1 < stop:

@@ -5,7 +5,7 @@ validate and measure, reserve commitlog space (rolling with a blank record), tak
 queue offsets, pack every record into one reusable buffer with the precompiled header
 structs (``pack_into``, slice assignments, no per-message dicts), copy it into the
 mapping with one slice assignment, then hand the values just packed to the reput loop
-(:class:`~rmq.plugins.storage_mmap.reput.Handoff`) so it need not parse them back.
+(tuples in :class:`~rmq.plugins.storage_mmap.reput.Handoff`'s layout) so it need not parse them back.
 
 A single put is a batch of one: :meth:`Appender.append` measures it itself (the common
 case inline), ``put_batch`` checks RocketMQ's batch rules and measures first, and both
@@ -27,7 +27,6 @@ except ImportError:  # pragma: no cover - exercised where isal is absent
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError
-from rmq.plugins.storage_mmap.reput import Handoff
 from rmq.protocol.common import MAGIC_MESSAGE
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 _PROPS_LEN = struct.Struct(">h").pack
 _OK = PutStatus.PUT_OK  # an enum member lookup costs ~70 ns: once per module, not per put
-_new_handoff = tuple.__new__  # Handoff without NamedTuple.__new__'s Python frame (hot path)
 Measured = tuple[bytes, bytes, int, int, Any]  # RecordWriter.measure: prefix, props, sysflag, size, header
 
 
@@ -169,7 +167,6 @@ class Appender:
         handed = len(handoff)
         store_host = self.writer._store_host
         plen = _PROPS_LEN
-        new = _new_handoff
         q = qoff
         p = 0
         i = 0
@@ -199,7 +196,7 @@ class Appender:
                     m.prepared_tx_offset,
                     len(body),
                 )
-                handoff.append(new(Handoff, (at, size, topic, qid, q, sf, ts, m.prepared_tx_offset, m.properties)))
+                handoff.append((at, size, topic, qid, q, sf, ts, m.prepared_tx_offset, m.properties))  # Handoff layout
                 s = p + head.size
                 e = s + len(body)
                 buf[s:e] = body

@@ -128,6 +128,7 @@ class MmapMessageStore:
         self.replica = Replica(self)
         self._sync = False
         self.holds_answers = False  # put_message_nowait may return durable_at (SYNC_FLUSH)
+        self.flush_timeout = max(int(config.syncFlushTimeout), 1) / 1000  # how long a held answer waits
         self._backlog = self.options.backlog_bytes
         self._lock: StoreLock | None = None
         self._stack: AsyncExitStack | None = None
@@ -421,10 +422,6 @@ class MmapMessageStore:
                 result.durable_at = end
         return result
 
-    @property
-    def flush_timeout(self) -> float:
-        """Seconds a durable put waits for its flush (syncFlushTimeout)."""
-        return max(int(self.config.syncFlushTimeout), 1) / 1000
 
     async def put_messages(self, batch: Sequence[MessageRecord]) -> PutResult:
         """All records of one (topic, queue) built into one buffer and copied with one slice assignment."""

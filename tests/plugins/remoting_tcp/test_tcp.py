@@ -536,6 +536,42 @@ async def test_requests_of_one_read_share_a_task_until_one_suspends() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_read_of_heavy_requests_yields_to_the_loop_and_keeps_its_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests of one read that never suspend are served back to back only up to the turn budget:
+    a callback queued by the first one (another peer, the flow control's clock) runs before the
+    last one is served, and the answers still come back in arrival order."""
+    import asyncio
+    import time
+
+    from rmq.plugins.remoting_tcp import aioconn
+
+    monkeypatch.setattr(aioconn, "TURN_BUDGET", 0.002)
+    served: list[int] = []
+    seen_by_callback: list[int] = []
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if not served:
+            asyncio.get_running_loop().call_soon(lambda: seen_by_callback.append(len(served)))
+        served.append(cmd.opaque)
+        time.sleep(0.001)  # a heavy request (a big batch put): CPU, no await
+        return cmd.response()
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            async with stream:
+                await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i))
+                                           for i in range(20)))
+                dec = FrameDecoder()
+                got: list[RemotingCommand] = []
+                while len(got) < 20:
+                    got.extend(dec.feed(await stream.receive()))
+    assert [r.opaque for r in got] == list(range(20)) and served == list(range(20))
+    assert seen_by_callback and seen_by_callback[0] < 20  # the loop ran it before the read was done
+
+
+@pytest.mark.anyio
 async def test_suspending_requests_of_a_read_all_start_before_the_turn_ends() -> None:
     """What SYNC_FLUSH's group commit needs: once a peer's requests suspend, every request of a
     read has started (appended) before a callback the first one queues runs (the flush round)."""

@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import NoOptions, hookimpl, structure_options
+from rmq.protocol.command import HeldAnswer
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -142,6 +143,25 @@ class BrokerCollector:
 RPC_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
 
 
+class _Timed:
+    """Waits beside a ``HeldAnswer`` (future-like, see ``Watermark.add_waiter``): records the request
+    when the answer leaves, with the code it leaves with."""
+
+    __slots__ = ("latency", "code", "held", "t0", "fired")
+
+    def __init__(self, latency: RpcLatency, code: int, held: HeldAnswer, t0: float) -> None:
+        self.latency, self.code, self.held, self.t0, self.fired = latency, code, held, t0, False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _: object) -> None:
+        if not self.fired:
+            self.fired = True
+            held = self.held
+            self.latency.record(self.code, held.code if held.mark.value >= held.at else held.late_code, self.t0)
+
+
 class RpcLatency:
     """A request interceptor timing every request of the broker: a clock read before and after and
     two additions, collected into ``rocketmq_rpc_latency`` at scrape time."""
@@ -159,8 +179,15 @@ class RpcLatency:
         t0 = self.pending.pop(id(cmd), None)
         if t0 is None:
             return
+        if type(response) is HeldAnswer:  # a SYNC_FLUSH send: timed when its answer is released
+            response.mark.add_waiter(response.at, _Timed(self, cmd.code, response, t0), response.timeout,
+                                     asyncio.get_running_loop())
+            return
+        self.record(cmd.code, response.code if response is not None else -1, t0)
+
+    def record(self, code: int, response_code: int, t0: float) -> None:
         ms = (time.perf_counter() - t0) * 1000
-        key = (cmd.code, response.code if response is not None else -1)
+        key = (code, response_code)
         row = self.table.get(key)
         if row is None:
             row = self.table[key] = [0.0] * (len(RPC_BUCKETS_MS) + 2)

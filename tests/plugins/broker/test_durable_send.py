@@ -5,15 +5,18 @@ acknowledged send stored is lost to a SIGKILL."""
 from __future__ import annotations
 
 import time
+import urllib.request
 from typing import Any
 
 import anyio
+from prometheus_client.parser import text_string_to_metric_families
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_messages, encode_batch
+from rmq.testing.daemon import free_port
 
 TOPIC = "Durable"
 
@@ -41,7 +44,10 @@ def test_a_durable_send_is_answered_only_when_the_disk_confirms(rmqd_factory: An
     """A third party's flush policy whose disk never confirms: the answer waits syncFlushTimeout and
     says FLUSH_DISK_TIMEOUT with the stored message's id (never success, never sooner), while the
     connection and others keep being served; WAIT=false is answered at once."""
-    d = rmqd_factory(broker_conf={"syncFlushTimeout": 600}, extra={"plugins": {"flush": ["stalled"]}})
+    port = free_port()
+    d = rmqd_factory(broker_conf={"syncFlushTimeout": 600, "metricsExporterType": "PROM",
+                                  "metricsPromExporterPort": port},
+                     extra={"plugins": {"flush": ["stalled"]}})
 
     async def go() -> None:
         async with TcpRemotingClient(RemotingConfig(name="held")) as c, \
@@ -81,6 +87,22 @@ def test_a_durable_send_is_answered_only_when_the_disk_confirms(rmqd_factory: An
             assert offsets == {1: "1", 3: "3"}
 
     anyio.run(go)
+    # the request latency metric times a held send to its release, under the code it left with
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()  # noqa: S310
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    def metric(name: str, **labels: str) -> float | None:
+        for (n, ls), v in samples.items():
+            if n == name and all(dict(ls).get(k) == want for k, want in labels.items()):
+                return v
+        return None
+
+    held = {"request_code": str(RequestCode.SEND_MESSAGE), "response_code": str(ResponseCode.FLUSH_DISK_TIMEOUT)}
+    assert metric("rocketmq_rpc_latency_count", **held) == 1
+    assert (metric("rocketmq_rpc_latency_sum", **held) or 0) >= 500  # ms: the whole wait for the disk
+    assert metric("rocketmq_rpc_latency_count", request_code=str(RequestCode.SEND_MESSAGE),
+                  response_code=str(ResponseCode.SUCCESS)) == 1  # the WAIT=false send
 
 
 def test_sync_flush_acknowledged_sends_survive_sigkill(rmqd_factory: Any) -> None:

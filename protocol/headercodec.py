@@ -240,6 +240,31 @@ def _ext_to_strings(ext: dict[Any, Any], fast: bool) -> dict[str, str]:
     return out
 
 
+def _ext_numbers_in_place(ext: dict[str, Any]) -> dict[str, str]:
+    """orjson's ``extFields`` holding numbers and booleans (as C++ writes them): only those values
+    become Java's strings, in place (``_ext_to_strings`` rebuilds and re-checks every entry; orjson
+    already refused lone surrogates, so its strings need no check). None entries are dropped."""
+    drop: list[str] | None = None
+    for k, v in ext.items():
+        t = type(v)
+        if t is str:
+            continue
+        if t is int:
+            if not JAVA_LONG_MIN <= v <= JAVA_LONG_MAX:
+                raise _NotPlain
+            ext[k] = str(v)
+        elif t is bool:
+            ext[k] = "true" if v else "false"
+        elif v is None:
+            drop = [k] if drop is None else [*drop, k]
+        else:
+            raise _NotPlain
+    if drop:
+        for k in drop:
+            del ext[k]
+    return ext
+
+
 _join = "".join
 
 
@@ -345,7 +370,7 @@ def decode_json_header(header: bytes | bytearray, body: bytes) -> RemotingComman
             ):
                 if not _STR_ONLY.issuperset(map(type, ext.values())):  # C++ sends numbers and booleans
                     try:
-                        ext = _ext_to_strings(ext, True)
+                        ext = _ext_numbers_in_place(ext)
                     except _NotPlain:  # a float, a container, a huge number: the checks below decide
                         ext = None
                 if ext is not None:

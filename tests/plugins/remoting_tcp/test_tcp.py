@@ -535,6 +535,16 @@ async def test_requests_of_one_read_share_a_task_until_one_suspends() -> None:
     assert [r.ext["echo"] for r in got] == [str(r.opaque) for r in got]
 
 
+async def one_read_of_requests(stream: Any, n: int) -> list[RemotingCommand]:
+    """Send ``n`` heartbeats (opaques 0..n-1) in one write, so they arrive in one read; their answers."""
+    await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i)) for i in range(n)))
+    dec = FrameDecoder()
+    got: list[RemotingCommand] = []
+    while len(got) < n:
+        got.extend(dec.feed(await stream.receive()))
+    return got
+
+
 @pytest.mark.anyio
 async def test_a_read_of_heavy_requests_yields_to_the_loop_and_keeps_its_order(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -554,19 +564,16 @@ async def test_a_read_of_heavy_requests_yields_to_the_loop_and_keeps_its_order(
         if not served:
             asyncio.get_running_loop().call_soon(lambda: seen_by_callback.append(len(served)))
         served.append(cmd.opaque)
-        time.sleep(0.001)  # a heavy request (a big batch put): CPU, no await
+        busy_until = time.perf_counter() + 0.001  # a heavy request (a big batch put): CPU, no await
+        while time.perf_counter() < busy_until:
+            pass
         return cmd.response()
 
     with anyio.fail_after(10):
         async with serving(handler) as srv:
             stream = await anyio.connect_tcp("127.0.0.1", srv.port)
             async with stream:
-                await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i))
-                                           for i in range(20)))
-                dec = FrameDecoder()
-                got: list[RemotingCommand] = []
-                while len(got) < 20:
-                    got.extend(dec.feed(await stream.receive()))
+                got = await one_read_of_requests(stream, 20)
     assert [r.opaque for r in got] == list(range(20)) and served == list(range(20))
     assert seen_by_callback and seen_by_callback[0] < 20  # the loop ran it before the read was done
 
@@ -596,11 +603,6 @@ async def test_suspending_requests_of_a_read_all_start_before_the_turn_ends() ->
                 for _read in range(3):
                     started.clear()
                     state["queued"] = False
-                    await stream.send(b"".join(encode(RemotingCommand.request(RequestCode.HEART_BEAT, opaque=i))
-                                               for i in range(8)))
-                    dec = FrameDecoder()
-                    got: list[RemotingCommand] = []
-                    while len(got) < 8:
-                        got.extend(dec.feed(await stream.receive()))
+                    got = await one_read_of_requests(stream, 8)
                     assert sorted(r.opaque for r in got) == list(range(8))
     assert seen_by_round[1:] == [8, 8]  # the first read taught the connection that requests suspend

@@ -13,7 +13,9 @@ class MmapOptions:
     # Reserve disk blocks before writing any file. false leaves files sparse: a full disk then ends
     # the process with SIGBUS. Only for a filesystem whose posix_fallocate is too slow.
     fallocate: bool = True
-    dispatch_batch: int = 4096  # most records handed to dispatchers in one call
+    # most records handed to dispatchers in one call (one loop turn): 4096 took 20-45 ms a step and,
+    # measured, 1024 produced batches over TCP ~25 % faster with no loop stall above 70 ms
+    dispatch_batch: int = 1024
     backlog_bytes: int = 32 * 1024 * 1024  # a put yields to the reput loop when dispatch lags this much
     # Start-up checks: "all" validates every commitlog record (CRC) and checks every consume-queue
     # unit against its record, which reads the whole store at each start (~3.5 s per GiB of 1 KiB

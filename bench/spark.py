@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if proc is not None:
             proc.stop()
+            shutil.rmtree(proc.workdir, ignore_errors=True)  # GiB of store: never left behind
 
 
 if __name__ == "__main__":

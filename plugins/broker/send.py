@@ -188,8 +188,7 @@ class SendProcessor:
                 if rec.topic != topic and not reconsume:
                     extra = b.pipeline.response_fields(rec)  # a parked timer message's recallHandle
             store = b.store
-            if (_holds(store) and getattr(conn, "holds_answers", False)
-                    and not (b.sync_master and b.replication is not None)):
+            if _holds(b, store, conn):
                 result = store.put_message_nowait(rec)  # SYNC_FLUSH: the answer is held, no task waits
             else:
                 result = await store.put_message(rec)
@@ -301,15 +300,14 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch member refused: {bad_props}")
             add(MessageRecord(topic, queue_id, mbody, mflag, mprops, sys_flag, born_ts, born, reconsume))
         store = b.store
-        sync_slave = b.sync_master and b.replication is not None
-        if _holds(store) and getattr(conn, "holds_answers", False) and not sync_slave:
+        if _holds(b, store, conn):
             result = store.put_messages_nowait(recs)  # SYNC_FLUSH: the answer is held, no task waits
         else:
             result = await store.put_messages(recs)
+            if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
+                await b.wait_slave(result)
         if result.status is PutStatus.PUT_OK and b.stats is not None:
             b.stats.put(topic, len(recs), len(body))
-        if sync_slave and result.status is PutStatus.PUT_OK:
-            await b.wait_slave(result)
         resp = self._answer(cmd, queue_id, result, result.physical_offsets)
         if result.durable_at:
             return resp.held_until(store.durable, result.durable_at, store.flush_timeout,
@@ -340,10 +338,12 @@ class SendProcessor:
         return cmd.response(code, remark)
 
 
-def _holds(store: Any) -> bool:
-    """The store offers ``put_message_nowait`` (its class, not a wrapper's ``__getattr__``: a wrapper
-    that counts or filters puts must see them) and holds answers now (SYNC_FLUSH)."""
-    return getattr(type(store), "put_message_nowait", None) is not None and bool(store.holds_answers)
+def _holds(b: ProcessorContext, store: Any, conn: Connection) -> bool:
+    """A send may be answered by a held answer: the store offers ``put_message_nowait`` (its class,
+    not a wrapper's ``__getattr__``: a wrapper that counts or filters puts must see them) and holds
+    answers now (SYNC_FLUSH), the connection can hold one, and no slave must confirm first."""
+    return (getattr(type(store), "put_message_nowait", None) is not None and bool(store.holds_answers)
+            and getattr(conn, "holds_answers", False) and not (b.sync_master and b.replication is not None))
 
 
 def _peer(conn: Connection) -> str:

@@ -404,19 +404,18 @@ class MmapMessageStore:
         parked coroutine and no task per request; the bytes' fate is the same as ``put_message``'s."""
         if not self._writable:
             return self._refused()
-        result = self._append((msg,))
-        if result.status is _OK and self.holds_answers and _NO_WAIT not in msg.properties:
-            end = result.wrote_offset + result.wrote_bytes
-            if self.policy.want_flushed(end):  # type: ignore[union-attr]
-                result.durable_at = end
-        return result
+        return self._ask_flush(self._append((msg,)), msg.properties)
 
     def put_messages_nowait(self, batch: Sequence[MessageRecord]) -> PutResult:
         """``put_messages`` that never suspends (see ``put_message_nowait``)."""
         if not self._writable:
             return self._refused()
-        result = self.appender.put_batch(batch)
-        if result.status is _OK and self.holds_answers and _NO_WAIT not in batch[0].properties:
+        return self._ask_flush(self.appender.put_batch(batch), batch[0].properties)
+
+    def _ask_flush(self, result: PutResult, properties: str) -> PutResult:
+        """A stored put that must be durable (SYNC_FLUSH, not WAIT=false) asks for its round and
+        carries the offset its answer waits for."""
+        if result.status is _OK and self.holds_answers and _NO_WAIT not in properties:
             end = result.wrote_offset + result.wrote_bytes
             if self.policy.want_flushed(end):  # type: ignore[union-attr]
                 result.durable_at = end

@@ -78,3 +78,21 @@ def test_bench_modes_smoke(ns: str, name: str, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert out.count("== producer") == 4 and "== consumer" in out and "== end-to-end" in out
     assert "TPS" in out and "p99" in out and "failed 0" in out
+
+
+def test_bench_e2e_counts_only_measured_messages(ns: str, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The warm-up is left out, every measured message is received, and --split runs the
+    producer in a child process (the summary names which)."""
+    import re
+
+    for extra in ([], ["--split"]):
+        topic = f"E2_{name}_{len(extra)}"
+        assert bench_main(["e2e", "-n", ns, "-t", topic, "-g", topic, "-d", "1", "-r", "300", "--warmup", "0.5",
+                           "-s", "32", "-q", *extra]) == 0
+        out = capsys.readouterr().out
+        m = re.search(r"\((\d+) sent, (producer [^)]*)\): (\d+) msgs", out)
+        assert m, out
+        sent, how, got = int(m[1]), m[2], int(m[3])
+        assert how == ("producer in its own process" if extra else "producer and consumer in one process")
+        assert 200 <= sent <= 310 and got == sent, out  # ~300 measured; the ~150 warm-up ones not counted
+        assert "failed 0" in out and "not received" not in out

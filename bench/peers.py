@@ -14,8 +14,9 @@ One run, one machine, the same message size and concurrency for everyone:
   by ``nats-py`` (``pip install nats-py``) with K tasks each awaiting its publish ack.
 
 Each driver runs in its own process for ``--seconds`` after a short warm-up and reports msgs/s and
-the p50/p99 latency of one acknowledged send. The table ends with rmqd's throughput as a ratio of
-Redis'. Peers that are not installed are listed as skipped; figures never change the exit status,
+the p50/p99 latency of one acknowledged send. The table gives rmqd's throughput as a ratio of
+Redis', and the CPU per acknowledged send of the server process and of the driving process: on
+a small machine both share the cores, so a client's own cost bounds what any server can show. Peers that are not installed are listed as skipped; figures never change the exit status,
 only errors do.
 """
 
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -49,8 +51,26 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
 
 
-def summary(n: int, seconds: float, lat: list[float]) -> dict[str, float]:
-    return {"rate": n / seconds if seconds else 0.0, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3}
+def summary(n: int, seconds: float, lat: list[float], cpu_s: float = float("nan")) -> dict[str, float]:
+    """A driver's figures; ``client_us`` is its own process's CPU per acknowledged send."""
+    return {"rate": n / seconds if seconds else 0.0, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3,
+            "n": n, "client_us": cpu_s / n * 1e6 if n else float("nan")}
+
+
+def self_cpu() -> float:
+    """CPU seconds of this process, every thread."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds of another process so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:
@@ -89,17 +109,17 @@ def drive_cpp(namesrv: str, size: int, threads: int, seconds: float) -> dict[str
                 producer.send_sync(m)
                 mine.append(time.perf_counter() - t)
 
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), self_cpu()
         workers = [threading.Thread(target=run, args=(lats[i],)) for i in range(threads)]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        elapsed = time.monotonic() - t0
+        elapsed, cpu = time.monotonic() - t0, self_cpu() - c0
     finally:
         producer.shutdown()
     flat = [x for xs in lats for x in xs]
-    return summary(len(flat), elapsed, flat)
+    return summary(len(flat), elapsed, flat, cpu)
 
 
 def drive_rmq(namesrv: str, size: int, tasks: int, seconds: float) -> dict[str, float]:
@@ -119,9 +139,9 @@ def drive_rmq(namesrv: str, size: int, tasks: int, seconds: float) -> dict[str, 
                     await producer.send(Message(TOPIC, body))
                     lat.append(time.perf_counter() - t)
 
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), self_cpu()
             await asyncio.gather(*(run() for _ in range(tasks)))
-            return summary(len(lat), time.monotonic() - t0, lat)
+            return summary(len(lat), time.monotonic() - t0, lat, self_cpu() - c0)
 
     try:
         import uvloop
@@ -150,9 +170,9 @@ def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, fl
                 await js.publish("peer.bench", body)
                 lat.append(time.perf_counter() - t)
 
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), self_cpu()
         await asyncio.gather(*(run() for _ in range(tasks)))
-        out = summary(len(lat), time.monotonic() - t0, lat)
+        out = summary(len(lat), time.monotonic() - t0, lat, self_cpu() - c0)
         await nc.close()
         return out
 
@@ -162,13 +182,18 @@ def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, fl
 DRIVERS = {"cpp": drive_cpp, "rmq": drive_rmq, "nats": drive_nats}
 
 
-def child(kind: str, target: str, size: int, k: int, seconds: float) -> dict[str, float]:
-    """Run one driver in a fresh process (no GIL or client state shared between measurements)."""
+def child(kind: str, target: str, size: int, k: int, seconds: float, server_pid: int | None = None) -> dict[str, float]:
+    """Run one driver in a fresh process (no GIL or client state shared between measurements);
+    with ``server_pid``, the server's CPU over the run goes in as ``server_us`` per send."""
     cmd = [sys.executable, __file__, "--child", kind, target, str(size), str(k), str(seconds)]
+    s0 = proc_cpu(server_pid) if server_pid else float("nan")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} driver failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    r: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    if server_pid:
+        r["server_us"] = (proc_cpu(server_pid) - s0) / r["n"] * 1e6 if r["n"] else float("nan")
+    return r
 
 
 # ----------------------------------------------------------------------------- servers
@@ -193,10 +218,14 @@ def redis_run(tmp: Path, size: int, k: int, seconds: float) -> dict[str, float]:
                                capture_output=True, text=True, timeout=120)
         rate = float(_redis_csv(probe.stdout)["rps"])
         n = max(2000, int(rate * seconds))
+        s0, c0 = proc_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([*base, "-n", str(n), "XADD", "s", "*", "f", value], capture_output=True, text=True,
                              timeout=seconds * 10 + 60)
+        s1, c1 = proc_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         row = _redis_csv(out.stdout)
-        return {"rate": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]), "p99_ms": float(row["p99_latency_ms"])}
+        client = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+        return {"rate": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]), "p99_ms": float(row["p99_latency_ms"]),
+                "n": n, "client_us": client / n * 1e6, "server_us": (s1 - s0) / n * 1e6}
     finally:
         server.terminate()
         server.wait(10)
@@ -301,8 +330,9 @@ def main() -> int:
         rmqd = start_rmqd(tmp)
         try:
             for k in ks:
-                results[("rmqd + C++ client", k)] = child("cpp", rmqd.namesrv_addr, args.size, k, args.seconds)
-                results[("rmqd + rmq.client", k)] = child("rmq", rmqd.namesrv_addr, args.size, k, args.seconds)
+                pid = rmqd.proc.pid if rmqd.proc is not None else None
+                results[("rmqd + C++ client", k)] = child("cpp", rmqd.namesrv_addr, args.size, k, args.seconds, pid)
+                results[("rmqd + rmq.client", k)] = child("rmq", rmqd.namesrv_addr, args.size, k, args.seconds, pid)
         finally:
             rmqd.stop()
         if "redis" in peers and have["redis"]:
@@ -312,15 +342,19 @@ def main() -> int:
             proc, port, label = nats_start(tmp)
             try:
                 for k in ks:
-                    results[(label, k)] = child("nats", str(port), args.size, k, args.seconds)
+                    results[(label, k)] = child("nats", str(port), args.size, k, args.seconds, proc.pid)
             finally:
                 proc.terminate()
                 proc.wait(10)
-    print(f"\n{'system':<26} {'in flight':>9} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs Redis':>9}")
+    print(f"\n{'system':<26} {'in flight':>9} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs Redis':>9}"
+          f" {'server µs':>10} {'client µs':>10}")
     for (name, k), r in results.items():
         redis = results.get(("Redis XADD, AOF always", k))
         ratio = f"{r['rate'] / redis['rate']:.2f}" if redis and redis["rate"] else "-"
-        print(f"{name:<26} {k:>9} {r['rate']:>10,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {ratio:>9}")
+        print(f"{name:<26} {k:>9} {r['rate']:>10,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {ratio:>9}"
+              f" {r.get('server_us', float('nan')):>10.1f} {r.get('client_us', float('nan')):>10.1f}")
+    print("(server µs / client µs: CPU of the server process / of the driving process per acknowledged send;"
+          " on a 2-core machine the two share the cores)")
     return 0
 
 

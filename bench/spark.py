@@ -69,6 +69,26 @@ def read_without_spark(namesrv: str, topic: str) -> tuple[int, float]:
     return rows, time.perf_counter() - t0
 
 
+def broker_cpu(pid: int | None) -> float:
+    """CPU seconds of our own rmqd so far (Linux /proc); NaN for a cluster we did not start."""
+    if pid is None:
+        return float("nan")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def served(pid: int | None, cpu0: float, rows: int, secs: float) -> str:
+    """What serving the read cost rmqd: on a shared 2-core box it bounds the whole pipeline."""
+    cpu = broker_cpu(pid) - cpu0
+    if pid is None or cpu != cpu:
+        return ""
+    return f"  (rmqd {cpu / max(rows, 1) * 1e6:.2f} µs CPU/row, {cpu / secs * 100:.0f}% of a core)"
+
+
 def spark_session(master: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -149,14 +169,17 @@ def main(argv: list[str] | None = None) -> None:
         if not args.skip_produce:
             secs = produce(namesrv, topic, n, size, args.queues)
             print(f"produce (client batch send):   {secs:7.2f} s  {n / secs:12,.0f} msgs/s")
+        pid = proc.proc.pid if proc is not None and proc.proc is not None else None
+        c0 = broker_cpu(pid)
         rows, secs = read_without_spark(namesrv, topic)
-        print(f"read, connector alone (1 proc): {secs:7.2f} s  {rows / secs:12,.0f} rows/s")
+        print(f"read, connector alone (1 proc): {secs:7.2f} s  {rows / secs:12,.0f} rows/s{served(pid, c0, rows, secs)}")
         spark = spark_session(args.master)
         try:
             spark_read(spark, namesrv, topic)  # warm-up: JVM, Python workers, connections
+            c0 = broker_cpu(pid)
             rows, nbytes, secs = spark_read(spark, namesrv, topic)
             print(f"spark batch read:               {secs:7.2f} s  {rows / secs:12,.0f} rows/s"
-                  f"  {nbytes / secs / 1e6:8.1f} MB/s  ({rows:,} rows)")
+                  f"  {nbytes / secs / 1e6:8.1f} MB/s  ({rows:,} rows){served(pid, c0, rows, secs)}")
             if not args.skip_write:
                 secs = spark_write(spark, namesrv, f"{topic}_sink", n, size, spark.sparkContext.defaultParallelism)
                 print(f"spark sink (write):             {secs:7.2f} s  {n / secs:12,.0f} rows/s")

@@ -322,3 +322,31 @@ def test_batch_malformed() -> None:
         decode_batch(bytes(bad))
     with pytest.raises(BatchError, match="truncated"):
         decode_batch(b"\x00\x00\x00")
+
+
+def test_record_properties_parsed_on_first_use_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer that never reads properties does not pay for parsing them; reading them once
+    parses once, and the result is what an eager parse gives (equality, pickling, assignment)."""
+    import pickle
+
+    from rmq.protocol import message as message_mod
+
+    props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F00000100002A9F0000000000000001", "a": "b"}
+    data = b"".join(encode_message("T", f"m{i}".encode(), queue_offset=i, properties=props) for i in range(3))
+    calls = []
+    real = message_mod.decode_properties
+    monkeypatch.setattr(message_mod, "decode_properties", lambda raw: calls.append(raw) or real(raw))
+    msgs = decode_messages(data)
+    assert calls == [] and [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
+    first = msgs[0]
+    assert first.properties == props and first.tags == "TagA" and first.keys == "k1 k2"
+    assert first.msg_id == props["UNIQ_KEY"] and len(calls) == 1
+    assert first.properties is first.properties and len(calls) == 1
+    unread = pickle.loads(pickle.dumps(msgs[1]))  # pickled before its properties were read
+    assert unread.properties == props and unread == msgs[1]
+    eager = MessageExt(topic="T", body=b"m2", properties=dict(props), queue_offset=2)
+    assert msgs[2].properties == eager.properties
+    msgs[2].properties = {"TAGS": "other"}
+    assert msgs[2].tags == "other" and msgs[2].properties == {"TAGS": "other"}
+    empty = decode_messages(encode_message("T", b"x"))[0]
+    assert empty.properties == {} and empty.tags is None

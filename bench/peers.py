@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker import process_cpu  # bench/ is on sys.path when run as a script
+
 TOPIC = "PeerBench"
 
 
@@ -61,16 +63,6 @@ def self_cpu() -> float:
     """CPU seconds of this process, every thread."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds of another process so far (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:
@@ -186,13 +178,13 @@ def child(kind: str, target: str, size: int, k: int, seconds: float, server_pid:
     """Run one driver in a fresh process (no GIL or client state shared between measurements);
     with ``server_pid``, the server's CPU over the run goes in as ``server_us`` per send."""
     cmd = [sys.executable, __file__, "--child", kind, target, str(size), str(k), str(seconds)]
-    s0 = proc_cpu(server_pid) if server_pid else float("nan")
+    s0 = process_cpu(server_pid) if server_pid else float("nan")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} driver failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     r: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     if server_pid:
-        r["server_us"] = (proc_cpu(server_pid) - s0) / r["n"] * 1e6 if r["n"] else float("nan")
+        r["server_us"] = (process_cpu(server_pid) - s0) / r["n"] * 1e6 if r["n"] else float("nan")
     return r
 
 
@@ -218,10 +210,10 @@ def redis_run(tmp: Path, size: int, k: int, seconds: float) -> dict[str, float]:
                                capture_output=True, text=True, timeout=120)
         rate = float(_redis_csv(probe.stdout)["rps"])
         n = max(2000, int(rate * seconds))
-        s0, c0 = proc_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+        s0, c0 = process_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([*base, "-n", str(n), "XADD", "s", "*", "f", value], capture_output=True, text=True,
                              timeout=seconds * 10 + 60)
-        s1, c1 = proc_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+        s1, c1 = process_cpu(server.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         row = _redis_csv(out.stdout)
         client = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
         return {"rate": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]), "p99_ms": float(row["p99_latency_ms"]),

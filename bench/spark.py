@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker import process_cpu  # bench/ is on sys.path when run as a script
+
 
 def produce(namesrv: str, topic: str, n: int, size: int, queues: int) -> float:
     """Send n messages of ``size`` bytes in batches, several batches in flight; returns seconds."""
@@ -70,15 +72,8 @@ def read_without_spark(namesrv: str, topic: str) -> tuple[int, float]:
 
 
 def broker_cpu(pid: int | None) -> float:
-    """CPU seconds of our own rmqd so far (Linux /proc); NaN for a cluster we did not start."""
-    if pid is None:
-        return float("nan")
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of our own rmqd so far; NaN for a cluster we did not start."""
+    return float("nan") if pid is None else process_cpu(pid)
 
 
 def served(pid: int | None, cpu0: float, rows: int, secs: float) -> str:

@@ -37,10 +37,12 @@ class NamesrvConfig:
     brokerChannelExpiredTime: int = 120_000  # ms
     orderMessageEnable: bool = False
     enableControllerInNamesrv: bool = False  # run the controller role in this process ([controller] or defaults)
-    kvConfigPath: str = ""  # "" = ~/namesrv/kvConfig.json, RocketMQ's default
+    kvConfigPath: str = ""  # "" = <broker storePathRootDir, else $RMQ_HOME or ./rmq-store>/namesrv/kvConfig.json
 
-    def kv_config_path(self) -> Path:
-        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else Path.home() / "namesrv" / "kvConfig.json"
+    def kv_config_path(self, home: Path | None = None) -> Path:
+        """``kvConfigPath``, else ``namesrv/kvConfig.json`` under ``home`` (rmqd passes its broker's store
+        root), $RMQ_HOME or ./rmq-store: RocketMQ's ``~/namesrv`` would be outside any store."""
+        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else (home or Path(os.environ.get("RMQ_HOME") or "rmq-store")) / "namesrv" / "kvConfig.json"
 
 
 @attrs.define

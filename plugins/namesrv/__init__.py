@@ -2,8 +2,10 @@
 
 Entry point ``rmq.processors: namesrv``. Runs when the config has a
 ``[namesrv]`` section: serves route registration and lookup on
-``listenHost:listenPort``; the KV config lives in ``[namesrv] kvConfigPath``
-(RocketMQ's ``~/namesrv/kvConfig.json`` by default). No plugin options.
+``listenHost:listenPort``; the KV config lives in ``[namesrv] kvConfigPath``, by default
+``namesrv/kvConfig.json`` under the broker's ``storePathRootDir`` (else $RMQ_HOME or
+./rmq-store): RocketMQ's ``~/namesrv/kvConfig.json`` would be a write outside any store.
+No plugin options.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class NamesrvPlugin:
     async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
         cfg = kernel.config.namesrv
         assert cfg is not None
-        self.service = svc = NamesrvService(cfg)
+        broker = kernel.config.broker
+        self.service = svc = NamesrvService(cfg, broker.store_root() if broker is not None else None)
         src = kernel.config.source
         svc.config_file = src if src and not src.startswith("<") else ""  # a file: load_config read it
         kernel.services["namesrv"] = svc

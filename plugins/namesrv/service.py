@@ -28,6 +28,8 @@ from rmq.protocol.names import printable, validate_topic
 from rmq.protocol.tomledit import TomlEditError, set_keys
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rmq.kernel import Connection, NamesrvConfig, ProcessorRegistry, RemotingServer
 
 log = logging.getLogger("rmq.namesrv")
@@ -52,10 +54,10 @@ def _addr_problem(addr: str) -> str | None:
 class NamesrvService:
     """State and handlers of one NameServer; ``run_scanner`` expires silent brokers."""
 
-    def __init__(self, config: NamesrvConfig) -> None:
+    def __init__(self, config: NamesrvConfig, home: Path | None = None) -> None:
         self.config = config
         self.routes = RouteInfoManager()
-        self.kv = KVConfigManager(config.kv_config_path())
+        self.kv = KVConfigManager(config.kv_config_path(home))
         self.kv.load()
         self.server: RemotingServer | None = None
         self.config_file = ""  # the rmqd TOML file (UPDATE_NAMESRV_CONFIG writes changes back to it)

@@ -79,15 +79,6 @@ def test_kv_config_written_before_reply_and_loaded_at_start(rmqd_factory: Any, t
     assert r.code == ResponseCode.QUERY_NOT_FOUND
 
 
-def test_kv_config_defaults_under_home(rmqd_factory: Any, tmp_path: Path) -> None:
-    """RocketMQ's default kvConfigPath is ${user.home}/namesrv/kvConfig.json."""
-    home = tmp_path / "home"
-    home.mkdir()
-    ns = rmqd_factory(broker=False, namesrv_conf={"kvConfigPath": ""}, env={"HOME": str(home)})
-    assert _call(ns.namesrv_addr, req(RequestCode.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})).code == 0
-    assert json.loads((home / "namesrv" / "kvConfig.json").read_text())["configTable"] == {"n": {"k": "v"}}
-
-
 def test_corrupt_kv_config_refuses_start(tmp_path: Path) -> None:
     path = tmp_path / "kvConfig.json"
     path.write_text('{"configTable": {"n": ')

@@ -5,7 +5,6 @@ No module globals: every daemon and every test builds its own kernel.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -18,6 +17,7 @@ from rmq.kernel import plugin_manager as pmod
 from rmq.kernel.config import RootConfig
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
 from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.protocol.access import is_loopback
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -137,15 +137,6 @@ class Kernel:
         await self.task_group.start(server.serve)
         log.info("%s listening on %s:%d (%d request codes)", role, config.host, server.port, len(registry.table))
         return server, registry
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(host.partition("%")[0])
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 class LoopbackAdminGuard:

@@ -52,13 +52,19 @@ class ProcessorRegistry:
         self.owners: dict[int, str] = {}
         self.services: dict[str, Any] = {}
         self.interceptors: list[RequestInterceptor] = []
+        self.access: dict[int, Any] = {}  # code -> rmq.protocol.access.Access: the ACL's permission table
 
     def add_interceptor(self, interceptor: RequestInterceptor) -> None:
         """Run ``interceptor`` around every request of this role (after those added before it)."""
         self.interceptors.append(interceptor)
 
-    def register(self, code: int, processor: Processor, *, owner: str = "", replace: bool = False) -> None:
-        """Claim ``code``; a second claim without ``replace`` is a start-up error naming both owners."""
+    def register(self, code: int, processor: Processor, *, owner: str = "", access: Any = None,
+                 replace: bool = False) -> None:
+        """Claim ``code``; a second claim without ``replace`` is a start-up error naming both owners.
+
+        ``access`` (an ``rmq.protocol.access.Access``) declares what the request touches; the ACL
+        refuses a code registered without one (fail closed), and a meta-test checks every bundled one.
+        """
         code = int(code)
         if code in self.table and not replace:
             raise ValueError(
@@ -66,6 +72,7 @@ class ProcessorRegistry:
             )
         self.table[code] = processor
         self.owners[code] = owner
+        self.access[code] = access
 
 
 @hookspec
@@ -74,8 +81,9 @@ def rmq_processors_register(kernel: Kernel, registry: ProcessorRegistry) -> None
 
     Called once per role at start-up, before the role's server listens. Check
     ``registry.role`` and register only codes of that role; add a ``RequestInterceptor``
-    with ``registry.add_interceptor`` to see every request of the role. Processors may be
-    bound methods of long-lived service objects; put such objects in
+    with ``registry.add_interceptor`` to see every request of the role. Pass ``access=`` (an
+    ``rmq.protocol.access.Access``) with every code: what it reads or writes, for the ACL.
+    Processors may be bound methods of long-lived service objects; put such objects in
     ``registry.services`` for other plugins of the role.
 
     Arguments:

@@ -26,7 +26,7 @@ from rmq.kernel import ConfigError, NoOptions, hookimpl, structure_options
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
 
-__all__ = ["DashboardConfig", "DashboardPlugin", "structure_dashboard"]
+__all__ = ["DashboardConfig", "DashboardPlugin", "allowed_hosts", "host_allowed", "structure_dashboard"]
 
 log = logging.getLogger("rmq.dashboard")
 
@@ -37,6 +37,23 @@ EMBEDDED = "<embedded default>"  # the kernel's name for the no-config source
 class DashboardConfig:
     listenPort: int = 8080  # 0 = off
     listenHost: str = "127.0.0.1"
+    #: Host header values served ("name" any port, "name:port" that port); empty = loopback names with
+    #: listenPort (and listenHost itself). Anything else is answered 421 (DNS rebinding).
+    allowedHosts: tuple[str, ...] = ()
+    headerTimeout: float = 10.0  # seconds from connect (or a request's first byte) to its last header
+    bodyTimeout: float = 30.0  # seconds from the last header to the last body byte
+    keepAliveTimeout: float = 5.0  # seconds an idle kept-alive connection is held
+    maxConnections: int = 64  # connections beyond it are answered 503 and closed
+    maxHeaderBytes: int = 16384  # request line + headers
+
+
+_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "headerTimeout": (float, 0.1, 3600.0),
+    "bodyTimeout": (float, 0.1, 3600.0),
+    "keepAliveTimeout": (float, 0.1, 3600.0),
+    "maxConnections": (int, 1, 100_000),
+    "maxHeaderBytes": (int, 1024, 1 << 20),
+}
 
 
 def structure_dashboard(doc: Any) -> DashboardConfig:
@@ -53,7 +70,67 @@ def structure_dashboard(doc: Any) -> DashboardConfig:
     host = doc.get("listenHost", "127.0.0.1")
     if not isinstance(host, str) or not host.strip():
         raise ValueError(f"listenHost: expected a host name or address, got {host!r}")
-    return DashboardConfig(port, host.strip())
+    hosts = doc.get("allowedHosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ValueError(f"allowedHosts: expected a list of host names, got {hosts!r}")
+    for h in hosts:
+        if host_key(h) is None:
+            raise ValueError(f"allowedHosts: {h!r} is not a host name, [IPv6] address or either with :port")
+    numbers: dict[str, Any] = {}
+    for key, (kind, lo, hi) in _NUMBERS.items():
+        v = doc.get(key, attrs.fields_dict(DashboardConfig)[key].default)
+        ok = type(v) is int or (kind is float and type(v) is float)
+        if not ok or not lo <= v <= hi:
+            raise ValueError(f"{key}: expected {'a number' if kind is float else 'a whole number'} "
+                             f"{lo:g}..{hi:g}, got {v!r}")
+        numbers[key] = kind(v)
+    return DashboardConfig(port, host.strip(), tuple(h.strip().lower() for h in hosts), **numbers)
+
+
+def host_key(value: str) -> tuple[str, int | None] | None:
+    """(lower-case name, port or None) of a Host header value or an allowedHosts entry; None if malformed."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, sep, rest = value.partition("]")
+        name += sep
+        if not sep or len(name) < 3 or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else None
+    else:
+        name, sep, port_text = value.partition(":")
+        if not sep:
+            port_text = None
+    if not name or any(c not in _HOST_CHARS for c in name):
+        return None
+    if port_text is None:
+        return name, None
+    if not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) <= 65535:
+        return None
+    return name, int(port_text)
+
+
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_[]:%")
+
+
+def allowed_hosts(cfg: DashboardConfig, port: int) -> frozenset[tuple[str, int | None]]:
+    """What the Host header may name: the configured list, or loopback (and listenHost) on ``port``."""
+    if cfg.allowedHosts:
+        return frozenset(k for h in cfg.allowedHosts if (k := host_key(h)) is not None)
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    listen = cfg.listenHost.lower()
+    if listen not in ("0.0.0.0", "::", "", "*"):
+        names.add(f"[{listen}]" if ":" in listen else listen)
+    return frozenset((n, port) for n in names)
+
+
+def host_allowed(header: str, allowed: frozenset[tuple[str, int | None]]) -> bool:
+    """``header`` (a Host value) names an allowed host: an entry without a port allows every port; a Host
+    without a port means 80 (what a browser leaves out)."""
+    key = host_key(header)
+    if key is None:
+        return False
+    name, port = key
+    return (name, 80 if port is None else port) in allowed or (name, None) in allowed
 
 
 class DashboardPlugin:
@@ -90,6 +167,7 @@ class DashboardPlugin:
         import uvicorn
 
         from rmq.plugins.dashboard.app import Backend, make_app
+        from rmq.plugins.dashboard.guard import guarded_protocol
 
         try:
             sock = _listen(cfg.listenHost, cfg.listenPort)
@@ -104,12 +182,15 @@ class DashboardPlugin:
         acl_on = bool(getattr(broker.config, "aclEnable", False))
         accounts = self._registry.services.get("acl") if (acl_on and self._registry is not None) else None
         backend = Backend(broker, _namesrv_addrs(kernel, broker), acl_on=acl_on, accounts=accounts)
-        app = make_app(backend)
+        self.port = sock.getsockname()[1]
+        app = make_app(backend, allowed_hosts(cfg, self.port))
+        protocol = guarded_protocol(cfg.headerTimeout, cfg.bodyTimeout, cfg.maxConnections)
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
-                                proxy_headers=False, ws="none", timeout_graceful_shutdown=3)
+                                proxy_headers=False, ws="none", timeout_graceful_shutdown=3, http=protocol,
+                                timeout_keep_alive=cfg.keepAliveTimeout,  # type: ignore[arg-type]
+                                h11_max_incomplete_event_size=cfg.maxHeaderBytes)
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # rmqd logs the start itself
         server = _Server(config)
-        self.port = sock.getsockname()[1]
         sampler = asyncio.get_running_loop().create_task(backend.sample_forever(), name="rmq-dashboard-stats")
 
         async def run() -> None:

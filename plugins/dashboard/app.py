@@ -1,9 +1,12 @@
 """The dashboard's Starlette app and its backend: an ``rmq.client`` of the daemon it runs in.
 
-Every page handler runs under ``_page``: HTTP Basic against the ACL's accounts when ACL is on, a
-same-origin check on every POST (a browser that holds Basic credentials would otherwise send them with
-a cross-site form), a time limit, and every failure rendered as an escaped error page: a request never
-reaches the broker except as a client request, and never raises into the event loop.
+Every request first passes ``HostGuard`` (a Host header the dashboard was not configured for is answered
+421: a DNS-rebound name is same-origin to the browser, so only the Host tells it apart). Every page handler
+then runs under ``_page``: HTTP Basic against the ACL's accounts when ACL is on, on every POST a same-origin
+check and a CSRF token (a browser that holds Basic credentials would otherwise send them with a cross-site
+form), time limits for the form and the page, and every failure rendered as an escaped error page: a
+request never reaches the broker except as a client request, and never raises into the event loop.
+Message lookups by offset id only reach brokers the name server lists (the id names any ip:port).
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import hmac
 import ipaddress
 import json
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -24,14 +29,17 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rmq.client import Admin, BrokerError, ClientError, Message, Producer, PullConsumer, PullStatus
+from rmq.plugins.dashboard import host_allowed
 from rmq.plugins.dashboard.templates import CSS, JS, render
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingError
+from rmq.protocol.message import decode_offset_msg_id
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, SYSTEM_TOPICS
 
 log = logging.getLogger("rmq.dashboard")
@@ -40,6 +48,8 @@ Creds = tuple[str, str] | None
 Handler = Callable[[Request, "Session"], Awaitable[Response]]
 
 REQUEST_LIMIT = 20.0  # seconds for one page's client calls
+FORM_LIMIT = 30.0  # seconds to receive a form's body (the listener's bodyTimeout closes slower ones too)
+CSRF_COOKIE, CSRF_FIELD = "rmq_csrf", "csrf"
 MAX_FORM = 1 << 20  # bytes of a form body (a test message's body included)
 MAX_LIST = 64  # messages shown by one browse
 SYSTEM_GROUPS = frozenset(("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS",
@@ -69,8 +79,8 @@ class Refused(Exception):
 class Session:
     """One request's clients (the credentials' own) and its form."""
 
-    def __init__(self, backend: Backend, creds: Creds, user: str, form: dict[str, str]) -> None:
-        self.backend, self.creds, self.user, self.form = backend, creds, user, form
+    def __init__(self, backend: Backend, creds: Creds, user: str, form: dict[str, str], csrf: str = "") -> None:
+        self.backend, self.creds, self.user, self.form, self.csrf = backend, creds, user, form, csrf
 
     async def admin(self) -> Admin:
         return await self.backend.client("admin", self.creds)  # type: ignore[no-any-return]
@@ -93,6 +103,35 @@ class Backend:
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=301)
         self._clients: dict[tuple[str, Creds], Any] = {}
         self._lock = asyncio.Lock()
+        self._csrf_key = secrets.token_bytes(32)  # per process: a restart asks browsers to reload forms
+
+    def csrf_token(self, user: str) -> str:
+        """A fresh token: a random nonce and its MAC under this process's key, bound to the account."""
+        nonce = secrets.token_urlsafe(18)
+        return f"{nonce}.{self._csrf_mac(nonce, user)}"
+
+    def csrf_valid(self, token: str, user: str) -> bool:
+        nonce, sep, mac = token.partition(".")
+        return bool(sep and nonce and len(token) < 200) and hmac.compare_digest(mac, self._csrf_mac(nonce, user))
+
+    def _csrf_mac(self, nonce: str, user: str) -> str:
+        digest = hmac.new(self._csrf_key, f"{nonce}\0{user}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    async def broker_addr(self, admin: Admin, offset_id: str) -> str:
+        """The address ``offset_id`` encodes, if it is one of a broker the name server lists (an offset id
+        names any ip:port: looking it up unchecked lets a stranger aim signed requests anywhere);
+        ValueError for a malformed id, Refused(400) for an address outside the cluster."""
+        ip, port, _ = decode_offset_msg_id(offset_id)
+        want = _addr_key(ip, port)
+        info = await admin.cluster_info()
+        for addrs in info.brokers.values():
+            for addr in addrs.values():
+                host, _, p = str(addr).rpartition(":")
+                if p.isdigit() and _addr_key(host, int(p)) == want:
+                    return str(addr)
+        raise Refused(400, f"message id {offset_id} names {ip}:{port}, which is not a broker of this cluster: "
+                           "the dashboard only asks the brokers the name server lists")
 
     async def client(self, kind: str, creds: Creds) -> Any:
         """Started once per kind and credentials (accounts are few: only valid ones get here)."""
@@ -176,6 +215,34 @@ class Backend:
 # ---------------------------------------------------------------------------------------------- plumbing
 
 
+def _addr_key(host: str, port: int) -> tuple[str, int]:
+    host = host.strip("[]")
+    try:
+        host = str(ipaddress.ip_address(host.split("%")[0]))
+    except ValueError:
+        host = host.lower()
+    return host, port
+
+
+class HostGuard:
+    """ASGI middleware: any request whose Host header is not an allowed one is answered 421 before any
+    handler runs (a page on a rebound DNS name is same-origin to the browser; its Host still names it)."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[tuple[str, int | None]]) -> None:
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            hosts = [v for k, v in scope["headers"] if k == b"host"]
+            if len(hosts) != 1 or not host_allowed(hosts[0].decode("latin-1"), self.allowed):
+                resp = PlainTextResponse("421 Misdirected Request: this dashboard does not serve that Host name "
+                                         "([dashboard] allowedHosts)\n", status_code=421,
+                                         headers={"Connection": "close"})
+                await _headers(resp)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _same_origin(request: Request) -> bool:
     """A POST from a page of this dashboard (or from a non-browser client, which sends no Origin)."""
     host = request.headers.get("host", "")
@@ -197,10 +264,16 @@ async def _form(request: Request) -> dict[str, str]:
     if ctype != "application/x-www-form-urlencoded":
         raise Refused(415, "forms are sent as application/x-www-form-urlencoded")
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            raise Refused(413, f"form larger than {MAX_FORM} bytes")
+    try:
+        with anyio.fail_after(FORM_LIMIT):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_FORM:
+                    raise Refused(413, f"form larger than {MAX_FORM} bytes")
+    except TimeoutError:
+        raise Refused(408, f"form not received within {FORM_LIMIT:g} s") from None
+    except ClientDisconnect:
+        raise Refused(400, "the client left before its form arrived") from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -219,7 +292,22 @@ def _error(status: int, message: str, user: str = "") -> Response:
                         status_code=status)
     if status == 401:
         resp.headers["WWW-Authenticate"] = 'Basic realm="rmq dashboard", charset="UTF-8"'
+    if status in (400, 408, 413):  # a body may be left unread: nothing more is read on this connection
+        resp.headers["Connection"] = "close"
     return _headers(resp)
+
+
+def _csrf(backend: Backend, request: Request, user: str, form: dict[str, str]) -> tuple[str, bool]:
+    """(this browser's token, whether to set its cookie). A POST must carry the cookie's token in its form
+    (double submit, signed and bound to the account): a page of another site can make the browser send the
+    cookie, never read it."""
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    valid = backend.csrf_valid(cookie, user)
+    if request.method == "POST":
+        sent = form.get(CSRF_FIELD, "")
+        if not (valid and sent and hmac.compare_digest(sent.encode(), cookie.encode())):
+            raise Refused(403, "missing or stale form token: reload the page and submit the form again")
+    return (cookie, False) if valid else (backend.csrf_token(user), True)
 
 
 def _page(backend: Backend, fn: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -232,8 +320,11 @@ def _page(backend: Backend, fn: Handler) -> Callable[[Request], Awaitable[Respon
                     raise Refused(403, "cross-origin form refused")
                 backend.check_admin_peer(request.client.host if request.client else "")
             form = await _form(request)
+            token, fresh = _csrf(backend, request, user, form)
             with anyio.fail_after(REQUEST_LIMIT):
-                resp = await fn(request, Session(backend, creds, user, form))
+                resp = await fn(request, Session(backend, creds, user, form, token))
+            if fresh:
+                resp.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", path="/")
         except Refused as e:
             return _error(e.status, str(e), user)
         except TimeoutError:
@@ -253,7 +344,7 @@ def _page(backend: Backend, fn: Handler) -> Callable[[Request], Awaitable[Respon
 
 
 def _html(template: str, s: Session, /, **ctx: Any) -> HTMLResponse:
-    return HTMLResponse(render(template, user=s.user, **ctx))
+    return HTMLResponse(render(template, user=s.user, csrf=s.csrf, **ctx))
 
 
 def _see_other(path: str, **query: str) -> RedirectResponse:
@@ -495,13 +586,32 @@ async def message_page(request: Request, s: Session) -> Response:
     if msg_id:
         admin = await s.admin()
         try:
-            found = await admin.query_message_by_id(topic, msg_id) if topic else await admin.view_message(msg_id)
+            found = await _by_id(s, admin, topic, msg_id) if topic else await _view(s, admin, msg_id)
         except ValueError:
             raise Refused(400, f"{msg_id!r} is not a message id (give the topic to look up a client msgId)") from None
         except (ClientError, BrokerError) as e:
             raise Refused(404, str(e)) from None
     return _html("message.html", s, title="Message", msg_id=msg_id, topic=topic,
                  m=message_view(found) if found else None)
+
+
+async def _view(s: Session, admin: Admin, offset_id: str) -> Any:
+    """The message at an offset id, asked of its broker only if the cluster lists that broker."""
+    await s.backend.broker_addr(admin, offset_id)
+    return await admin.view_message(offset_id)
+
+
+async def _by_id(s: Session, admin: Admin, topic: str, msg_id: str) -> Any:
+    """By client msgId (UNIQ_KEY, through the topic's routes) or by offset id (checked as in ``_view``)."""
+    if len(msg_id) in (32, 56):
+        found = await admin.query_message(topic, msg_id, unique_key=True)
+        if found:
+            return found[0]
+        try:
+            return await _view(s, admin, msg_id)
+        except (Refused, ClientError, RemotingError, ValueError):
+            pass
+    raise ClientError(f"message {msg_id} not found in {topic!r}")
 
 
 async def _browse(s: Session, topic: str, begin: int | None, end: int | None, newest: bool) -> list[Any]:
@@ -579,7 +689,7 @@ async def dlq_resend(request: Request, s: Session) -> Response:
     group, offset_id = _field(s.form, "group"), _field(s.form, "offsetMsgId")
     admin = await s.admin()
     try:
-        m = await admin.view_message(offset_id)
+        m = await _view(s, admin, offset_id)
     except ValueError:
         raise Refused(400, f"{offset_id!r} is not an offset message id") from None
     if m.topic != DLQ_PREFIX + group:
@@ -624,7 +734,7 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/cluster", status_code=303)
 
 
-def make_app(backend: Backend) -> Starlette:
+def make_app(backend: Backend, allowed_hosts: frozenset[tuple[str, int | None]]) -> Starlette:
     def page(path: str, fn: Handler, method: str = "GET") -> Route:
         return Route(path, _page(backend, fn), methods=[method])
 
@@ -649,4 +759,6 @@ def make_app(backend: Backend) -> Starlette:
         page("/send", send_page),
         page("/send", send_post, "POST"),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.add_middleware(HostGuard, allowed=allowed_hosts)
+    return app

@@ -1,6 +1,7 @@
 """The dashboard's pages: Jinja2 templates with autoescaping on for every one of them (topic names, bodies,
 properties and broker remarks are other people's text), plus the one stylesheet and script they load
-(served from the dashboard itself: no CDN, no build step, no inline script under its CSP)."""
+(served from the dashboard itself: no CDN, no build step, no inline script under its CSP). Every POST form
+carries the CSRF token (``csrf``) that app.py checks against the browser's cookie."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ retry and DLQ topics</a>{% endif %}</p>
 <a href="/send?topic={{ r.name | urlencode }}">send</a></td></tr>
 {% else %}<tr><td colspan="3">no topics</td></tr>{% endfor %}</tbody></table>
 <h2>Create or update a topic</h2>
-<form method="post" action="/topics/save" id="create-topic">
+<form method="post" action="/topics/save" id="create-topic"><input type="hidden" name="csrf" value="{{ csrf }}">
 <label>Topic <input name="topic" required pattern="[%|a-zA-Z0-9_-]+" maxlength="127"></label>
 <label>Queues <input name="queues" type="number" min="1" max="1024" value="8"></label>
 <label>Permission <select name="perm">{% for k, v in perms.items() %}<option value="{{ k }}">{{ v }}</option>
@@ -76,13 +77,14 @@ retry and DLQ topics</a>{% endif %}</p>
 {% for r in stats %}<tr><td>{{ r.broker }}</td><td>{{ r.queue }}</td><td>{{ r.min }}</td><td>{{ r.max }}</td>
 <td>{{ r.last }}</td></tr>{% endfor %}</tbody></table>
 <h2>Update</h2>
-<form method="post" action="/topics/save" id="update-topic"><input type="hidden" name="topic" value="{{ name }}">
+<form method="post" action="/topics/save" id="update-topic"><input type="hidden" name="csrf" value="{{ csrf }}">
+<input type="hidden" name="topic" value="{{ name }}">
 <label>Queues <input name="queues" type="number" min="1" max="1024"
  value="{{ qd.read_queue_nums if qd else 8 }}"></label>
 <label>Permission <select name="perm">{% for k, v in perms.items() %}<option value="{{ k }}"
 {% if qd and qd.perm|string == k %} selected{% endif %}>{{ v }}</option>{% endfor %}</select></label>
 <label><input type="checkbox" name="order"> ordered</label><button type="submit">Update</button></form>
-<form method="post" action="/topics/delete" id="delete-topic" data-confirm="Delete topic {{ name }}?">
+<form method="post" action="/topics/delete" id="delete-topic" data-confirm="Delete topic {{ name }}?"><input type="hidden" name="csrf" value="{{ csrf }}">
 <input type="hidden" name="topic" value="{{ name }}"><button type="submit" class="danger">Delete topic</button></form>
 {% endblock %}""",
     "groups.html": """{% extends "base.html" %}{% block body %}
@@ -95,7 +97,7 @@ groups</a>{% endif %}</p>
 <td><a href="/dlq?group={{ r.name | urlencode }}">DLQ</a></td></tr>
 {% else %}<tr><td colspan="8">no consumer groups</td></tr>{% endfor %}</tbody></table>
 <h2>Create or update a group</h2>
-<form method="post" action="/groups/save" id="create-group">
+<form method="post" action="/groups/save" id="create-group"><input type="hidden" name="csrf" value="{{ csrf }}">
 <label>Group <input name="group" required pattern="[%|a-zA-Z0-9_-]+" maxlength="255"></label>
 <label>Max retries <input name="retryMaxTimes" type="number" min="0" max="1000" value="16"></label>
 <label><input type="checkbox" name="orderly"> orderly</label>
@@ -120,7 +122,7 @@ groups</a>{% endif %}</p>
 {% for t, sd in conns.subscriptionTable | dictsort %}<tr><th>{{ t }}</th><td>{{ sd.expressionType }}
 {{ sd.subString }}</td></tr>{% endfor %}</tbody></table>{% endif %}
 <h2>Reset offsets by time</h2>
-<form method="post" action="/groups/reset" id="reset-offset" data-confirm="Move {{ name }} to that time?">
+<form method="post" action="/groups/reset" id="reset-offset" data-confirm="Move {{ name }} to that time?"><input type="hidden" name="csrf" value="{{ csrf }}">
 <input type="hidden" name="group" value="{{ name }}"><input type="hidden" name="ts" value="">
 <label>Topic {% if topics %}<select name="topic">{% for t in topics %}<option>{{ t }}</option>{% endfor %}</select>
 {% else %}<input name="topic" required>{% endif %}</label>
@@ -152,7 +154,7 @@ groups</a>{% endif %}</p>
 {% for m in found %}<tr><td>{{ m.stored }}</td>
 <td><a href="/message?id={{ m.offsetMsgId | urlencode }}">{{ m.msgId }}</a></td><td>{{ m.tags }}</td><td>{{ m['keys'] }}</td>
 <td>{{ m.queueId }}/{{ m.queueOffset }}</td><td class="body">{{ m.body | truncate(120) }}</td>
-{% if resend_group %}<td><form method="post" action="/dlq/resend" class="resend">
+{% if resend_group %}<td><form method="post" action="/dlq/resend" class="resend"><input type="hidden" name="csrf" value="{{ csrf }}">
 <input type="hidden" name="group" value="{{ resend_group }}"><input type="hidden" name="offsetMsgId" value="{{ m.offsetMsgId }}">
 <button type="submit">Resend</button></form></td>{% endif %}</tr>
 {% else %}<tr><td colspan="7">no messages</td></tr>{% endfor %}</tbody></table>""",
@@ -180,7 +182,7 @@ groups</a>{% endif %}</p>
 <tr><th>Message id</th><td><a id="sent-id" href="/message?topic={{ topic | urlencode }}&amp;id={{ result.msgId | urlencode }}"
 >{{ result.msgId }}</a></td></tr><tr><th>Offset message id</th><td>{{ result.offsetMsgId }}</td></tr>
 <tr><th>Queue</th><td>{{ result.broker }} / {{ result.queue }} @ {{ result.offset }}</td></tr></table>{% endif %}
-<form method="post" action="/send" id="send-form">
+<form method="post" action="/send" id="send-form"><input type="hidden" name="csrf" value="{{ csrf }}">
 <label>Topic <input name="topic" value="{{ topic }}" required></label>
 <label>Tags <input name="tags"></label><label>Keys <input name="keys" placeholder="space separated"></label>
 <label class="wide">Body <textarea name="body" rows="6" required></textarea></label>

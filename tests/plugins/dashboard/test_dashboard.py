@@ -44,14 +44,35 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RmqdProcess
         proc.stop()
 
 
-def http(url: str, data: dict[str, str] | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:
-    body = urllib.parse.urlencode(data).encode() if data is not None else None
-    req = urllib.request.Request(url, data=body, headers=headers or {})
+def http(url: str, data: dict[str, str] | None = None, headers: dict[str, str] | None = None,
+         csrf: bool = True) -> tuple[int, str]:
+    """GET, or POST ``data`` as a form; a POST carries the form token of a page loaded first (as a browser
+    would) unless ``csrf`` is False."""
+    headers = dict(headers or {})
+    body = None
+    if data is not None:
+        if csrf:
+            token = form_token(url, headers)
+            data = {**data, "csrf": token}
+            headers["Cookie"] = f"rmq_csrf={token}"
+        body = urllib.parse.urlencode(data).encode()
+    req = urllib.request.Request(url, data=body, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=15) as r:  # noqa: S310 - loopback test server
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def form_token(url: str, headers: dict[str, str]) -> str:
+    """The CSRF token a page of the dashboard at ``url`` hands out: in its cookie and in its forms."""
+    parts = urllib.parse.urlsplit(url)
+    req = urllib.request.Request(f"{parts.scheme}://{parts.netloc}/send", headers=headers)
+    with urllib.request.urlopen(req, timeout=15) as r:  # noqa: S310 - loopback test server
+        cookie = r.headers["Set-Cookie"].split(";")[0].partition("=")[2]
+        field = r.read().decode().split('name="csrf" value="')[1].split('"')[0]
+    assert cookie == field
+    return cookie
 
 
 async def _create_group(ns: str, group: str, creds: tuple[str, str] | None = None) -> None:
@@ -273,7 +294,8 @@ def test_bad_dashboard_table_refuses_start(tmp_path: Path) -> None:
     proc = RmqdProcess(tmp_path / "d", extra={"dashboard": {"listenPort": free_port(), "listenPrt": 1}})
     with pytest.raises(RuntimeError, match="did not start"):
         proc.start(timeout=20)
-    assert any("dashboard: unknown key 'listenPrt'; known: listenPort, listenHost" in ln for ln in proc.log_lines())
+    assert any("dashboard: unknown key 'listenPrt'; known: listenPort, listenHost, allowedHosts" in ln
+               for ln in proc.log_lines())
     with pytest.raises(ValueError, match="listenPort: expected a port number"):
         structure_dashboard({"listenPort": "8080"})
     assert structure_dashboard({}).listenPort == 8080 and structure_dashboard({}).listenHost == "127.0.0.1"

@@ -38,6 +38,7 @@ __all__ = [
     "check_after_read",
     "is_admin",
     "is_loopback",
+    "read_of",
 ]
 
 #: permission bits, the values of RocketMQ's plain_acl.yml (DENY is 1)
@@ -175,6 +176,13 @@ def batch_ack(cmd: RemotingCommand) -> list[Resource]:
         out.append(("topic", str(a.get("t", a.get("topic", ""))), SUB))
         out.append(("group", str(a.get("c", a.get("consumerGroup", ""))), SUB))
     return out
+
+
+def read_of(topic_name: str) -> Resource:
+    """What reading a stored message of ``topic_name`` needs: SUB on it, or on the group of a retry topic."""
+    if topic_name.startswith("%RETRY%"):
+        return ("group", topic_name[7:], SUB)
+    return ("topic", topic_name, SUB)
 
 
 class Authorizer(Protocol):

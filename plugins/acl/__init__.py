@@ -28,6 +28,7 @@ from rmq.kernel import ConfigError, dumps, hookimpl, structure_options
 from rmq.plugins.acl.accounts import AclFile, AclFileError, account_from
 from rmq.plugins.acl.addresses import AddressPatternError, compile_pattern
 from rmq.plugins.acl.validator import PlainAccessValidator
+from rmq.protocol.access import ADMIN, AUTHORIZER, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -88,24 +89,32 @@ class PlainAclPlugin:
             self.acl = acl
         return self.acl
 
-    @hookimpl
+    @hookimpl(trylast=True)  # after every other plugin registered its codes: the table is complete
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
         if registry.role != "broker":
             return
         self._broker_cfg = kernel.config.broker
         self._registry = registry
+        for code, fn, access in ((RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self._update, ADMIN),
+                                 (RequestCode.DELETE_ACL_CONFIG, self._delete, ADMIN),
+                                 (RequestCode.GET_BROKER_CLUSTER_ACL_INFO, self._info, SIGNED),
+                                 (RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self._whites, ADMIN)):
+            registry.register(code, fn, owner="acl", access=access)
         acl = self._load(kernel)
+        undeclared = sorted(f"{c} ({registry.owners.get(c) or '?'})" for c, a in registry.access.items() if a is None)
+        if undeclared and acl is not None:
+            raise ConfigError(f"ACL is on but request codes were registered without a permission declaration "
+                              f"(register(..., access=...)): {', '.join(undeclared)}")
+        if undeclared:
+            log.warning("request codes without a permission declaration (refused once ACL is on): %s",
+                        ", ".join(undeclared))
         if acl is not None:
-            self.validator = PlainAccessValidator(acl)
+            self.validator = PlainAccessValidator(acl, registry.access, registry.table)
             registry.add_interceptor(self.validator)
             registry.services["acl"] = acl  # other front ends (gRPC) authenticate against the same accounts
+            registry.services[AUTHORIZER] = self.validator  # post-read checks of processors
             log.info("ACL on: %d accounts, %d global white patterns from %s", len(acl.accounts),
                      len(acl.global_white), acl.path)
-        for code, fn in ((RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self._update),
-                         (RequestCode.DELETE_ACL_CONFIG, self._delete),
-                         (RequestCode.GET_BROKER_CLUSTER_ACL_INFO, self._info),
-                         (RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self._whites)):
-            registry.register(code, fn, owner="acl")
 
     @hookimpl
     def rmq_lifespan(self, kernel: Kernel) -> Any:

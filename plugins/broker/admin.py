@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -17,10 +18,12 @@ import attrs
 
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
+from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
+from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
 from rmq.protocol.tomledit import TomlEditError, set_keys
 
@@ -91,6 +94,17 @@ def _human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+_SECRET_WORDS = ("path", "dir", "file", "password", "secret")
+
+
+def _secret_setting(name: str, value: Any, root: str) -> bool:
+    """A setting a non-admin does not see: a path, a file, a secret, or anything under the store root."""
+    low = name.lower()
+    if any(w in low for w in _SECRET_WORDS):
+        return True
+    return bool(root) and isinstance(value, str) and root in value
+
+
 def _prop(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
@@ -108,28 +122,34 @@ RUNTIME_KEYS = frozenset((
 class AdminProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
+        self._services: Mapping[str, Any] = {}
 
     def register(self, registry: Any, owner: str) -> None:
         rc = RequestCode
-        for code, proc in (
-            (rc.UPDATE_AND_CREATE_TOPIC, self.create_topic),
-            (rc.DELETE_TOPIC_IN_BROKER, self.delete_topic),
-            (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config),
-            (rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_group),
-            (rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.all_groups),
-            (rc.DELETE_SUBSCRIPTIONGROUP, self.delete_group),
-            (rc.GET_TOPIC_STATS_INFO, self.topic_stats),
-            (rc.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
-            (rc.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
-            (rc.GET_CONSUME_STATS, self.consume_stats),
-            (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info),
-            (rc.GET_BROKER_CONFIG, self.broker_config),
-            (rc.UPDATE_BROKER_CONFIG, self.update_broker_config),
-            (rc.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets),
-            (rc.QUERY_MESSAGE, self.query_message),
-            (rc.VIEW_MESSAGE_BY_ID, self.view_message),
+        self._services = registry.services  # the ACL's post-read check and admin test
+        # whole-broker listings stay open to any signed account, as RocketMQ 4.9 (slaves sync them)
+        for code, proc, acc in (
+            (rc.UPDATE_AND_CREATE_TOPIC, self.create_topic, access.ADMIN),
+            (rc.DELETE_TOPIC_IN_BROKER, self.delete_topic, access.ADMIN),
+            (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config, access.SIGNED),
+            (rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_group, access.ADMIN),
+            (rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.all_groups, access.SIGNED),
+            (rc.DELETE_SUBSCRIPTIONGROUP, self.delete_group, access.ADMIN),
+            (rc.GET_TOPIC_STATS_INFO, self.topic_stats, access.topic("topic", access.ANY)),
+            (rc.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections, access.group()),
+            (rc.GET_PRODUCER_CONNECTION_LIST, self.producer_connections, access.SIGNED),  # no ACL resource
+            (rc.GET_CONSUME_STATS, self.consume_stats,
+             access.Access(topics=(("topic?", access.SUB),), groups=(("consumerGroup", access.SUB),))),
+            (rc.GET_BROKER_RUNTIME_INFO, self.runtime_info, access.SIGNED),
+            (rc.GET_BROKER_CONFIG, self.broker_config,
+             access.Access(note="non-admin accounts get it without paths and secrets")),
+            (rc.UPDATE_BROKER_CONFIG, self.update_broker_config, access.ADMIN),
+            (rc.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets, access.SIGNED),
+            (rc.QUERY_MESSAGE, self.query_message, access.topic("topic", access.SUB)),
+            (rc.VIEW_MESSAGE_BY_ID, self.view_message,
+             access.Access(after_read="SUB on the topic of the message at the offset")),
         ):
-            registry.register(code, proc, owner=owner)
+            registry.register(code, proc, owner=owner, access=acc)
 
     # ------------------------------------------------------------------ topics
 
@@ -345,9 +365,14 @@ class AdminProcessor:
         }
 
     async def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_CONFIG (26): every setting as Java properties text (what mqadmin getBrokerConfig prints)."""
+        """GET_BROKER_CONFIG (26): every setting as Java properties text (what mqadmin getBrokerConfig prints).
+        With ACL on, a non-admin account gets it without paths and secrets (issue #26: store paths and
+        ``plainAclFile`` are a map for an attacker)."""
         cfg = self.ctx.config
-        lines = [f"{f.name}={_prop(getattr(cfg, f.name))}" for f in attrs.fields(type(cfg))]
+        full = access.is_admin(self._services, conn.remote_addr[0], cmd)
+        root = str(cfg.store_root())
+        lines = [f"{f.name}={_prop(v)}" for f in attrs.fields(type(cfg))
+                 if full or not _secret_setting(f.name, v := getattr(cfg, f.name), root)]
         version = _j({"counter": 1, "timestamp": self.ctx.boot_ms})
         return cmd.response(ResponseCode.SUCCESS, None, {"version": version}, "\n".join(lines).encode())
 
@@ -433,4 +458,11 @@ class AdminProcessor:
         rec = self.ctx.store.look_message_by_offset(phys)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+        try:  # the topic is known only now: SUB on it before any byte leaves (issue #26)
+            name = decode_message(bytes(rec), decompress=False).topic
+        except MessageDecodeError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
+        refused = access.check_after_read(self._services, conn.remote_addr[0], cmd, [access.read_of(name)])
+        if refused is not None:
+            return cmd.response(ResponseCode.NO_PERMISSION, refused)
         return cmd.response(body=bytes(rec))

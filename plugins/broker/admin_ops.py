@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.plugins.broker.admin import _j, mq_map
+from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
-from rmq.protocol.message import decode_offset_msg_id
+from rmq.protocol.message import MessageDecodeError, decode_message, decode_offset_msg_id
 from rmq.protocol.names import is_system_topic
 
 if TYPE_CHECKING:
@@ -38,32 +40,40 @@ def _mq(topic: str, broker: str, qid: int) -> dict[str, Any]:
 class AdminOpsProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
+        self._services: Mapping[str, Any] = {}
 
     def register(self, registry: Any, owner: str) -> None:
         rc = RequestCode
-        for code, proc in (
-            (rc.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset),
-            (rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, self.consumer_status),
-            (rc.QUERY_TOPIC_CONSUME_BY_WHO, self.topic_consumed_by),
-            (rc.QUERY_TOPICS_BY_CONSUMER, self.topics_by_consumer),
-            (rc.QUERY_SUBSCRIPTION_BY_CONSUMER, self.subscription_by_consumer),
-            (rc.QUERY_CONSUME_TIME_SPAN, self.consume_time_span),
-            (rc.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, self.system_topics),
-            (rc.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_cq),
-            (rc.DELETE_EXPIRED_COMMITLOG, self.delete_expired_commitlog),
-            (rc.CLEAN_UNUSED_TOPIC, self.clean_unused_topic),
-            (rc.GET_CONSUMER_RUNNING_INFO, self.consumer_running_info),
-            (rc.QUERY_CORRECTION_OFFSET, self.correction_offset),
-            (rc.CONSUME_MESSAGE_DIRECTLY, self.consume_directly),
-            (rc.CLONE_GROUP_OFFSET, self.clone_group_offset),
-            (rc.VIEW_BROKER_STATS_DATA, self.view_stats),
-            (rc.GET_BROKER_CONSUME_STATS, self.broker_consume_stats),
-            (rc.QUERY_CONSUME_QUEUE, self.query_consume_queue),
-            (rc.GET_ALL_PRODUCER_INFO, self.all_producer_info),
-            (rc.GET_TOPIC_CONFIG, self.topic_config),
-            (rc.GET_SUBSCRIPTIONGROUP_CONFIG, self.group_config),
+        self._services = registry.services  # the ACL's post-read check (CONSUME_MESSAGE_DIRECTLY)
+        sub, A = access.SUB, access.Access
+        group_topic = A(topics=(("topic", sub),), groups=(("group", sub),))
+        for code, proc, acc in (
+            (rc.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset, access.ADMIN),
+            (rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, self.consumer_status, group_topic),
+            (rc.QUERY_TOPIC_CONSUME_BY_WHO, self.topic_consumed_by, access.topic("topic", access.ANY)),
+            (rc.QUERY_TOPICS_BY_CONSUMER, self.topics_by_consumer, access.group("group")),
+            (rc.QUERY_SUBSCRIPTION_BY_CONSUMER, self.subscription_by_consumer, group_topic),
+            (rc.QUERY_CONSUME_TIME_SPAN, self.consume_time_span, group_topic),
+            (rc.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, self.system_topics, access.SIGNED),
+            (rc.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_cq, access.ADMIN),
+            (rc.DELETE_EXPIRED_COMMITLOG, self.delete_expired_commitlog, access.ADMIN),
+            (rc.CLEAN_UNUSED_TOPIC, self.clean_unused_topic, access.ADMIN),
+            (rc.GET_CONSUMER_RUNNING_INFO, self.consumer_running_info, access.group()),
+            (rc.QUERY_CORRECTION_OFFSET, self.correction_offset,
+             A(topics=(("topic", sub),), groups=(("compareGroup?", sub),))),
+            # hands a stored message to a member of the group: the message's topic is checked once read
+            (rc.CONSUME_MESSAGE_DIRECTLY, self.consume_directly,
+             access.group(after_read="SUB on the topic of the message the msgId names")),
+            (rc.CLONE_GROUP_OFFSET, self.clone_group_offset, access.ADMIN),
+            (rc.VIEW_BROKER_STATS_DATA, self.view_stats, access.SIGNED),
+            (rc.GET_BROKER_CONSUME_STATS, self.broker_consume_stats, access.SIGNED),
+            (rc.QUERY_CONSUME_QUEUE, self.query_consume_queue,
+             A(topics=(("topic", sub),), groups=(("consumerGroup?", sub),))),
+            (rc.GET_ALL_PRODUCER_INFO, self.all_producer_info, access.SIGNED),
+            (rc.GET_TOPIC_CONFIG, self.topic_config, access.topic("topic", access.ANY)),
+            (rc.GET_SUBSCRIPTIONGROUP_CONFIG, self.group_config, access.group("group")),
         ):
-            registry.register(code, proc, owner=owner)
+            registry.register(code, proc, owner=owner, access=acc)
 
     # ------------------------------------------------------------------ offsets
 
@@ -276,6 +286,13 @@ class AdminOpsProcessor:
         rec = b.store.look_message_by_offset(phys)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+        try:  # the message's topic is known only now: SUB on it before it is handed to anyone
+            name = decode_message(bytes(rec), decompress=False).topic
+        except MessageDecodeError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
+        refused = access.check_after_read(self._services, conn.remote_addr[0], cmd, [access.read_of(name)])
+        if refused is not None:
+            return cmd.response(ResponseCode.NO_PERMISSION, refused)
         ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg_id, "brokerName": b.config.brokerName}
         topic = cmd.ext.get("topic") or ""
         tc = b.topics.get(topic) if topic else None

@@ -13,10 +13,12 @@ import os
 import random
 import struct
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import GetStatus, PutStatus, RateLimitedLog, record_of
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
+from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, Prop
@@ -46,25 +48,31 @@ class ConsumerProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
         self._in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
+        self._services: Mapping[str, Any] = {}
 
     def register(self, registry: Any, owner: str) -> None:
         rc = RequestCode
-        for code, proc in (
-            (rc.HEART_BEAT, self.heart_beat),
-            (rc.UNREGISTER_CLIENT, self.unregister_client),
-            (rc.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list),
-            (rc.QUERY_CONSUMER_OFFSET, self.query_consumer_offset),
-            (rc.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
-            (rc.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset),
-            (rc.GET_MAX_OFFSET, self.max_offset),
-            (rc.GET_MIN_OFFSET, self.min_offset),
-            (rc.GET_EARLIEST_MSG_STORETIME, self.earliest_time),
-            (rc.LOCK_BATCH_MQ, self.lock_batch),
-            (rc.UNLOCK_BATCH_MQ, self.unlock_batch),
-            (rc.CONSUMER_SEND_MSG_BACK, self.send_back),
-            (rc.CHECK_CLIENT_CONFIG, self.check_client_config),
+        self._services = registry.services  # the ACL's post-read check (send-back)
+        consume = access.topic("topic", access.SUB, group="consumerGroup")
+        read = access.topic("topic", access.SUB)
+        for code, proc, acc in (
+            (rc.HEART_BEAT, self.heart_beat, access.Access(resolve=access.heartbeat)),
+            (rc.UNREGISTER_CLIENT, self.unregister_client, access.group("consumerGroup?")),
+            (rc.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list, access.group()),
+            (rc.QUERY_CONSUMER_OFFSET, self.query_consumer_offset, consume),
+            (rc.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset, consume),
+            (rc.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset, read),
+            (rc.GET_MAX_OFFSET, self.max_offset, read),
+            (rc.GET_MIN_OFFSET, self.min_offset, read),
+            (rc.GET_EARLIEST_MSG_STORETIME, self.earliest_time, read),
+            (rc.LOCK_BATCH_MQ, self.lock_batch, access.Access(resolve=access.body_queues)),
+            (rc.UNLOCK_BATCH_MQ, self.unlock_batch, access.Access(resolve=access.body_queues)),
+            (rc.CONSUMER_SEND_MSG_BACK, self.send_back,
+             access.group("group", after_read="SUB on the topic of the message at the commit-log offset")),
+            # compiles a subscription expression: reads and changes nothing
+            (rc.CHECK_CLIENT_CONFIG, self.check_client_config, access.SIGNED),
         ):
-            registry.register(code, proc, owner=owner)
+            registry.register(code, proc, owner=owner, access=acc)
 
     # ------------------------------------------------------------------ membership
 
@@ -234,11 +242,6 @@ class ConsumerProcessor:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.brokerName}] sending message is forbidden")
         if sg.retryQueueNums <= 0:
             return cmd.response()
-        unit = ext_bool(cmd, "unitMode", False)
-        topic = RETRY_PREFIX + group
-        tc = b.topics.create_in_send_back(topic, sg.retryQueueNums, Perm.READ_WRITE, 2 if unit else 0)
-        if not tc.perm & Perm.WRITE:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         raw = b.store.look_message_by_offset(phys)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
@@ -246,6 +249,16 @@ class ConsumerProcessor:
             msg = decode_message(raw, decompress=False)
         except MessageDecodeError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
+        # the group's SUB was checked before; the message's topic is known only now (issue #26): a group
+        # may retry only what it may read, checked before any retry topic or message is made
+        refused = access.check_after_read(self._services, conn.remote_addr[0], cmd, [access.read_of(msg.topic)])
+        if refused is not None:
+            return cmd.response(ResponseCode.NO_PERMISSION, refused)
+        unit = ext_bool(cmd, "unitMode", False)
+        topic = RETRY_PREFIX + group
+        tc = b.topics.create_in_send_back(topic, sg.retryQueueNums, Perm.READ_WRITE, 2 if unit else 0)
+        if not tc.perm & Perm.WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         props = msg.properties
         changes: dict[str, str | None] = {}
         if Prop.RETRY_TOPIC not in props:

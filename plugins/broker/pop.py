@@ -37,6 +37,7 @@ from rmq.kernel import (
     dumps,
     record_of,
 )
+from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm
@@ -99,13 +100,18 @@ class PopProcessor:
         self.polling: dict[tuple[str, str, int], int] = {}  # (group, topic, queue or -1) -> pops waiting now
 
     def register(self, registry: object, owner: str) -> None:
-        for code, fn in ((POP_MESSAGE, self.pop), (ACK_MESSAGE, self.ack),
-                         (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time),
-                         (BATCH_ACK_MESSAGE, self.batch_ack), (NOTIFICATION, self.notification),
-                         (POLLING_INFO, self.polling_info), (POP_ROLLBACK, self.pop_rollback),
-                         (RequestCode.QUERY_ASSIGNMENT, self.query_assignment),
-                         (RequestCode.SET_MESSAGE_REQUEST_MODE, self.set_request_mode)):
-            registry.register(code, fn, owner=owner)  # type: ignore[attr-defined]
+        consume = access.topic("topic", access.SUB, group="consumerGroup")
+        for code, fn, acc in (
+            (POP_MESSAGE, self.pop, consume), (ACK_MESSAGE, self.ack, consume),
+            (CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time, consume),
+            (BATCH_ACK_MESSAGE, self.batch_ack, access.Access(resolve=access.batch_ack)),
+            (NOTIFICATION, self.notification, consume), (POLLING_INFO, self.polling_info, consume),
+            (POP_ROLLBACK, self.pop_rollback, access.SIGNED),  # nothing to move: touches nothing
+            (RequestCode.QUERY_ASSIGNMENT, self.query_assignment, access.Access(resolve=access.body_topic_group)),
+            # how a group consumes a topic, persisted: mqadmin setConsumeMode, an operator's write
+            (RequestCode.SET_MESSAGE_REQUEST_MODE, self.set_request_mode, access.ADMIN),
+        ):
+            registry.register(code, fn, owner=owner, access=acc)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE
 

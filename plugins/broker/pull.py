@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
+from rmq.protocol.access import SUB, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
 from rmq.protocol.common import Perm, PullFlag, encode_properties
@@ -54,9 +55,10 @@ class PullProcessor:
         self.ctx = ctx
 
     def register(self, registry: object, owner: str) -> None:
-        registry.register(RequestCode.PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
+        access = topic("topic", SUB, group="consumerGroup")
+        registry.register(RequestCode.PULL_MESSAGE, self.pull, owner=owner, access=access)  # type: ignore[attr-defined]
         # RocketMQ 5's DefaultLitePullConsumer pulls with LITE_PULL_MESSAGE (361), served alike
-        registry.register(LITE_PULL_MESSAGE, self.pull, owner=owner)  # type: ignore[attr-defined]
+        registry.register(LITE_PULL_MESSAGE, self.pull, owner=owner, access=access)  # type: ignore[attr-defined]
 
     async def _offset_moved(self, group: str, topic: str, queue_id: int, requested: int, new: int) -> None:
         """RocketMQ's OffsetMovedEvent: a corrected pull offset is published to OFFSET_MOVED_EVENT (tag = group)."""

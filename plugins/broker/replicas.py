@@ -37,6 +37,7 @@ import anyio
 
 from rmq.kernel import ConfigFile, RemotingConfig
 from rmq.plugins.broker.epochs import EpochFile, common_point, epoch_list
+from rmq.protocol.access import ADMIN, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
@@ -80,8 +81,9 @@ class ReplicasManager:
     # ------------------------------------------------------------------ processors on the broker's port
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
-        registry.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.on_notify, owner=owner)
-        registry.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache, owner=owner)
+        # the controller tells a broker its new role: a cluster member's write, admin-only under ACL
+        registry.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.on_notify, owner=owner, access=ADMIN)
+        registry.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache, owner=owner, access=SIGNED)
 
     async def on_notify(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         master_id = ext_int(cmd, "masterBrokerId", -1)

@@ -10,13 +10,15 @@ did not take it (reference: rocketmq-timer-tx-acl.md §3).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import TYPE_CHECKING
 
 from rmq.kernel import MessageRecord, PutStatus, RateLimitedLog
+from rmq.protocol.access import PUB, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
-from rmq.protocol.common import prop_value, properties_problem, set_props
+from rmq.protocol.common import Perm, prop_value, properties_problem, set_props
 from rmq.protocol.headers import SEND_LONG, SEND_V2, SendKeys
 from rmq.protocol.names import validate_topic
 
@@ -40,8 +42,10 @@ class ReplyProcessor:
         self.pushed = 0
 
     def register(self, registry: object, owner: str) -> None:
-        registry.register(RequestCode.SEND_REPLY_MESSAGE, self.reply, owner=owner)  # type: ignore[attr-defined]
-        registry.register(RequestCode.SEND_REPLY_MESSAGE_V2, self.reply, owner=owner)  # type: ignore[attr-defined]
+        registry.register(RequestCode.SEND_REPLY_MESSAGE, self.reply, owner=owner,  # type: ignore[attr-defined]
+                          access=topic(SEND_LONG.topic, PUB))
+        registry.register(RequestCode.SEND_REPLY_MESSAGE_V2, self.reply, owner=owner,  # type: ignore[attr-defined]
+                          access=topic(SEND_V2.topic, PUB))
 
     async def reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
@@ -53,9 +57,20 @@ class ReplyProcessor:
         reason = validate_topic(topic)
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
-        if b.topics.table.get(topic) is None:
+        tc = b.topics.table.get(topic)
+        if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        queue_id = max(0, ext_i32(cmd, keys.queue_id, 0))
+        if not tc.perm & Perm.WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        # a send's rule (send.py): a queue the topic does not have is refused, never created (issue #26: each
+        # stray queue id made a consume queue, two descriptors, until the broker ran out of them)
+        queue_id = ext_i32(cmd, keys.queue_id, 0)
+        if queue_id >= tc.writeQueueNums and queue_id >= tc.readQueueNums:
+            host, port = conn.remote_addr[:2]
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, topic[{topic}] "
+                                f"has {max(tc.writeQueueNums, tc.readQueueNums)} queues. Producer: {host}:{port}")
+        if queue_id < 0:
+            queue_id = random.randrange(tc.writeQueueNums) if tc.writeQueueNums > 0 else 0
         sys_flag = ext_i32(cmd, keys.sys_flag, 0)
         born_ts = ext_int(cmd, keys.born_timestamp, 0)
         flag = ext_i32(cmd, keys.flag, 0)

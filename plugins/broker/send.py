@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
 from rmq.plugins.broker.flowcontrol import SendFlowControl
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
+from rmq.protocol.access import send as access_send
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
 from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem, set_props
@@ -71,8 +72,10 @@ class SendProcessor:
         self._cluster = f"CLUSTER\x01{cfg.brokerClusterName}"
 
     def register(self, registry: object, owner: str) -> None:
-        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            registry.register(code, self.send, owner=owner)  # type: ignore[attr-defined]
+        for code, access in ((RequestCode.SEND_MESSAGE, access_send("topic", "producerGroup")),
+                             (RequestCode.SEND_MESSAGE_V2, access_send("b", "a")),
+                             (RequestCode.SEND_BATCH_MESSAGE, access_send("b", "a"))):
+            registry.register(code, self.send, owner=owner, access=access)  # type: ignore[attr-defined]
 
     async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx

@@ -238,20 +238,23 @@ class ControllerService:
     # ------------------------------------------------------------------ processors
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
+        from rmq.protocol.access import ADMIN, SIGNED
+
         rc = RequestCode
-        for code, proc in (
-            (rc.BROKER_HEARTBEAT, self.heartbeat),
-            (rc.CONTROLLER_GET_NEXT_BROKER_ID, self.next_broker_id),
-            (rc.CONTROLLER_APPLY_BROKER_ID, self.apply_broker_id),
-            (rc.CONTROLLER_REGISTER_BROKER, self.register_broker),
-            (rc.CONTROLLER_GET_REPLICA_INFO, self.get_replica_info),
-            (rc.CONTROLLER_ALTER_SYNC_STATE_SET, self.alter_sync_state_set),
-            (rc.CONTROLLER_ELECT_MASTER, self.elect_master),
-            (rc.CONTROLLER_GET_METADATA_INFO, self.metadata),
-            (rc.CONTROLLER_GET_SYNC_STATE_DATA, self.sync_state_data),
-            (rc.CLEAN_BROKER_DATA, self.clean_broker_data),
+        # writes change who is master: a cluster member's (brokers) or an operator's; reads are open
+        for code, proc, acc in (
+            (rc.BROKER_HEARTBEAT, self.heartbeat, ADMIN),
+            (rc.CONTROLLER_GET_NEXT_BROKER_ID, self.next_broker_id, SIGNED),
+            (rc.CONTROLLER_APPLY_BROKER_ID, self.apply_broker_id, ADMIN),
+            (rc.CONTROLLER_REGISTER_BROKER, self.register_broker, ADMIN),
+            (rc.CONTROLLER_GET_REPLICA_INFO, self.get_replica_info, SIGNED),
+            (rc.CONTROLLER_ALTER_SYNC_STATE_SET, self.alter_sync_state_set, ADMIN),
+            (rc.CONTROLLER_ELECT_MASTER, self.elect_master, ADMIN),
+            (rc.CONTROLLER_GET_METADATA_INFO, self.metadata, SIGNED),
+            (rc.CONTROLLER_GET_SYNC_STATE_DATA, self.sync_state_data, SIGNED),
+            (rc.CLEAN_BROKER_DATA, self.clean_broker_data, ADMIN),
         ):
-            registry.register(code, proc, owner=owner)
+            registry.register(code, proc, owner=owner, access=acc)
 
     async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         cluster, name, addr = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName"), ext_str(cmd, "brokerAddr")

@@ -21,6 +21,7 @@ from rmq.plugins.namesrv.routes import (
     decode_register_body,
     dumps,
 )
+from rmq.protocol.access import ADMIN, ANY, SIGNED, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
@@ -64,26 +65,28 @@ class NamesrvService:
 
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         rc = RequestCode
-        for code, proc in (
-            (rc.PUT_KV_CONFIG, self.put_kv_config),
-            (rc.GET_KV_CONFIG, self.get_kv_config),
-            (rc.DELETE_KV_CONFIG, self.delete_kv_config),
-            (rc.GET_KVLIST_BY_NAMESPACE, self.get_kv_list),
-            (rc.REGISTER_BROKER, self.register_broker),
-            (rc.UNREGISTER_BROKER, self.unregister_broker),
-            (rc.GET_ROUTEINFO_BY_TOPIC, self.get_route),
-            (rc.GET_BROKER_CLUSTER_INFO, self.get_cluster_info),
-            (rc.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics),
-            (rc.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster),
-            (rc.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topics),
-            (rc.DELETE_TOPIC_IN_NAMESRV, self.delete_topic),
-            (rc.QUERY_DATA_VERSION, self.query_data_version),
-            (rc.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm),
-            (rc.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm),
-            (rc.GET_NAMESRV_CONFIG, self.get_config),
-            (rc.UPDATE_NAMESRV_CONFIG, self.update_config),
+        # RocketMQ's name server checks no ACL; the table still says what each code touches: writes are
+        # an operator's or a cluster member's (REGISTER/UNREGISTER_BROKER come from brokers), reads are open
+        for code, proc, acc in (
+            (rc.PUT_KV_CONFIG, self.put_kv_config, ADMIN),
+            (rc.GET_KV_CONFIG, self.get_kv_config, SIGNED),
+            (rc.DELETE_KV_CONFIG, self.delete_kv_config, ADMIN),
+            (rc.GET_KVLIST_BY_NAMESPACE, self.get_kv_list, SIGNED),
+            (rc.REGISTER_BROKER, self.register_broker, ADMIN),
+            (rc.UNREGISTER_BROKER, self.unregister_broker, ADMIN),
+            (rc.GET_ROUTEINFO_BY_TOPIC, self.get_route, topic("topic", ANY)),
+            (rc.GET_BROKER_CLUSTER_INFO, self.get_cluster_info, SIGNED),
+            (rc.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics, SIGNED),
+            (rc.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster, SIGNED),
+            (rc.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topics, SIGNED),
+            (rc.DELETE_TOPIC_IN_NAMESRV, self.delete_topic, ADMIN),
+            (rc.QUERY_DATA_VERSION, self.query_data_version, SIGNED),
+            (rc.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm, ADMIN),
+            (rc.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm, ADMIN),
+            (rc.GET_NAMESRV_CONFIG, self.get_config, SIGNED),
+            (rc.UPDATE_NAMESRV_CONFIG, self.update_config, ADMIN),
         ):
-            registry.register(code, proc, owner=owner)
+            registry.register(code, proc, owner=owner, access=acc)
 
     async def run_scanner(self) -> None:
         """Drop brokers silent for brokerChannelExpiredTime; first scan after 5 s, then every interval."""

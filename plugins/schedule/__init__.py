@@ -23,6 +23,7 @@ import attrs
 
 from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.schedule.service import DelayLevelStage, ScheduleService
+from rmq.protocol.access import SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class SchedulePlugin:
     @hookimpl
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
         if registry.role == "broker":
-            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.all_delay_offsets, owner="schedule")
+            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.all_delay_offsets, owner="schedule",
+                              access=SIGNED)  # a slave's metadata sync, as GET_ALL_CONSUMER_OFFSET
 
     async def all_delay_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if self.service is None:

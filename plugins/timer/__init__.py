@@ -36,6 +36,7 @@ from rmq.plugins.timer.stage import (
     decode_handle,
     snap_precision,
 )
+from rmq.protocol.access import PUB, SIGNED, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.common import Perm, Prop, encode_properties
 from rmq.protocol.names import TIMER_TOPIC
@@ -61,9 +62,9 @@ class TimerPlugin:
     @hookimpl
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
         if registry.role == "broker":
-            registry.register(RequestCode.GET_TIMER_CHECK_POINT, self._checkpoint, owner="timer")
-            registry.register(RequestCode.GET_TIMER_METRICS, self._metrics, owner="timer")
-            registry.register(RequestCode.RECALL_MESSAGE, self._recall, owner="timer")
+            registry.register(RequestCode.GET_TIMER_CHECK_POINT, self._checkpoint, owner="timer", access=SIGNED)
+            registry.register(RequestCode.GET_TIMER_METRICS, self._metrics, owner="timer", access=SIGNED)
+            registry.register(RequestCode.RECALL_MESSAGE, self._recall, owner="timer", access=topic("topic", PUB))
 
     @hookimpl
     def rmq_broker_put_stages(self, kernel: Kernel, broker: BrokerContext) -> list[TimerStage]:

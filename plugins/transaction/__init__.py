@@ -22,7 +22,7 @@ RocketMQ's, in ``[broker]``: ``transactionTimeOut``, ``transactionCheckMax``,
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,11 @@ from rmq.plugins.transaction.service import (
     TransactionEnder,
     resume_check,
 )
-from rmq.protocol.codes import RequestCode
+from rmq.protocol.access import ADMIN, AUTHORIZER, PUB, Access, check_after_read
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import ext_int
+from rmq.protocol.common import Prop
+from rmq.protocol.message import MessageDecodeError, decode_message
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -48,12 +52,32 @@ class TransactionPlugin:
         structure_options(NoOptions, options, "plugin.processors.transaction")
         self.ender: TransactionEnder | None = None
         self.service: TransactionCheckService | None = None
+        self._services: Mapping[str, Any] = {}
 
     @hookimpl
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
         if registry.role == "broker":
-            registry.register(RequestCode.END_TRANSACTION, self._end, owner="transaction")
-            registry.register(RequestCode.RESUME_CHECK_HALF_MESSAGE, self._resume, owner="transaction")
+            self._services = registry.services
+            registry.register(RequestCode.END_TRANSACTION, self._end, owner="transaction",
+                              access=Access(after_read="PUB on the real topic of the half message ended"))
+            # puts a copy of any message (by msgId) back into the half topic: an operator's write
+            registry.register(RequestCode.RESUME_CHECK_HALF_MESSAGE, self._resume, owner="transaction",
+                              access=ADMIN)
+
+    def _may_end(self, conn: Any, cmd: Any, broker: BrokerContext) -> str | None:
+        """PUB on the half's real topic, known once the half is read, checked before anything is stored.
+        An offset that names no readable message is left to the ender, which refuses it."""
+        if AUTHORIZER not in self._services:
+            return None  # no ACL: no extra read
+        raw = broker.store.look_message_by_offset(ext_int(cmd, "commitLogOffset"))
+        if raw is None:
+            return None
+        try:
+            half = decode_message(raw, decompress=False)
+        except MessageDecodeError:
+            return None
+        real = half.properties.get(Prop.REAL_TOPIC) or half.topic
+        return check_after_read(self._services, conn.remote_addr[0], cmd, [("topic", real, PUB)])
 
     async def _resume(self, conn: Any, cmd: Any) -> Any:
         if self._broker is None:
@@ -64,6 +88,9 @@ class TransactionPlugin:
         broker = self._broker
         if broker is None:
             return cmd.response(1, "transaction service not running")
+        refused = self._may_end(conn, cmd, broker)
+        if refused is not None:
+            return cmd.response(ResponseCode.NO_PERMISSION, refused)
         if self.ender is None:
             self.ender = TransactionEnder(broker)
         return await self.ender.end(conn, cmd)

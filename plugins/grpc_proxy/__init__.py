@@ -81,18 +81,21 @@ class GrpcProxyPlugin:
         import anyio
         import grpc
 
+        from rmq.plugins.grpc_proxy.access import guard
         from rmq.plugins.grpc_proxy.front import PermissiveFront
         from rmq.plugins.grpc_proxy.routes import RouteView
-        from rmq.plugins.grpc_proxy.service import MessagingService
+        from rmq.plugins.grpc_proxy.service import MAX_BODY, MessagingService
         from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc
 
         assert self._registry is not None
         host = broker.broker_addr.rpartition(":")[0] or "127.0.0.1"
         listen = broker.config.listenHost or "0.0.0.0"
-        options = [("grpc.max_receive_message_length", 130 * 1024 * 1024),
+        # a request carries at most one message of MAX_BODY: a larger one is refused before it is buffered
+        options = [("grpc.max_receive_message_length", 2 * MAX_BODY),
                    ("grpc.max_send_message_length", 130 * 1024 * 1024)]
         svc = MessagingService(broker, make_handler(self._registry), (host, port),
                                accounts=self._registry.services.get("acl"))
+        guard(svc, svc.gate, svc.client_ip)  # every method: authenticated, names checked, authorised first
         namesrv_addrs = getattr(broker, "namesrv_addrs", None)
         if namesrv_addrs is not None:  # routes over every broker of a topic, as the proxy's local mode
             svc.routes = RouteView(namesrv_addrs)

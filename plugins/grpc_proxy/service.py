@@ -20,6 +20,8 @@ import ipaddress
 import itertools
 import json
 import logging
+import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from rmq.plugins.grpc_proxy.access import ACCOUNT, Gate, Refused
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
@@ -35,7 +38,7 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import SysFlag, encode_properties
 from rmq.protocol.message import MessageExt, decode_messages, decode_offset_msg_id
-from rmq.protocol.names import validate_topic
+from rmq.protocol.names import dlq_topic, validate_topic
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext
@@ -63,6 +66,8 @@ SYSTEM_KEYS = frozenset((
     "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "__SHARDINGKEY", "CHECK_IMMUNITY_TIME_IN_SECONDS",
     "TRANSACTION_CHECK_TIMES", "RECALL_HANDLE",
 ))
+NOT_OURS = "receipt handle was not issued by this broker for this group and topic"
+DLQ_CLAIM_MS = 30_000  # a DLQ forward holds the message this long while it copies it
 CUSTOMIZED_BACKOFF = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
 
 # remoting answer -> the proxy's status code
@@ -219,13 +224,16 @@ class MessagingService(sg.MessagingServiceServicer):
                  endpoint: tuple[str, int], accounts: Any = None) -> None:
         self.broker = broker
         self.handle = handle
-        self.accounts = accounts  # the ACL's accounts when ACL is on: requests are then authenticated
+        self.gate = Gate(accounts)  # access.py: authentication, names and permissions before every method
         self.resolve_peer: Callable[[str], tuple[str, int] | None] | None = None  # front.py's real client address
         self.host, self.port = endpoint
         self.peers: dict[str, GrpcPeer] = {}
         self._rr = itertools.count()
         self.transactions: dict[str, tuple[int, int, str]] = {}  # topic@txid -> (queue offset, commitlog offset, group)
         self.routes: Any = None  # routes.RouteView: the topic's other brokers, from the name servers
+        # receipt handles are signed with this, so only handles this broker issued are acted on; a
+        # restart makes earlier handles invalid, as it does the in-memory POP state they point to
+        self._receipt_key = secrets.token_bytes(32)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -240,30 +248,43 @@ class MessagingService(sg.MessagingServiceServicer):
             real = self.resolve_peer(raw) if self.resolve_peer is not None else None
             p = self.peers[cid] = GrpcPeer(cid, f"ipv4:{real[0]}:{real[1]}" if real else raw)
             p.convert = self.to_message
-        if self.accounts is not None:
-            p.attributes["grpc.account"] = self._authenticate(md)
         return p
 
-    def _authenticate(self, md: dict[str, str]) -> tuple[str, str] | None:
-        """RocketMQ 5's gRPC signature: ``authorization: MQv2-HMAC-SHA1 Credential=<ak>, SignedHeaders=
-        x-mq-date-time, Signature=<hex HMAC-SHA1(secret, x-mq-date-time)>``. The account whose secret
-        verifies it, else None (the request then goes on unsigned and the ACL decides: refused unless
-        the peer is white-listed)."""
-        auth = md.get("authorization") or ""
-        fields = dict(part.strip().split("=", 1) for part in auth.partition(" ")[2].split(",") if "=" in part)
-        ak, sig, stamp = fields.get("Credential", "").strip(), fields.get("Signature", "").strip(), md.get("x-mq-date-time", "")
-        acct = self.accounts.accounts.get(ak) if ak else None
-        if acct is None or not sig or not stamp:
-            return None
-        want = hmac.new(acct.secret_key.encode(), stamp.encode(), hashlib.sha1).hexdigest()
-        return (ak, acct.secret_key) if hmac.compare_digest(want, sig.lower()) else None
+    def client_ip(self, context: Any) -> str:
+        """The client's IP (behind front.py's splice, the real one), for white lists and logs."""
+        raw = context.peer() or ""
+        real = self.resolve_peer(raw) if self.resolve_peer is not None else None
+        if real is not None:
+            return real[0]
+        host = raw.split(":", 1)[1] if raw.startswith(("ipv4:", "ipv6:")) else raw
+        return host.rpartition(":")[0].strip("[]") or host
 
     async def _call(self, peer: GrpcPeer, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand | None:
+        """The broker's own request for an RPC, signed as the account the gate authenticated (the
+        broker's ACL then checks it again), unsigned for a white-listed peer or with ACL off."""
         cmd = RemotingCommand.request(code, ext, body)
-        account = peer.attributes.get("grpc.account")
-        if account is not None:  # authenticated over gRPC: the broker's ACL checks this account's permissions
+        account = ACCOUNT.get()
+        if account is not None:
             sign(cmd.ext, cmd.body, *account)
         return await self.handle(peer, cmd)
+
+    # ------------------------------------------------------------------ receipt handles
+
+    def _mac(self, group: str, topic: str, handle: str) -> str:
+        data = f"{group}\n{topic}\n{handle}".encode()
+        return hmac.new(self._receipt_key, data, hashlib.sha256).hexdigest()[:32]
+
+    def seal(self, group: str, topic: str, handle: str) -> str:
+        """A receipt handle bound to its group and topic: the POP receipt and its MAC."""
+        return f"{handle} {self._mac(group, topic, handle)}"
+
+    def unseal(self, group: str, topic: str, sealed: str) -> list[str] | None:
+        """The POP receipt's fields of a handle this broker issued for this group and topic, else None
+        (forged, altered, another group's or topic's, or from before a restart)."""
+        handle, _, mac = sealed.rpartition(" ")
+        if not handle or len(mac) != 32 or not hmac.compare_digest(self._mac(group, topic, handle), mac):
+            return None
+        return self._handle_parts(handle)
 
     def _endpoints(self) -> d.Endpoints:
         return d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host=self.host, port=self.port)])
@@ -390,6 +411,11 @@ class MessagingService(sg.MessagingServiceServicer):
 
     async def _read_telemetry(self, peer: GrpcPeer, request_iterator: Any) -> None:
         async for cmd in request_iterator:
+            try:  # the gate for a stream: each command's names and permissions (access.py)
+                self.gate.authorize("Telemetry", cmd, ACCOUNT.get())
+            except Refused as e:
+                await peer.outbox.put(s.TelemetryCommand(status=status(e.code, e.message)))
+                continue
             if cmd.HasField("settings"):
                 peer.settings = cmd.settings
                 await self._register(peer)
@@ -592,7 +618,9 @@ class MessagingService(sg.MessagingServiceServicer):
         for m in decode_messages(resp.body or b""):
             handle = " ".join((str(m.queue_offset), h["popTime"], h["invisibleTime"], h.get("reviveQid", "0"), "0",
                                self.broker.config.brokerName, str(m.queue_id), str(m.queue_offset)))
-            yield s.ReceiveMessageResponse(message=self.to_message(m, handle, invisible))
+            msg = self.to_message(m, handle, invisible)
+            msg.system_properties.receipt_handle = self.seal(group, msg.topic.name, handle)
+            yield s.ReceiveMessageResponse(message=msg)
         yield s.ReceiveMessageResponse(delivery_timestamp=ts(int(time.time() * 1000)))
 
     # ------------------------------------------------------------------ lite pull (offsets kept by the broker)
@@ -730,7 +758,7 @@ class MessagingService(sg.MessagingServiceServicer):
     @staticmethod
     def _handle_parts(handle: str) -> list[str] | None:
         parts = handle.split(" ")
-        return parts if len(parts) >= 8 and all(parts[i].lstrip("-").isdigit() for i in (0, 1, 2, 6, 7)) else None
+        return parts if len(parts) == 8 and all(_INT.fullmatch(parts[i]) for i in (0, 1, 2, 3, 6, 7)) else None
 
     async def AckMessage(self, request: s.AckMessageRequest, context: Any) -> s.AckMessageResponse:  # noqa: N802
         peer = self._peer(context)
@@ -738,16 +766,17 @@ class MessagingService(sg.MessagingServiceServicer):
             return s.AckMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
         results = []
         now = time.time() * 1000
+        group, topic = request.group.name, request.topic.name
         for e in request.entries:
-            parts = self._handle_parts(e.receipt_handle)
+            parts = self.unseal(group, topic, e.receipt_handle)
             if parts is None:
-                st = status(C.INVALID_RECEIPT_HANDLE, "receipt handle is malformed")
+                st = status(C.INVALID_RECEIPT_HANDLE, NOT_OURS)
             elif now >= int(parts[1]) + int(parts[2]):
                 st = status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
             else:
                 resp = await self._call(peer, ACK_MESSAGE, {
-                    "consumerGroup": request.group.name, "topic": request.topic.name, "queueId": parts[6],
-                    "extraInfo": e.receipt_handle, "offset": parts[7]})
+                    "consumerGroup": group, "topic": topic, "queueId": parts[6],
+                    "extraInfo": " ".join(parts), "offset": parts[7]})
                 st = from_remoting(resp)
             results.append(s.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
         codes = {r.status.code for r in results}
@@ -758,44 +787,76 @@ class MessagingService(sg.MessagingServiceServicer):
         peer = self._peer(context)
         if peer is None:
             return s.ChangeInvisibleDurationResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
-        parts = self._handle_parts(request.receipt_handle)
-        if parts is None or time.time() * 1000 >= int(parts[1]) + int(parts[2]):
+        group, topic = request.group.name, request.topic.name
+        parts = self.unseal(group, topic, request.receipt_handle)
+        if parts is None:
+            return s.ChangeInvisibleDurationResponse(status=status(C.INVALID_RECEIPT_HANDLE, NOT_OURS))
+        if time.time() * 1000 >= int(parts[1]) + int(parts[2]):
             return s.ChangeInvisibleDurationResponse(status=status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired"))
         invisible = dur_ms(request.invisible_duration)
         if not 0 <= invisible <= 12 * 3_600_000:
             return s.ChangeInvisibleDurationResponse(status=status(C.ILLEGAL_INVISIBLE_TIME, "0 .. 12 h"))
+        st, parts = await self._change_invisible(peer, group, topic, parts, invisible)
+        if parts is None:
+            return s.ChangeInvisibleDurationResponse(status=st)
+        return s.ChangeInvisibleDurationResponse(status=st, receipt_handle=self.seal(group, topic, " ".join(parts)))
+
+    async def _change_invisible(self, peer: GrpcPeer, group: str, topic: str, parts: list[str],
+                                invisible: int) -> tuple[d.Status, list[str] | None]:
+        """The broker's CHANGE_INVISIBLETIME on a verified receipt: its status and the new receipt's
+        fields (None when the broker refused: the message is no longer this receipt's)."""
         resp = await self._call(peer, CHANGE_INVISIBLE, {
-            "consumerGroup": request.group.name, "topic": request.topic.name, "queueId": parts[6],
-            "extraInfo": request.receipt_handle, "offset": parts[7], "invisibleTime": str(invisible)})
+            "consumerGroup": group, "topic": topic, "queueId": parts[6],
+            "extraInfo": " ".join(parts), "offset": parts[7], "invisibleTime": str(invisible)})
         st = from_remoting(resp)
         if resp is None or st.code != C.OK:
-            return s.ChangeInvisibleDurationResponse(status=st)
-        parts[1], parts[2] = resp.ext.get("popTime", parts[1]), resp.ext.get("invisibleTime", parts[2])
-        return s.ChangeInvisibleDurationResponse(status=st, receipt_handle=" ".join(parts))
+            return st, None
+        fresh = list(parts)
+        fresh[1], fresh[2] = resp.ext.get("popTime", parts[1]), resp.ext.get("invisibleTime", parts[2])
+        return st, fresh
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """The received message into %DLQ%<group>, then acked. The gate has checked the names and the
+        caller's SUB on group and topic; the receipt must be one this broker issued for them, and the
+        broker's POP state must still hold it: it is claimed first (its invisible time renewed, so
+        the receipt cannot be used twice), copied, then acked with the claim."""
+        R = s.ForwardMessageToDeadLetterQueueResponse  # noqa: N806
         peer = self._peer(context)
         if peer is None:
-            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id"))
-        parts = self._handle_parts(request.receipt_handle)
+            return R(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        group, topic = request.group.name, request.topic.name
+        parts = self.unseal(group, topic, request.receipt_handle)
         if parts is None:
-            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INVALID_RECEIPT_HANDLE, "malformed"))
-        group, topic, qid, off = request.group.name, request.topic.name, int(parts[6]), int(parts[7])
+            return R(status=status(C.INVALID_RECEIPT_HANDLE, NOT_OURS))
+        if time.time() * 1000 >= int(parts[1]) + int(parts[2]):
+            return R(status=status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired"))
+        qid, off = int(parts[6]), int(parts[7])
         res = self.broker.store.get_messages(group, topic, qid, off, 1)
         if not res.messages or res.queue_offsets[0] != off:
-            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INVALID_RECEIPT_HANDLE, "message gone"))
+            return R(status=status(C.INVALID_RECEIPT_HANDLE, "message gone"))
+        st, claim = await self._change_invisible(peer, group, topic, parts, DLQ_CLAIM_MS)
+        if claim is None:
+            return R(status=st if st.code != C.OK else status(C.INVALID_RECEIPT_HANDLE, "receipt no longer valid"))
         from rmq.kernel import record_of  # noqa: PLC0415 - the rare path
 
         [msg] = decode_messages(bytes(res.messages[0]))
-        dlq = f"%DLQ%{group}"
+        dlq = dlq_topic(group)
         self.broker.ensure_topic(dlq, 1, 6)
         put = await self.broker.put(record_of(msg, dlq, 0, {"DLQ_ORIGIN_TOPIC": topic,
                                                            "DLQ_ORIGIN_MESSAGE_ID": msg.properties.get("UNIQ_KEY", "")}))
-        if not put.ok:
-            return s.ForwardMessageToDeadLetterQueueResponse(status=status(C.INTERNAL_SERVER_ERROR, put.status.name))
+        if not put.ok:  # the claim runs out and the message is delivered again
+            log.warning("gRPC: %s/%d/%d not stored into %s: %s", topic, qid, off, dlq, put.status.name)
+            return R(status=status(C.INTERNAL_SERVER_ERROR, "the dead letter queue did not take the message"))
         resp = await self._call(peer, ACK_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": parts[6],
-                                                    "extraInfo": request.receipt_handle, "offset": parts[7]})
-        return s.ForwardMessageToDeadLetterQueueResponse(status=from_remoting(resp))
+                                                    "extraInfo": " ".join(claim), "offset": parts[7]})
+        return R(status=from_remoting(resp))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """RocketMQ 5.4's lite topics are not served: NOT_IMPLEMENTED, as a status the SDK reads."""
+        return s.SyncLiteSubscriptionResponse(status=status(C.NOT_IMPLEMENTED, "lite subscriptions are not served"))
+
+
+_INT = re.compile(r"-?[0-9]{1,19}")
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -61,7 +61,8 @@ def cluster(work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess], 
     ns = RmqdProcess(work / "ns", broker=False).start()
     ctls = [RmqdProcess(work / f"c{i}", namesrv=False, broker=False, extra={"controller": {
         "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(work / f"c{i}" / "ctl")}}).start()
+        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(work / f"c{i}" / "ctl"),
+        "raftPassword": "bench-raft-secret"}}).start()
         for i in range(3)]
     conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
             "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": all_ack,

@@ -9,6 +9,7 @@ structures it itself.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -45,6 +46,16 @@ class NamesrvConfig:
         return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else (home or Path(os.environ.get("RMQ_HOME") or "rmq-store")) / "namesrv" / "kvConfig.json"
 
 
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @attrs.define
 class ControllerConfig:
     """RocketMQ 5's controller (``[controller]``; beside ``[namesrv]`` it is RocketMQ's
@@ -64,6 +75,7 @@ class ControllerConfig:
     notifyBrokerRoleChanged: bool = True
     electMasterMaxRetryCount: int = 3
     raftPortOffset: int = 1
+    raftPassword: str = ""  # Raft's shared secret; "" = generated in controllerStorePath (loopback peers only)
 
     def peers(self) -> dict[str, str]:
         """Peer id -> "host:port" from ``controllerDLegerPeers`` ("n0-host:port;n1-host:port")."""
@@ -79,6 +91,9 @@ class ControllerConfig:
             out[pid] = addr
         if not out:
             raise ValueError("controllerDLegerPeers: no peer")
+        if not self.raftPassword and not all(_is_loopback(a.rpartition(":")[0]) for a in out.values()):
+            raise ValueError("raftPassword: required when a peer is not on loopback (every controller of the group "
+                             "sets the same secret; Raft frames are authenticated with it)")
         if self.controllerDLegerSelfId not in out:
             raise ValueError(f"controllerDLegerSelfId: {self.controllerDLegerSelfId!r} is not among the peers "
                              f"({', '.join(out)})")

@@ -7,20 +7,38 @@ order, identically on every node. The journal and the full dump live in
 ``controllerStorePath``, so a node that restarts replays what it had and catches up
 from the leader; a cluster that lost its majority elects no leader and commits nothing:
 writes time out instead of diverging (no split brain).
+
+The Raft port faces strangers, and pysyncobj unpickles what its peers send. So every node
+runs with pysyncobj's ``password``: each frame is a Fernet token (AES + HMAC-SHA256) whose
+HMAC is checked before the bytes are decompressed or unpickled, the first (key exchange)
+frame included; without the secret nothing reaches ``pickle``. The listener binds the
+controller's ``listenHost``, and ``BoundedTransport`` caps what one connection may make
+this node buffer: a claimed frame length over ``MAX_FRAME`` (``MAX_FIRST_FRAME`` before the
+peer proved the secret) or a negative one drops the connection, as does a stranger idling
+unauthenticated longer than pysyncobj's connection timeout or beyond ``MAX_UNKNOWN``.
 """
 
 from __future__ import annotations
 
 import _socket
 import asyncio
+import logging
+import os
+import secrets
 import socket
+import stat
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.transport import TCPTransport
 
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.controller.state import ReplicasInfo, decode_event
 
 # pysyncobj's win_inet_pton module replaces socket.inet_ntop on every platform with a Windows-only
@@ -28,7 +46,146 @@ from rmq.plugins.controller.state import ReplicasInfo, decode_event
 # real one back, for the whole process (IPv6 hosts in messages are decoded with it).
 socket.inet_ntop = _socket.inet_ntop
 
-__all__ = ["CommitError", "RaftState"]
+__all__ = ["MAX_FIRST_FRAME", "MAX_FRAME", "BoundedTransport", "CommitError", "RaftState", "load_or_create_secret"]
+
+log = logging.getLogger("rmq.controller")
+_limited = RateLimitedLog(log, interval=60.0)
+
+#: the largest frame an authenticated peer may announce (pysyncobj batches entries by 64 KiB; snapshots
+#: of the controller state are far smaller than this)
+MAX_FRAME = 64 * 1024 * 1024
+#: the largest first frame: it is the key exchange (a Fernet token of 32 random bytes, about 200 bytes)
+MAX_FIRST_FRAME = 4096
+#: connections that have not yet said which node they are, held at once; more are closed at accept
+MAX_UNKNOWN = 32
+_LENGTH = struct.Struct("i")  # pysyncobj's frame prefix: a native-endian int
+
+# the bounds below override private parts of pysyncobj 0.3.17: fail closed if they moved
+for _cls, _name in ((TcpConnection, "_TcpConnection__processRead"), (TcpConnection, "_TcpConnection__readBuffer"),
+                    (TcpConnection, "sendRandKey"), (TCPTransport, "_unknownConnections"),
+                    (TCPTransport, "_onNewIncomingConnection"), (TCPTransport, "_onTick")):
+    if _name not in _cls.__dict__ and _name not in _cls.__init__.__code__.co_names:
+        raise ImportError(f"pysyncobj's {_cls.__name__} has no {_name}: the Raft transport's bounds need "
+                          "pysyncobj 0.3.17")
+
+
+class _BoundedConnection(TcpConnection):  # type: ignore[misc]
+    """pysyncobj's connection with a cap on the frame length it will wait for.
+
+    pysyncobj 0.3.17 has no factory for its connections: ``BoundedTransport`` re-classes each one
+    before it has read a byte. The read loop here stops at a whole frame (so parsing, and with it
+    the HMAC check, runs before more is buffered) and drops a connection whose next frame claims
+    more than the cap.
+    """
+
+    def _TcpConnection__processRead(self) -> bool:
+        more = bool(TcpConnection._TcpConnection__processRead(self))
+        buf = self._TcpConnection__readBuffer
+        if len(buf) < _LENGTH.size:
+            return more
+        (size,) = _LENGTH.unpack_from(buf)
+        cap = MAX_FRAME if self.sendRandKey else MAX_FIRST_FRAME
+        if size < 0 or size > cap:
+            _limited.warning("raft-frame", "raft: a peer announced a %d-byte frame (limit %d%s); connection dropped",
+                             size, cap, "" if self.sendRandKey else " before authenticating")
+            self.disconnect()
+            return False
+        return more and len(buf) - _LENGTH.size < size
+
+
+class _CheckedEncryptor:
+    """The node's Fernet, logging (rate-limited) frames that fail authentication: a stranger, or a
+    controller configured with another ``raftPassword``. pysyncobj drops such a connection silently."""
+
+    def __init__(self, fernet: Any) -> None:
+        self._fernet = fernet
+
+    def extract_timestamp(self, data: bytes) -> int:
+        try:
+            return int(self._fernet.extract_timestamp(data))
+        except Exception:
+            _limited.warning("raft-auth", "raft: a peer's frame failed authentication (a stranger, or a controller "
+                             "with another raftPassword); connection dropped")
+            raise
+
+    def decrypt(self, data: bytes) -> bytes:
+        return bytes(self._fernet.decrypt(data))
+
+    def encrypt_at_time(self, data: bytes, at: int) -> bytes:
+        return bytes(self._fernet.encrypt_at_time(data, at))
+
+
+class BoundedTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's TCP transport with bounded connections (see ``_BoundedConnection``), at most
+    ``MAX_UNKNOWN`` connections that have not identified themselves, each for at most the
+    connection timeout."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self._accepted_at: dict[Any, float] = {}
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def _bound(self, conn: Any) -> None:
+        conn.__class__ = _BoundedConnection
+        if self._syncObj.encryptor is not None:
+            conn.encryptor = _CheckedEncryptor(self._syncObj.encryptor)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        self._bound(conn)
+        super()._onNewIncomingConnection(conn)
+        if self._syncObj.encryptor is not None:
+            conn.encryptor = _CheckedEncryptor(self._syncObj.encryptor)
+        if len(self._unknownConnections) > MAX_UNKNOWN:
+            _limited.warning("raft-unknown", "raft: more than %d unidentified connections; closing the newest",
+                             MAX_UNKNOWN)
+            conn.disconnect()
+            return
+        self._accepted_at[conn] = monotonic()
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            self._bound(conn)
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        if not self._accepted_at:
+            return
+        deadline = monotonic() - self._syncObj.conf.connectionTimeout
+        for conn, at in list(self._accepted_at.items()):
+            if conn not in self._unknownConnections or conn.state == CONNECTION_STATE.DISCONNECTED:
+                del self._accepted_at[conn]
+            elif at < deadline:
+                del self._accepted_at[conn]
+                conn.disconnect()
+
+
+def load_or_create_secret(path: Path) -> str:
+    """The Raft secret kept in ``path`` (mode 0600), created with a random value on first use. Nodes
+    that share the store root share it; creation is atomic, so nodes starting together agree."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # fails if another node created it first: then that one is used
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        log.warning("raft secret %s was readable by others (mode %o); now 0600", path, mode)
+        os.chmod(path, 0o600)
+    secret = path.read_text().strip()
+    if len(secret) < 16:
+        raise ValueError(f"raft secret {path} holds fewer than 16 characters; remove it to have a new one made")
+    return secret
 
 
 class CommitError(Exception):
@@ -44,6 +201,8 @@ class RaftState(SyncObj):  # type: ignore[misc]
         peers: Sequence[str],
         store_path: Path,
         *,
+        password: str,
+        bind_host: str = "",
         on_leader_change: Callable[[], None] | None = None,
         election_timeout: tuple[float, float] = (1.0, 2.0),
     ) -> None:
@@ -51,7 +210,12 @@ class RaftState(SyncObj):  # type: ignore[misc]
         self.state = ReplicasInfo()
         self.lock = threading.RLock()
         self._on_leader_change = on_leader_change
+        if not password:
+            raise ValueError("the Raft layer needs a password: pysyncobj unpickles what unauthenticated peers send")
+        port = self_addr.rpartition(":")[2]
         conf = SyncObjConf(
+            password=password,
+            bindAddress=f"{bind_host or '0.0.0.0'}:{port}",
             journalFile=str(store_path / "raft.journal"),
             fullDumpFile=str(store_path / "raft.dump"),
             autoTick=True,
@@ -62,7 +226,7 @@ class RaftState(SyncObj):  # type: ignore[misc]
             commandsWaitLeader=False,
             onStateChanged=self._state_changed,
         )
-        super().__init__(self_addr, list(peers), conf)
+        super().__init__(self_addr, list(peers), conf, transportClass=BoundedTransport)
 
     # pysyncobj pickles the object's __dict__ for its full dump: keep only the state machine
     def __getstate__(self) -> dict[str, Any]:

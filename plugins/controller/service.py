@@ -25,7 +25,7 @@ import anyio
 import attrs
 
 from rmq.kernel import RemotingConfig
-from rmq.plugins.controller.raft import CommitError, RaftState
+from rmq.plugins.controller.raft import CommitError, RaftState, load_or_create_secret
 from rmq.plugins.controller.state import Code, Decision, HeartbeatInfo
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.controller")
 
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
+RAFT_SECRET_FILE = "raft.secret"
 
 
 @attrs.define
@@ -78,10 +79,24 @@ class ControllerService:
     def start(self) -> None:
         others = [a for pid, a in self.raft_of.items() if pid != self.self_id]
         self.raft = RaftState(self.raft_of[self.self_id], others, self.config.store_path() / self.self_id,
+                              password=self.raft_password(), bind_host=self.config.listenHost,
                               on_leader_change=self._leader_changed)
         self.client = self.kernel.hook.rmq_remoting_make_client(
             kernel=self.kernel, config=RemotingConfig(name="controller-notify", connect_timeout=3.0), handler=None
         )
+
+    def raft_password(self) -> str:
+        """``raftPassword``, else the secret generated beside the controller store (the config refuses an
+        empty one when a peer is off loopback): nodes sharing ``controllerStorePath`` share it; nodes with
+        stores of their own need ``raftPassword``."""
+        if self.config.raftPassword:
+            return self.config.raftPassword
+        path = self.config.store_path() / RAFT_SECRET_FILE
+        secret = load_or_create_secret(path)
+        if len(self.peers) > 1:
+            log.info("raft secret from %s: every controller of the group must use it (the same "
+                     "controllerStorePath, or the same raftPassword)", path)
+        return secret
 
     async def aclose(self) -> None:
         if self.client is not None:

@@ -20,7 +20,8 @@ def test_cpp_producer_resumes_on_the_new_master(rmqd_factory: Any, cpp: Any, com
     for i in range(3):
         rmqd_factory(namesrv=False, broker=False, extra={"controller": {
             "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"ctl{i}")}})
+            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"ctl{i}"),
+            "raftPassword": "test-raft-secret"}})
     conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
             "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": True,
             "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000,

@@ -39,7 +39,8 @@ def controllers(tmp_path: Any) -> Any:
     peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
     procs = [RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
         "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-        "controllerStorePath": str(tmp_path / f"c{i}" / "ctl"), "scanNotActiveBrokerInterval": 1000}})
+        "controllerStorePath": str(tmp_path / f"c{i}" / "ctl"), "scanNotActiveBrokerInterval": 1000,
+        "raftPassword": "test-raft-secret"}})
         for i in range(3)]
     for p, port in zip(procs, ports, strict=True):
         p.ctl_addr = f"127.0.0.1:{port}"  # type: ignore[attr-defined]

@@ -58,7 +58,8 @@ def start_group(tmp_path: Any, procs: list[RmqdProcess], n_brokers: int, **broke
     ns = start(RmqdProcess(tmp_path / "ns", broker=False))
     controllers = [start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
         "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"c{i}" / "ctl")}}))
+        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"c{i}" / "ctl"),
+        "raftPassword": "test-raft-secret"}}))
         for i in range(3)]
     conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
             "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "mappedFileSizeCommitLog": 1024 * 1024,

@@ -45,7 +45,8 @@ async def test_three_nodes_commit_fail_over_and_replay(tmp_path: Path) -> None:
     addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
 
     def node(i: int) -> RaftState:
-        return RaftState(addrs[i], [a for a in addrs if a != addrs[i]], tmp_path / f"n{i}")
+        return RaftState(addrs[i], [a for a in addrs if a != addrs[i]], tmp_path / f"n{i}", password="test-secret",
+                         bind_host="127.0.0.1")
 
     nodes = [node(i) for i in range(3)]
     try:

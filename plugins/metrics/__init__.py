@@ -23,7 +23,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +139,55 @@ class BrokerCollector:
             yield rpc.family(base, ids)
 
 
+#: the listener's limits: open connections (beyond: 503 and closed), seconds for a request's head and again
+#: for its answer to leave, bytes of a request's head (beyond: 431)
+MAX_CONNECTIONS = 32
+REQUEST_TIMEOUT = 5.0
+MAX_HEAD = 8192
+_TOKEN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~")
+
+
+def _reply(status: bytes, body: bytes, ctype: bytes = b"text/plain; charset=utf-8", extra: bytes = b"",
+           head_only: bool = False) -> bytes:
+    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\n" + extra + b"Connection: close\r\n\r\n" + (b"" if head_only else body))
+
+
+def _answer(head: bytes, scrape: Callable[[], bytes], ctype: bytes) -> bytes:
+    """The whole answer to one request head: a scrape for GET/HEAD of /metrics (or /), 400 for anything
+    that is not an HTTP/1.x request line, 405 for other methods (no scrape's work for them)."""
+    parts = head.split(b"\r\n", 1)[0].split(b" ")
+    if (len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN or not parts[1].startswith(b"/")
+            or parts[2] not in (b"HTTP/1.0", b"HTTP/1.1")):
+        return _reply(b"400 Bad Request", b"not an HTTP/1.x request\n")
+    method, target = parts[0], parts[1]
+    if method not in (b"GET", b"HEAD"):
+        return _reply(b"405 Method Not Allowed", b"GET or HEAD only\n", extra=b"Allow: GET, HEAD\r\n")
+    if target.split(b"?")[0] not in (b"/metrics", b"/"):
+        return _reply(b"404 Not Found", b"not found\n", head_only=method == b"HEAD")
+    return _reply(b"200 OK", scrape(), ctype, head_only=method == b"HEAD")
+
+
+async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scrape: Callable[[], bytes],
+                     ctype: bytes) -> None:
+    """One request, one answer, then the connection closes; every wait bounded."""
+    try:
+        async with asyncio.timeout(REQUEST_TIMEOUT):
+            head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        answer = _reply(b"431 Request Header Fields Too Large", b"request head too large\n")
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
+        return
+    else:
+        answer = _answer(head, scrape, ctype)
+    try:
+        writer.write(answer)
+        async with asyncio.timeout(REQUEST_TIMEOUT):  # a client that never reads its answer
+            await writer.drain()
+    except (TimeoutError, OSError):
+        writer.transport.abort()
+
+
 #: rocketmq_rpc_latency buckets in milliseconds (RocketMQ 5's remoting metrics use the same scale)
 RPC_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
 
@@ -238,25 +287,26 @@ class MetricsPlugin:
         collector.rpc = self.rpc  # type: ignore[attr-defined]
         registry.register(collector)  # type: ignore[arg-type]
 
+        def scrape() -> bytes:
+            return generate_latest(registry)  # type: ignore[no-any-return]
+
+        open_now: set[asyncio.StreamWriter] = set()
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if len(open_now) >= MAX_CONNECTIONS:  # the broker's descriptors are not a crowd's to hold
+                writer.write(_reply(b"503 Service Unavailable", b"too many connections\n"))
+                writer.close()
+                return
+            open_now.add(writer)
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-                path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
-                if path.split(b"?")[0] in (b"/metrics", b"/"):
-                    body, status, ctype = generate_latest(registry), b"200 OK", CONTENT_TYPE_LATEST.encode()
-                else:
-                    body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
-                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-                await writer.drain()
-            except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-                pass
+                await _serve_one(reader, writer, scrape, CONTENT_TYPE_LATEST.encode())
             finally:
+                open_now.discard(writer)
                 writer.close()
 
         cfg = broker.config
         host = cfg.metricsPromExporterHost or cfg.listenHost or "0.0.0.0"
-        server = await asyncio.start_server(handle, host, cfg.metricsPromExporterPort)
+        server = await asyncio.start_server(handle, host, cfg.metricsPromExporterPort, limit=MAX_HEAD)
         self.port = server.sockets[0].getsockname()[1]
         log.info("Prometheus metrics on http://%s:%d/metrics", host, self.port)
         try:

@@ -371,8 +371,8 @@ class AdminProcessor:
         cfg = self.ctx.config
         full = access.is_admin(self._services, conn.remote_addr[0], cmd)
         root = str(cfg.store_root())
-        lines = [f"{f.name}={_prop(v)}" for f in attrs.fields(type(cfg))
-                 if full or not _secret_setting(f.name, v := getattr(cfg, f.name), root)]
+        values = [(f.name, getattr(cfg, f.name)) for f in attrs.fields(type(cfg))]
+        lines = [f"{k}={_prop(v)}" for k, v in values if full or not _secret_setting(k, v, root)]
         version = _j({"counter": 1, "timestamp": self.ctx.boot_ms})
         return cmd.response(ResponseCode.SUCCESS, None, {"version": version}, "\n".join(lines).encode())
 

@@ -4,7 +4,6 @@ declaration fails here, and with ACL on it refuses start-up."""
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -13,42 +12,16 @@ import pytest
 from rmq.kernel import ConfigError, hookimpl
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
 from rmq.plugins.acl import PlainAclPlugin
-from rmq.plugins.broker import BrokerController, BrokerPlugin
-from rmq.plugins.controller import ControllerPlugin, ControllerService
-from rmq.plugins.namesrv import NamesrvPlugin
-from rmq.plugins.namesrv.service import NamesrvService
 from rmq.protocol.access import Access
 from rmq.protocol.codes import ADMIN_WRITE_CODES
 from rmq.testing import make_kernel
+from rmq.testing.acl import role_registries
 
 ROLES = ("broker", "namesrv", "controller")
 
 
-def registries(tmp_path: Path) -> dict[str, ProcessorRegistry]:
-    """Each role's request table as the daemon builds it, from every bundled processors and auth plugin
-    (the services the roles make at start are made here without starting them)."""
-    plugins: list[Any] = [ep.load()({}) for grp in ("rmq.processors", "rmq.auth") for ep in entry_points(group=grp)]
-    kernel = make_kernel(plugins, {
-        "broker": {"storePathRootDir": str(tmp_path / "store"), "enableControllerMode": True,
-                   "controllerAddr": "127.0.0.1:1"},
-        "namesrv": {}, "controller": {"controllerStorePath": str(tmp_path / "controller")}})
-    for p in plugins:
-        if isinstance(p, BrokerPlugin):
-            p.controller = BrokerController(kernel, kernel.config.broker)  # type: ignore[arg-type]
-        elif isinstance(p, NamesrvPlugin):
-            p.service = NamesrvService(kernel.config.namesrv)  # type: ignore[arg-type]
-        elif isinstance(p, ControllerPlugin):
-            p.service = ControllerService(kernel, kernel.config.controller)  # type: ignore[arg-type]
-    out = {}
-    for role in ROLES:
-        reg = ProcessorRegistry(role, kernel)
-        kernel.hook.rmq_processors_register(kernel=kernel, registry=reg)
-        out[role] = reg
-    return out
-
-
 def test_every_registered_code_declares_what_it_touches(tmp_path: Path) -> None:
-    regs = registries(tmp_path)
+    regs = role_registries(tmp_path, broker={"enableControllerMode": True, "controllerAddr": "127.0.0.1:1"})
     assert {r: len(regs[r].table) > 5 for r in ROLES} == dict.fromkeys(ROLES, True)
     for role, reg in regs.items():
         missing = [f"{c} ({reg.owners[c]})" for c in sorted(reg.table) if not isinstance(reg.access.get(c), Access)]

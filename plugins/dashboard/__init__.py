@@ -7,6 +7,13 @@ Entry point ``rmq.processors: dashboard``; selected for every broker, serving on
 own event loop. The dashboard is a client of its own daemon (``rmq.client`` against the name server and
 brokers), so every validation, permission and persistence rule is the broker's own; with ``aclEnable``
 it asks for HTTP Basic credentials (an account's accessKey / secretKey) and makes its calls with them.
+
+Facing strangers: only the Host names of ``allowedHosts`` are served (default: 127.0.0.1, localhost and
+[::1] with listenPort, and listenHost; 421 otherwise: DNS rebinding), every form carries a CSRF token,
+offset message ids only reach brokers the name server lists, and the listener closes a request whose
+head takes longer than ``headerTimeout`` or body longer than ``bodyTimeout``, idles kept-alive
+connections after ``keepAliveTimeout``, bounds a head to ``maxHeaderBytes`` and answers 503 past
+``maxConnections`` open connections (see guard.py).
 """
 
 from __future__ import annotations
@@ -183,7 +190,7 @@ class DashboardPlugin:
         accounts = self._registry.services.get("acl") if (acl_on and self._registry is not None) else None
         backend = Backend(broker, _namesrv_addrs(kernel, broker), acl_on=acl_on, accounts=accounts)
         self.port = sock.getsockname()[1]
-        app = make_app(backend, allowed_hosts(cfg, self.port))
+        app = make_app(backend, allowed_hosts(cfg, self.port), cfg.maxHeaderBytes)
         protocol = guarded_protocol(cfg.headerTimeout, cfg.bodyTimeout, cfg.maxConnections)
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,
                                 proxy_headers=False, ws="none", timeout_graceful_shutdown=3, http=protocol,

@@ -226,18 +226,26 @@ def _addr_key(host: str, port: int) -> tuple[str, int]:
 
 class HostGuard:
     """ASGI middleware: any request whose Host header is not an allowed one is answered 421 before any
-    handler runs (a page on a rebound DNS name is same-origin to the browser; its Host still names it)."""
+    handler runs (a page on a rebound DNS name is same-origin to the browser; its Host still names it).
+    A head larger than ``max_head`` is answered 431 (h11 bounds only a head that arrives in pieces)."""
 
-    def __init__(self, app: ASGIApp, allowed: frozenset[tuple[str, int | None]]) -> None:
-        self.app, self.allowed = app, allowed
+    def __init__(self, app: ASGIApp, allowed: frozenset[tuple[str, int | None]], max_head: int) -> None:
+        self.app, self.allowed, self.max_head = app, allowed, max_head
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            hosts = [v for k, v in scope["headers"] if k == b"host"]
-            if len(hosts) != 1 or not host_allowed(hosts[0].decode("latin-1"), self.allowed):
+            headers = scope["headers"]
+            size = len(scope.get("raw_path", b"")) + len(scope["query_string"]) + sum(len(k) + len(v) + 4
+                                                                                      for k, v in headers)
+            hosts = [v for k, v in headers if k == b"host"]
+            resp = None
+            if size > self.max_head:
+                resp = PlainTextResponse("431 Request Header Fields Too Large\n", status_code=431)
+            elif len(hosts) != 1 or not host_allowed(hosts[0].decode("latin-1"), self.allowed):
                 resp = PlainTextResponse("421 Misdirected Request: this dashboard does not serve that Host name "
-                                         "([dashboard] allowedHosts)\n", status_code=421,
-                                         headers={"Connection": "close"})
+                                         "([dashboard] allowedHosts)\n", status_code=421)
+            if resp is not None:
+                resp.headers["Connection"] = "close"
                 await _headers(resp)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -734,7 +742,7 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/cluster", status_code=303)
 
 
-def make_app(backend: Backend, allowed_hosts: frozenset[tuple[str, int | None]]) -> Starlette:
+def make_app(backend: Backend, allowed_hosts: frozenset[tuple[str, int | None]], max_head: int = 16384) -> Starlette:
     def page(path: str, fn: Handler, method: str = "GET") -> Route:
         return Route(path, _page(backend, fn), methods=[method])
 
@@ -760,5 +768,5 @@ def make_app(backend: Backend, allowed_hosts: frozenset[tuple[str, int | None]])
         page("/send", send_post, "POST"),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(HostGuard, allowed=allowed_hosts)
+    app.add_middleware(HostGuard, allowed=allowed_hosts, max_head=max_head)
     return app

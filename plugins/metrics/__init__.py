@@ -14,7 +14,8 @@ per topic and group with a consumer online (as RocketMQ), ``rocketmq_producer_co
 ``rocketmq_storage_flush_behind_bytes``, ``rocketmq_storage_dispatch_behind_bytes``,
 ``rocketmq_topic_number``, ``rocketmq_consumer_group_number`` and the ``rocketmq_rpc_latency``
 histogram (ms, per request and response code). A Grafana dashboard over them:
-``examples/grafana-rmq.json``.
+``examples/grafana-rmq.json``. The listener answers one GET or HEAD per connection; anything else is
+refused (400/405/431) and it holds at most ``MAX_CONNECTIONS`` connections for ``REQUEST_TIMEOUT`` each.
 """
 
 from __future__ import annotations

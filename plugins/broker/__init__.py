@@ -3,8 +3,8 @@
 Entry point ``rmq.processors: broker``. Runs when the config has a ``[broker]``
 section: opens the store chosen under ``[plugins] storage``, serves the client
 protocol on ``listenHost:listenPort`` and registers with the name servers. It
-also contributes the long-poll notifier to the store's dispatchers. No options
-of its own (``[plugin.processors.broker]`` must be empty).
+also contributes the long-poll notifier to the store's dispatchers. Its own options
+(``[plugin.processors.broker]``, :class:`BrokerOptions`) are the bounds RocketMQ lacks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ __all__ = ["BrokerController", "BrokerOptions", "BrokerPlugin"]
 
 @attrs.define(frozen=True)
 class BrokerOptions:
-    """``[plugin.processors.broker]``: nothing yet; every broker setting is a RocketMQ key in ``[broker]``."""
+    """``[plugin.processors.broker]``: bounds RocketMQ does not have (every other broker setting is a
+    RocketMQ key in ``[broker]``). Auto-creation of topics (send through TBW102, %RETRY%/%DLQ% on
+    demand) and of subscription groups stops once the table holds this many entries, so a stranger
+    cannot grow them without end; admin creation is not limited."""
+
+    max_auto_created_topics: int = 10_000
+    max_auto_created_groups: int = 10_000
 
 
 class BrokerPlugin:
@@ -56,6 +62,8 @@ class BrokerPlugin:
     async def _run(self, kernel: Kernel) -> AsyncIterator[None]:
         assert kernel.config.broker is not None
         self.controller = BrokerController(kernel, kernel.config.broker)
+        self.controller.topics.max_auto_created = self.options.max_auto_created_topics
+        self.controller.groups.max_auto_created = self.options.max_auto_created_groups
         try:
             async with self.controller.run():
                 yield

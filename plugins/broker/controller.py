@@ -363,6 +363,8 @@ class BrokerController:
         if store is None:
             raise PluginError("no rmq.storage plugin built a store; select one under [plugins] storage")
         self.store = store
+        if hasattr(store, "queue_guard"):  # no put opens a consume queue outside its topic's queues (#26)
+            store.queue_guard = self.topics.queue_problem
         self.stats = BrokerStats(store)
         # the store calls no hooks itself: build what it works with, hand it over, then open it
         dispatchers = [d for part in kernel.hook.rmq_dispatch_make_dispatchers(kernel=kernel, store=store)

@@ -2,7 +2,10 @@
 
 A group's config decides whether it may consume, whether broadcasting is allowed,
 its retry queue count and max retries before the DLQ. Unknown groups are created
-with defaults on first use when autoCreateSubscriptionGroup is on.
+with defaults on first use when autoCreateSubscriptionGroup is on, until the table holds
+``max_auto_created`` groups (``[plugin.processors.broker] max_auto_created_groups``,
+10,000 by default; RocketMQ has no such bound): then the request is answered
+SUBSCRIPTION_GROUP_NOT_EXIST with a remark naming the limit.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.kernel import ConfigFile, DataVersion, PersistedTable, dumps
-from rmq.protocol.names import require_group
+from rmq.plugins.broker.topics import MAX_AUTO_CREATED, AutoCreateLimitError
+from rmq.protocol.codes import ResponseCode
+from rmq.protocol.names import printable, require_group
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerConfig
@@ -63,6 +68,7 @@ class SubscriptionGroupManager(PersistedTable):
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self.dirty = False
+        self.max_auto_created = MAX_AUTO_CREATED  # the broker plugin sets max_auto_created_groups
 
     def load(self) -> None:
         for g in SYSTEM_GROUPS:
@@ -101,10 +107,18 @@ class SubscriptionGroupManager(PersistedTable):
         self.dirty = True
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, created with defaults when auto-creation is on (else None)."""
+        """The group's config, created with defaults when auto-creation is on (else None);
+        ``AutoCreateLimitError`` when the table is at its auto-creation bound."""
         sg = self.table.get(group)
         if sg is None and (self.config.autoCreateSubscriptionGroup or group in SYSTEM_GROUPS):
             require_group(group)
+            if len(self.table) >= self.max_auto_created and group not in SYSTEM_GROUPS:
+                raise AutoCreateLimitError(
+                    f"subscription group [{printable(group, 128)}] does not exist and is not auto-created: the "
+                    f"broker holds {len(self.table)} groups, the limit for auto-creation (max_auto_created_groups"
+                    f" = {self.max_auto_created}); create it as an admin or delete unused groups",
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                )
             sg = self.table[group] = SubscriptionGroupConfig(group)
             log.info("subscription group auto-created: %s", group)
             self._changed()

@@ -136,6 +136,12 @@ class PopProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"mode {mode!r} is not PULL or POP")
         if topic.startswith("%RETRY%"):
             return cmd.response(ResponseCode.NO_PERMISSION, "retry topic is not allowed to set mode")
+        # each entry is persisted: only topics and groups the broker has (issue #26, bounded tables)
+        if topic not in self.ctx.topics.table:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{printable(topic, 128)}] not exist")
+        if self.ctx.groups.find(group) is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{printable(group, 128)}] does not exist")
         modes = self._modes()
         modes.setdefault(topic, {})[group] = {"topic": topic, "consumerGroup": group, "mode": mode,
                                              "popShareQueueNum": share}

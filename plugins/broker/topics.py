@@ -4,6 +4,13 @@ System topics are created at start; user topics by admin (code 17), by the first
 send through an inheritable template (``TBW102``, reference §5.2) and on demand
 for ``%RETRY%``/``%DLQ%`` groups. Every change bumps the data version, persists,
 and asks the broker to re-register with the name servers.
+
+Bounds (issue #26): a client can make topics exist only by auto-creation, and that stops
+once the table holds ``max_auto_created`` topics (``[plugin.processors.broker]
+max_auto_created_topics``; RocketMQ has no such limit, so the default is a generous
+10,000); the refusal is TOPIC_NOT_EXIST with a remark naming the limit. Admin creation is
+not limited. :meth:`TopicConfigManager.queue_problem` is the store's guard: no put may make
+a consume queue outside a topic's queues, nor for a topic the broker does not know.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.kernel import ConfigError, ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.protocol.codes import ResponseCode
 from rmq.protocol.common import Perm
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
@@ -24,6 +32,9 @@ from rmq.protocol.names import (
     OFFSET_MOVED_EVENT,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    SYSTEM_TOPICS,
+    InvalidNameError,
+    printable,
     require_topic,
     validate_topic,
 )
@@ -36,6 +47,12 @@ log = logging.getLogger("rmq.broker")
 PERM_READ, PERM_WRITE, PERM_INHERIT = Perm.READ, Perm.WRITE, Perm.INHERIT
 SCHEDULE_QUEUE_NUMS = 18
 MAX_QUEUE_NUMS = 1024  # per topic, read or write: more is a typo or an attack (RocketMQ sets no cap)
+MAX_AUTO_CREATED = 10_000  # default bound of the topic table for auto-creation (RocketMQ sets none)
+
+
+class AutoCreateLimitError(InvalidNameError):
+    """A topic or group would be auto-created beyond its table's bound: answered with ``code`` and the
+    message (a refusal on purpose, as a bad name is), never a crash."""
 
 NOT_ALLOWED_SEND = NOT_ALLOWED_SEND_TOPICS
 
@@ -101,6 +118,7 @@ class TopicConfigManager(PersistedTable):
         self.data_version = DataVersion()
         self.system_topics: set[str] = set()
         self.on_change: Callable[[], None] = lambda: None
+        self.max_auto_created = MAX_AUTO_CREATED  # the broker plugin sets max_auto_created_topics
 
     # ------------------------------------------------------------------ start-up
 
@@ -201,6 +219,7 @@ class TopicConfigManager(PersistedTable):
             return None
         if default_topic == AUTO_CREATE_TOPIC and not self.config.autoCreateTopicEnable:
             return None
+        self._room(topic)
         nums = max(0, min(client_queue_nums, template.writeQueueNums))
         tc = TopicConfig(
             topic, nums, nums, template.perm & ~PERM_INHERIT, template.topicFilterType, topic_sys_flag
@@ -216,11 +235,39 @@ class TopicConfigManager(PersistedTable):
         if tc is not None:
             return tc
         require_topic(topic)
+        self._room(topic)
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, "SINGLE_TAG", topic_sys_flag)
         self.table[topic] = tc
         log.info("topic created on demand: %s", tc)
         self._changed()
         return tc
+
+    def _room(self, topic: str) -> None:
+        """``AutoCreateLimitError`` (TOPIC_NOT_EXIST) when the table is at its auto-creation bound."""
+        if len(self.table) >= self.max_auto_created:
+            raise AutoCreateLimitError(
+                f"topic[{printable(topic, 128)}] not exist and not auto-created: the broker holds "
+                f"{len(self.table)} topics, the limit for auto-creation (max_auto_created_topics = "
+                f"{self.max_auto_created}); create it as an admin or delete unused topics",
+                ResponseCode.TOPIC_NOT_EXIST,
+            )
+
+    def queue_problem(self, topic: str, queue_id: int) -> str | None:
+        """Why a put may not create consume queue ``topic``/``queue_id`` (None: it may): the store asks
+        before a put opens a queue it does not have yet. A topic's queues are its configured read and
+        write queue ids (the schedule topic's also one per delay level); a topic without a config here
+        only queue 0 of RocketMQ's system topics, which the broker itself writes (half and op messages)."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            nums = max(tc.readQueueNums, tc.writeQueueNums, 1)
+            if topic == SCHEDULE_TOPIC:
+                nums = max(nums, len(self.config.delay_levels_ms()))
+            if 0 <= queue_id < nums:
+                return None
+            return f"queueId[{queue_id}] is illegal, topic[{printable(topic, 128)}] has {nums} queues"
+        if topic in SYSTEM_TOPICS and queue_id == 0:
+            return None
+        return f"topic[{printable(topic, 128)}] not exist: no consume queue is created for it"
 
     def register_body_table(self) -> dict[str, dict[str, Any]]:
         """The topic table as sent to name servers (broker permission applied like Java)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import (
@@ -75,6 +75,7 @@ class MemoryMessageStore:
         self._running = False
         self._index = bool(config.messageIndexEnable)
         self._n_put = self._n_put_failed = self._n_get = 0
+        self.queue_guard: Callable[[str, int], str | None] | None = None  # see MmapMessageStore.queue_guard
 
     def attach(
         self,
@@ -124,9 +125,13 @@ class MemoryMessageStore:
         if tx == 4 or tx == 12:
             qoff = 0
         else:
-            tq = self._tq.setdefault(first.topic, {})
-            qoff = tq.get(first.queue_id, 0)
-            tq[first.queue_id] = qoff + n
+            known = self._tq.get(first.topic, {}).get(first.queue_id)
+            if known is None and self.queue_guard is not None:  # as the mmap store: the owner may refuse
+                refused = self.queue_guard(first.topic, first.queue_id)
+                if refused is not None:
+                    return self._refuse(PutStatus.MESSAGE_ILLEGAL, refused)
+            qoff = known or 0
+            self._tq.setdefault(first.topic, {})[first.queue_id] = qoff + n
         ts = first.store_timestamp or time.time_ns() // 1_000_000
         if total > len(self._buf):
             self._buf = bytearray(max(total, 2 * len(self._buf)))

@@ -154,10 +154,15 @@ class Appender:
             tq = None
         else:
             tq = self.tq.get(topic)
-            if tq is None:
-                tq = self.tq[topic] = {}
-            qoff = tq.get(qid, 0)
-            tq[qid] = qoff + n
+            qoff = tq.get(qid) if tq is not None else None
+            if qoff is None:  # a queue this store does not have yet: its owner may refuse it
+                guard = self.store.queue_guard
+                refused = guard(topic, qid) if guard is not None else None
+                if refused is not None:
+                    return self.illegal(refused)
+                tq = self.tq.setdefault(topic, {})
+                qoff = 0
+            tq[qid] = qoff + n  # type: ignore[index]
             step = 1
         ts = first.store_timestamp or time.time_ns() // 1_000_000
         if total > len(self._buf):

@@ -72,6 +72,7 @@ _limited = RateLimitedLog(log, interval=30.0)
 _OK = PutStatus.PUT_OK
 _NO_WAIT = "WAIT\x01false"  # a producer's "do not wait for the disk" property
 DiskProbe = Callable[[], float]
+QueueGuard = Callable[[str, int], "str | None"]
 
 
 class MmapMessageStore:
@@ -79,7 +80,10 @@ class MmapMessageStore:
     ``attach(store_host=...)`` sets it), ``disk_usage_probe`` (settable), ``on_forced_clean``
     (settable, optional: called with ``{(topic, queue): (old min offset, new min offset)}`` after a
     clean that deleted data before its expiry, disk over diskSpaceCleanForciblyRatio; it must not
-    block), ``wait_dispatched()``, ``check_disk()`` and the ``Flushable`` members
+    block), ``queue_guard`` (settable, optional: ``(topic, queue id) -> reason or None``, asked
+    before a put opens a consume queue the store does not have yet; a reason refuses the put with
+    MESSAGE_ILLEGAL, so no request can make queues its topic does not have; replicated records are
+    not asked), ``wait_dispatched()``, ``check_disk()`` and the ``Flushable`` members
     (``flushed_offset``, ``flush()``, ``durable``)."""
 
     def __init__(
@@ -111,6 +115,7 @@ class MmapMessageStore:
         self.writer = RecordWriter(config.maxMessageSize, default_store_host(config))
         self.disk_usage_probe: DiskProbe = disk_usage_probe or self._default_disk_probe
         self.on_forced_clean: ForcedCleanHook | None = None
+        self.queue_guard: QueueGuard | None = None
         self.checkpoint: Checkpoint | None = None
         self.builtin_dispatchers: list[CommitLogDispatcher] = [ConsumeQueueDispatcher(self.cqs)]
         if self.index is not None:

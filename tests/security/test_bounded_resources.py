@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -16,6 +17,7 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import PullFlag
 from rmq.testing.daemon import RmqdProcess
 
 req = RemotingCommand.request
@@ -62,3 +64,95 @@ def test_namesrv_kv_file_stays_under_its_home(rmqd_factory: Callable[..., RmqdPr
     assert (both.workdir / "store" / "namesrv" / "kvConfig.json").is_file()
     assert list(home.iterdir()) == [], f"written outside rmqd's home: {list(home.rglob('*'))}"
     assert not (rmq_home / "x").exists()
+
+
+# ---------------------------------------------------------------------- queues, topics, groups
+
+
+def _send(topic: str, queue_id: int, code: int = RequestCode.SEND_MESSAGE, **extra: Any) -> RemotingCommand:
+    ext = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+           "queueId": str(queue_id), "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
+           "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false", **extra}
+    return req(code, ext, b"x")
+
+
+def _every_path(topic: str, qid: int) -> list[RemotingCommand]:
+    """A request of every kind that names a queue: sends, pulls, POP, offsets, times, locks, send-back."""
+    group = {"consumerGroup": "G1"}
+    q = {"topic": topic, "queueId": str(qid)}
+    pull = {**group, **q, "queueOffset": "0", "maxMsgNums": "1", "sysFlag": str(PullFlag.SUBSCRIPTION),
+            "commitOffset": "5", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+    lock = json.dumps({"consumerGroup": "G1", "clientId": "c1",
+                       "mqSet": [{"topic": topic, "brokerName": "broker-a", "queueId": qid}]}).encode()
+    return [
+        _send(topic, qid),
+        _send(topic, qid, RequestCode.SEND_REPLY_MESSAGE),
+        req(RequestCode.PULL_MESSAGE, pull),
+        req(361, pull),  # LITE_PULL_MESSAGE
+        req(200050, {**group, **q, "maxMsgNums": "1", "invisibleTime": "30000", "pollTime": "0",
+                     "bornTime": "0", "initMode": "0"}),  # POP_MESSAGE
+        req(200054, {**group, **q, "pollTime": "0", "bornTime": "0"}),  # NOTIFICATION
+        req(RequestCode.UPDATE_CONSUMER_OFFSET, {**group, **q, "commitOffset": "7"}),
+        req(RequestCode.QUERY_CONSUMER_OFFSET, {**group, **q}),
+        req(RequestCode.GET_MAX_OFFSET, q),
+        req(RequestCode.GET_MIN_OFFSET, q),
+        req(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": "1700000000000"}),
+        req(RequestCode.GET_EARLIEST_MSG_STORETIME, q),
+        req(RequestCode.QUERY_CONSUME_QUEUE, {**group, **q, "index": "0", "count": "1"}),
+        req(RequestCode.LOCK_BATCH_MQ, {}, lock),
+        req(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "G1", "offset": "0", "delayLevel": "0",
+                                                 "originMsgId": "", "originTopic": topic, "maxReconsumeTimes": "1"}),
+    ]
+
+
+def test_no_request_makes_a_queue_outside_its_topic(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """Issue #26 item 3: 10,000 SEND_REPLY_MESSAGEs with fresh queue ids made 10,000 consume queues (two
+    descriptors each) until the broker ran out. No path may create a queue its topic does not have, nor
+    one for a topic the broker does not know."""
+    d = rmqd_factory()
+    assert call(d.broker_addr, _send("BoundT", 0)).code == ResponseCode.SUCCESS  # auto-created, 4 queues
+    answers = calls(d.broker_addr, _every_path("BoundT", 4000) + _every_path("BoundT", -7)
+                    + _every_path("NoSuchTopicX", 3)[1:])  # a plain send auto-creates a topic: not that one
+    assert len(answers) == 44  # every request was answered (none crashed the connection)
+    cq = d.workdir / "store" / "consumequeue"
+    assert {p.name for p in (cq / "BoundT").iterdir()} <= {"0", "1", "2", "3"}  # -7 = "any queue" for a send
+    assert not (cq / "NoSuchTopicX").exists()
+
+
+def _limits(topics: int, groups: int) -> dict[str, Any]:
+    return {"plugin": {"processors": {"broker": {"max_auto_created_topics": topics,
+                                                 "max_auto_created_groups": groups}}}}
+
+
+def test_auto_created_topics_stop_at_the_limit(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """Each send to a new name made a topic (and its queues) without end; now auto-creation stops at
+    max_auto_created_topics with TOPIC_NOT_EXIST naming the limit, and the broker goes on serving."""
+    d = rmqd_factory(extra=_limits(12, 10_000))
+    got = [call(d.broker_addr, _send(f"Auto{i}", 0)) for i in range(15)]
+    ok = [r for r in got if r.code == ResponseCode.SUCCESS]
+    refused = [r for r in got if r.code != ResponseCode.SUCCESS]
+    assert ok and refused, [(r.code, r.remark) for r in got]
+    assert all(r.code == ResponseCode.TOPIC_NOT_EXIST and "max_auto_created_topics = 12" in (r.remark or "")
+               for r in refused), [(r.code, r.remark) for r in refused]
+    assert call(d.broker_addr, _send("Auto0", 1)).code == ResponseCode.SUCCESS  # existing topics still take sends
+    topics = json.loads((d.workdir / "store" / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert len(topics) <= 12
+
+
+def test_auto_created_groups_stop_at_the_limit(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """Each pull naming a new consumer group made a subscription group without end; now auto-creation
+    stops at max_auto_created_groups with SUBSCRIPTION_GROUP_NOT_EXIST naming the limit."""
+    d = rmqd_factory(extra=_limits(10_000, 8))
+    assert call(d.broker_addr, _send("GroupT", 0)).code == ResponseCode.SUCCESS
+
+    def pull(group: str) -> RemotingCommand:
+        return req(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": "GroupT", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+            "sysFlag": str(PullFlag.SUBSCRIPTION), "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": "*", "subVersion": "0"})
+
+    got = calls(d.broker_addr, [pull(f"grp{i}") for i in range(12)])
+    refused = [r for r in got if r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST]
+    assert refused and len(refused) < len(got), [(r.code, r.remark) for r in got]
+    assert all("max_auto_created_groups = 8" in (r.remark or "") for r in refused)
+    assert call(d.broker_addr, pull("grp0")).code == ResponseCode.SUCCESS  # a known group still pulls

@@ -59,6 +59,7 @@ _PUT_CODES: dict[PutStatus, tuple[int, str]] = {
     PutStatus.WHEEL_TIMER_MSG_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, ""),
     PutStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, ""),
 }
+_NO_FDS = "too many open files"  # how a store's remark starts when descriptors, not space, ran out
 _STORED_CODES = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                            PutStatus.SLAVE_NOT_AVAILABLE))
 
@@ -335,7 +336,9 @@ class SendProcessor:
                 "TRACE_ON": b.trace_on,
             })
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
-        if result.remark:
+        if result.remark.startswith(_NO_FDS):  # not the disk: the boilerplate would send operators astray
+            remark = f"service not available now: {result.remark}"
+        elif result.remark:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
         refusals.warning(f"put.{status.name}", "put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)

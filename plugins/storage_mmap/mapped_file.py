@@ -33,6 +33,7 @@ _limited = RateLimitedLog(log, interval=60.0)
 OS_PAGE = 4096
 _ALLOCATED_MARGIN = 1 << 20
 _FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+_FD_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE))
 
 
 class StoreError(Exception):
@@ -40,22 +41,38 @@ class StoreError(Exception):
 
 
 class DiskFullError(OSError):
-    """Disk space for a store file could not be reserved; ``remark`` starts with "disk full: "."""
+    """A store file could not be created or have its disk space reserved. ``remark`` says why:
+    "disk full: ..." for a space error (or another I/O error, flagged as such), "too many open
+    files (EMFILE|ENFILE): ..." when the process or the system is out of file descriptors, which is
+    no disk problem and must not be reported as one (raising the limit, or fewer connections and
+    mapped queues, is the cure; writes resume by themselves once descriptors free up)."""
 
     def __init__(self, what: str, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror)
         self.what = what
         self.cause = cause
         reason = cause.strerror or str(cause)
+        if cause.errno in _FD_ERRNOS:
+            scope = "this process" if cause.errno == errno.EMFILE else "the whole system"
+            self.remark = (
+                f"too many open files ({errno.errorcode[cause.errno]}): cannot {what}: [Errno {cause.errno}] "
+                f"{reason}; {scope} is out of file descriptors: raise `ulimit -n` (LimitNOFILE) or fs.file-max,"
+                " or lower the number of connections and mapped queues"
+            )
+            return
         kind = "" if cause.errno in _FULL_ERRNOS else " (not a space error; check the store's filesystem)"
         self.remark = f"disk full: cannot {what}: [Errno {cause.errno}] {reason}{kind}"
+
+    @property
+    def out_of_descriptors(self) -> bool:
+        return self.cause.errno in _FD_ERRNOS
 
     def __str__(self) -> str:
         return self.remark
 
 
 def full_remark(e: OSError, what: str) -> str:
-    """The "disk full: ..." remark of a failed reservation or file creation."""
+    """The remark of a failed reservation or file creation: "disk full: ..." or "too many open files ..."."""
     return e.remark if isinstance(e, DiskFullError) else str(DiskFullError(what, e))
 
 

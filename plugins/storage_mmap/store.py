@@ -27,6 +27,10 @@ Failure modes (each logged once when it starts and once when it ends):
   then catch up. No file is ever written through a mapping where no block is
   reserved, so a full disk cannot end the process with SIGBUS. The store starts on a
   full disk read-only (one line says why) and resumes the same way.
+* **Out of descriptors.** EMFILE/ENFILE while a file is created or opened takes the same
+  path, with a remark starting "too many open files (EMFILE|ENFILE): " that names the cure
+  (``ulimit -n``): it is no disk problem and is never called one. Writes resume by
+  themselves once descriptors free up; existing queues keep being read meanwhile.
 * **Corruption.** See ``recovery`` and ``commitlog``: damaged consume queues and
   index files are rebuilt from the commitlog at start-up; a corrupt commitlog record
   costs only itself (a "hole": never dispatched, never served; its queue offset reads

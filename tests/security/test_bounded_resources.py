@@ -7,7 +7,10 @@ Every test runs real ``rmqd`` processes on loopback and fails on the code before
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +159,79 @@ def test_auto_created_groups_stop_at_the_limit(rmqd_factory: Callable[..., RmqdP
     assert refused and len(refused) < len(got), [(r.code, r.remark) for r in got]
     assert all("max_auto_created_groups = 8" in (r.remark or "") for r in refused)
     assert call(d.broker_addr, pull("grp0")).code == ResponseCode.SUCCESS  # a known group still pulls
+
+
+# ---------------------------------------------------------------------- descriptor exhaustion
+
+
+class LimitedRmqd(RmqdProcess):
+    """rmqd under a low RLIMIT_NOFILE (set in the child before the daemon's module runs)."""
+
+    nofile = 256
+
+    def command(self, extra_args: Iterable[str] = ()) -> list[str]:
+        boot = ("import resource, runpy, sys; n = int(sys.argv.pop(1)); "
+                "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+                "runpy.run_module('rmq.kernel.daemon', run_name='__main__', alter_sys=True)")
+        return [sys.executable, "-c", boot, str(self.nofile), "--config", str(self.config_path), *extra_args]
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_descriptor_exhaustion_is_reported_as_such(tmp_path: Path) -> None:
+    """Out of descriptors, sends failed with "disk full: ... Too many open files". Now the answer says
+    what ran out and what to do; once descriptors free up the store takes writes again, the record
+    that could not be queued meanwhile included."""
+    d = LimitedRmqd(tmp_path / "d")
+    d.start()
+    fillers: list[socket.socket] = []
+    try:
+        assert d.proc is not None
+        pid = d.proc.pid
+
+        async def scenario() -> None:
+            async with TcpRemotingClient(RemotingConfig(name="producer")) as client:
+                send = client.invoke
+                assert (await send(d.broker_addr, _send("FdT", 0, defaultTopicQueueNums="8"), 10)).code == 0
+                # hold connections until the broker has no descriptor left
+                while _open_fds(pid) < LimitedRmqd.nofile and len(fillers) < LimitedRmqd.nofile:
+                    s = socket.create_connection(("127.0.0.1", d.broker_port or 0))
+                    fillers.append(s)
+                    before = _open_fds(pid)
+                    for _ in range(50):  # wait until accepted (or the broker could not accept it)
+                        if _open_fds(pid) > before - 1 and _open_fds(pid) >= len(fillers):
+                            break
+                        await anyio.sleep(0.01)
+                # a new queue needs a file: the record is stored, its queue cannot be written yet
+                assert (await send(d.broker_addr, _send("FdT", 1), 10)).code == 0
+                refused = None
+                for _ in range(300):
+                    r = await send(d.broker_addr, _send("FdT", 0), 10)
+                    if r.code != 0:
+                        refused = r
+                        break
+                    await anyio.sleep(0.05)
+                assert refused is not None, "the store never noticed it was out of descriptors"
+                assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, (refused.code, refused.remark)
+                remark = refused.remark or ""
+                assert "too many open files (EMFILE)" in remark and "ulimit -n" in remark, remark
+                assert "disk full" not in remark and "disk is full" not in remark, remark
+                for s in fillers:
+                    s.close()
+                fillers.clear()
+                for _ in range(300):  # writes resume by themselves
+                    if (await send(d.broker_addr, _send("FdT", 0), 10)).code == 0:
+                        break
+                    await anyio.sleep(0.05)
+                else:
+                    raise AssertionError("writes did not resume once descriptors were free")
+                r = await send(d.broker_addr, req(RequestCode.GET_MAX_OFFSET, {"topic": "FdT", "queueId": "1"}), 10)
+                assert r.code == 0 and r.ext["offset"] == "1", (r.code, r.ext)
+
+        anyio.run(scenario)
+    finally:
+        for s in fillers:
+            s.close()
+        d.stop()

@@ -196,15 +196,18 @@ class Gate:
         if acct.admin and not acct.topic_perms and not acct.group_perms:
             return
         for name, need in wanted:
-            if need.kind == TOPIC:
-                if name.startswith(RETRY) or (name == TRACE_TOPIC and need.perm == PUB):
-                    continue  # a retry topic is its group's (checked as the group); traces are open
+            needed, kind = need.perm, need.kind
+            if kind == TOPIC and name == TRACE_TOPIC and needed == PUB:
+                continue  # traces are open to every account, as the remoting ACL
+            if kind == TOPIC and name.startswith(RETRY):  # a retry topic is its group's: SUB on the group
+                needed, kind, owned = SUB, GROUP, acct.group_perms.get(name, acct.default_group_perm)
+            elif kind == TOPIC:
                 owned = acct.topic_perms.get(name, acct.default_topic_perm)
             else:
                 owned = acct.group_perms.get(RETRY + name, acct.default_group_perm)
-            if not allowed(need.perm, owned):
-                perm = {PUB: "PUB", SUB: "SUB"}.get(need.perm, "PUB or SUB")
-                raise Refused(C.FORBIDDEN, f"no {perm} permission on {need.kind} {printable(name, 128)}")
+            if not allowed(needed, owned):
+                perm = {PUB: "PUB", SUB: "SUB"}.get(needed, "PUB or SUB")
+                raise Refused(C.FORBIDDEN, f"no {perm} permission on {kind} {printable(name, 128)}")
 
     def check(self, method: str, request: Any, md: dict[str, str], ip: str) -> tuple[str, str] | None:
         """The account for a request of ``method`` (see authenticate), else Refused."""

@@ -41,10 +41,10 @@ def test_rpc_access_covers_every_method_of_the_service() -> None:
     assert {(n.path, n.kind, n.required) for n in dlq} == {("group.name", "group", True), ("topic.name", "topic", True)}
 
 
-def _acl(tmp_path: Path, extra: str = "") -> AclFile:
+def _acl(tmp_path: Path, extra: str = "", group_perm: str = "SUB") -> AclFile:
     path = tmp_path / "plain_acl.yml"
     path.write_text(f"{extra}accounts:\n  - accessKey: gateuser1\n    secretKey: gatesecret1\n"
-                    "    defaultTopicPerm: DENY\n    topicPerms: [GateT=SUB]\n    defaultGroupPerm: SUB\n")
+                    f"    defaultTopicPerm: DENY\n    topicPerms: [GateT=SUB]\n    defaultGroupPerm: {group_perm}\n")
     acl = AclFile(path)
     acl.load()
     return acl
@@ -96,6 +96,13 @@ def test_names_are_checked_before_permissions(tmp_path: Path) -> None:
                    acct)
     with pytest.raises(Refused) as e:  # the account may SUB GateT, not PUB
         gate.authorize("SendMessage", s.SendMessageRequest(messages=[d.Message(topic=d.Resource(name="GateT"))]), acct)
+    assert e.value.code == d.Code.FORBIDDEN
+    # a retry topic is its group's: SUB on the group decides, whatever the request claims to do with it
+    retry = s.SendMessageRequest(messages=[d.Message(topic=d.Resource(name="%RETRY%NoSuchRight"))])
+    gate.authorize("SendMessage", retry, acct)  # defaultGroupPerm: SUB
+    strict = Gate(_acl(tmp_path, group_perm="DENY"))
+    with pytest.raises(Refused) as e:
+        strict.authorize("SendMessage", retry, acct)
     assert e.value.code == d.Code.FORBIDDEN
 
 

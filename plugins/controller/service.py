@@ -15,8 +15,10 @@ is dead but which has a live replica, then tells the set's live members
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,57 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.controller")
 
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
+#: brokers heartbeating at once that no registered broker set holds (registered ones are always kept)
+MAX_UNREGISTERED_LIVE = 4096
+#: cluster and broker names: RocketMQ's topic characters plus "." (they end up in Raft entries and log lines)
+NAME = re.compile(r"[%|a-zA-Z0-9_.-]{1,255}")
+#: a broker address: host (name, IPv4 or [IPv6]) and port
+ADDRESS = re.compile(r"[a-zA-Z0-9_.:\[\]%-]{1,255}:[0-9]{1,5}")
+LONG = 2**63
+
+
+class BadRequest(ValueError):
+    """A request field that no broker sends: answered INVALID_REQUEST before anything is decided."""
+
+
+def _name(cmd: RemotingCommand, key: str) -> str:
+    v = ext_str(cmd, key)
+    if not NAME.fullmatch(v):
+        raise BadRequest(f"{key} {v[:80]!r} is not a name (1-255 of [%|a-zA-Z0-9_.-])")
+    return str(v)
+
+
+def _address(cmd: RemotingCommand, key: str) -> str:
+    v = ext_str(cmd, key)
+    if not ADDRESS.fullmatch(v) or not 0 < int(v.rpartition(":")[2]) < 65536:
+        raise BadRequest(f"{key} {v[:80]!r} is not host:port")
+    return str(v)
+
+
+def _printable(cmd: RemotingCommand, key: str, limit: int = 1024) -> str:
+    v = ext_str(cmd, key)
+    if len(v) > limit or not v.isprintable() or not v.isascii():
+        raise BadRequest(f"{key} is not printable ASCII of at most {limit} characters")
+    return str(v)
+
+
+def _long(v: Any, what: str) -> int:
+    if type(v) is not int or not -LONG <= v < LONG:
+        raise BadRequest(f"{what} {str(v)[:40]} is not a long")
+    return v
+
+
+def _refusing_bad_requests(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Answer a ``BadRequest`` raised by the handler's parsing with INVALID_REQUEST (nothing was decided)."""
+
+    @functools.wraps(handler)
+    async def wrapper(self: Any, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            return await handler(self, conn, cmd)  # type: ignore[no-any-return]
+        except BadRequest as e:
+            return cmd.response(Code.INVALID_REQUEST, str(e))
+
+    return wrapper
 RAFT_SECRET_FILE = "raft.secret"
 
 
@@ -271,8 +324,9 @@ class ControllerService:
         ):
             registry.register(code, proc, owner=owner, access=acc)
 
+    @_refusing_bad_requests
     async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cluster, name, addr = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName"), ext_str(cmd, "brokerAddr")
+        cluster, name, addr = _name(cmd, "clusterName"), _name(cmd, "brokerName"), _address(cmd, "brokerAddr")
         bid = ext_int(cmd, "brokerId", -1)
         if bid < 0:
             return cmd.response(Code.INVALID_REQUEST, "heartbeat without a brokerId")
@@ -281,6 +335,9 @@ class ControllerService:
         epoch, max_offset = ext_int(cmd, "epoch", -1), ext_int(cmd, "maxOffset", -1)
         timeout = ext_int(cmd, "heartbeatTimeoutMills", DEFAULT_HEARTBEAT_TIMEOUT_MS)
         priority = ext_int(cmd, "electionPriority", 2**31 - 1)
+        if b is None and len(self.live) >= MAX_UNREGISTERED_LIVE and not self._registered(name, bid):
+            return cmd.response(ResponseCode.SYSTEM_BUSY, f"{len(self.live)} brokers heartbeating; broker {name} "
+                                                          f"id {bid} is not registered")
         if b is None:
             b = self.live[key] = BrokerLive(addr, _now_ms(), timeout, epoch, max_offset,
                                             ext_int(cmd, "confirmOffset", -1), priority)
@@ -292,41 +349,58 @@ class ControllerService:
                 b.confirm_offset = ext_int(cmd, "confirmOffset", -1)
         return cmd.response()
 
+    def _registered(self, name: str, bid: int) -> bool:
+        raft = self.raft
+        if raft is None:
+            return False
+        with raft.lock:
+            rep = raft.state.replicas.get(name)
+            return rep is not None and bid in rep.ids
+
+    @_refusing_bad_requests
     async def next_broker_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
+        cluster, name = _name(cmd, "clusterName"), _name(cmd, "brokerName")
         return self._answer(cmd, self._read(lambda: self.raft.state.next_broker_id(cluster, name)))  # type: ignore[union-attr]
 
+    @_refusing_bad_requests
     async def apply_broker_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
-        bid, code = ext_int(cmd, "appliedBrokerId"), ext_str(cmd, "registerCheckCode")
+        cluster, name = _name(cmd, "clusterName"), _name(cmd, "brokerName")
+        bid, code = ext_int(cmd, "appliedBrokerId"), _printable(cmd, "registerCheckCode")
         d = await self._write(lambda: self.raft.state.apply_broker_id(cluster, name, bid, code))  # type: ignore[union-attr]
         return self._answer(cmd, d)
 
+    @_refusing_bad_requests
     async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cluster, name = ext_str(cmd, "clusterName"), ext_str(cmd, "brokerName")
-        bid, addr = ext_int(cmd, "brokerId"), ext_str(cmd, "brokerAddress")
+        cluster, name = _name(cmd, "clusterName"), _name(cmd, "brokerName")
+        bid, addr = ext_int(cmd, "brokerId"), _address(cmd, "brokerAddress")
         d = await self._write(lambda: self.raft.state.register_broker(cluster, name, bid, addr, self.alive))  # type: ignore[union-attr]
         return self._answer(cmd, d)
 
+    @_refusing_bad_requests
     async def get_replica_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        name = ext_str(cmd, "brokerName")
+        name = _name(cmd, "brokerName")
         return self._answer(cmd, self._read(lambda: self.raft.state.get_replica_info(name, self.alive)))  # type: ignore[union-attr]
 
+    @_refusing_bad_requests
     async def alter_sync_state_set(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        name = ext_str(cmd, "brokerName")
+        name = _name(cmd, "brokerName")
         master, epoch = ext_int(cmd, "masterBrokerId"), ext_int(cmd, "masterEpoch")
         try:
             doc = loads(cmd.body or b"{}")
-            new = [int(i) for i in doc["syncStateSet"]]
-            sss_epoch = int(doc["syncStateSetEpoch"])
+            ids = doc["syncStateSet"]
+            if not isinstance(ids, list) or len(ids) > 1024:
+                raise BadRequest("syncStateSet is not a list of at most 1024 broker ids")
+            new = [_long(i, "broker id") for i in ids]
+            sss_epoch = _long(doc["syncStateSetEpoch"], "syncStateSetEpoch")
         except (ValueError, KeyError, TypeError) as e:
             return cmd.response(Code.INVALID_REQUEST, f"bad sync state set body: {e}")
         d = await self._write(lambda: self.raft.state.alter_sync_state_set(  # type: ignore[union-attr]
             name, master, epoch, new, sss_epoch, self.alive))
         return self._answer(cmd, d)
 
+    @_refusing_bad_requests
     async def elect_master(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        name = ext_str(cmd, "brokerName")
+        name = _name(cmd, "brokerName")
         bid = ext_int(cmd, "brokerId", -1)
         designate = ext_bool(cmd, "designateElect", False)
         d = await self._write(lambda: self.raft.state.elect_master(  # type: ignore[union-attr]
@@ -350,9 +424,11 @@ class ControllerService:
 
     async def sync_state_data(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            names = [str(n) for n in (loads(cmd.body) if cmd.body else [])]
+            names = loads(cmd.body) if cmd.body else []
         except (ValueError, TypeError) as e:
             return cmd.response(Code.INVALID_REQUEST, f"body must be a JSON list of broker names: {e}")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return cmd.response(Code.INVALID_REQUEST, "body must be a JSON list of broker names")
         raft = self.raft
         if raft is None or not self.leader_ready:
             return cmd.response(Code.NOT_LEADER, f"controller {self.self_id} is not the leader")
@@ -377,8 +453,9 @@ class ControllerService:
                 }
         return cmd.response(body=json.dumps({"replicasInfoTable": table}, separators=(",", ":")).encode())
 
+    @_refusing_bad_requests
     async def clean_broker_data(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        name = ext_str(cmd, "brokerName")
+        name = _name(cmd, "brokerName")
         raw = ext_str(cmd, "brokerControllerIdsToClean", "") or ""
         try:
             ids = [int(x) for x in raw.split(";") if x.strip()]

@@ -7,7 +7,9 @@ broker of a topic from the name servers, each with its host and that port as the
 proxy's local-mode rule: every broker runs its proxy on the same port), so clients send to and
 receive from each broker through its own endpoint. What each RPC does is in service.py:
 every one becomes the broker's own remoting request, so interceptors (ACL) and processors are the
-same for both protocols.
+same for both protocols. Before any method runs, access.py's gate authenticates the caller, checks
+every topic and group name the request gives and the account's permission on each (``RPC_ACCESS``);
+receipt handles carry a MAC of this broker's, so only handles it issued are acted on.
 """
 
 from __future__ import annotations

@@ -128,6 +128,9 @@ class BrokerConfig:
     haHousekeepingInterval: int = 20_000
     haTransferBatchSize: int = 32 * 1024
     haMaxGapNotInSync: int = 256 * 1024 * 1024  # RocketMQ 4's haSlaveFallbehindMax
+    # with aclEnable or tls server.mode enforcing, the HA port serves only peers from these addresses/CIDR
+    # blocks ("10.0.0.5,10.0.1.0/24") or with a verified TLS client certificate
+    haWhiteRemoteAddresses: str = ""
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40
     # controller mode (RocketMQ 5: a controller elects the master; brokerRole/brokerId then come from it)

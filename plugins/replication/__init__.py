@@ -4,7 +4,9 @@ Entry point ``rmq.replication: ha = rmq.plugins.replication:HaReplicationPlugin`
 selected by default for every broker. Its settings are RocketMQ's and live in
 ``[broker]`` (brokerRole, brokerId, haListenPort, haMasterAddress,
 haSendHeartbeatInterval, haHousekeepingInterval, haTransferBatchSize,
-haMaxGapNotInSync, syncFlushTimeout); the plugin's own table takes no keys.
+haMaxGapNotInSync, haWhiteRemoteAddresses, syncFlushTimeout); the plugin's own table takes no keys.
+With aclEnable or tls ``server.mode = enforcing`` the HA port serves only white-listed peers and
+peers with a verified TLS client certificate (see ``service``).
 
 Two hooks of one plugin instance: ``rmq_dispatch_make_dispatchers`` contributes the
 notifier that wakes the stream writers when new bytes are dispatched, and
@@ -15,6 +17,7 @@ with one line saying so.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rmq.kernel import (
@@ -50,6 +53,9 @@ __all__ = [
 ]
 
 
+log = logging.getLogger("rmq.ha")
+
+
 class HaReplicationPlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         structure_options(NoOptions, options, "plugin.replication.ha")
@@ -73,12 +79,23 @@ class HaReplicationPlugin:
                 f"{type(store).__name__} cannot"
             )
         notifier = self._notifiers.pop(id(store), None) or DataNotifier()
-        svc = HAService(store, store, config, notifier)
+        try:
+            svc = HAService(store, store, config, notifier)
+        except ValueError as e:
+            raise PluginError(f"broker.{e}") from None
+        svc.guarded = bool(config.aclEnable)
         tls_doc = getattr(kernel.config, "tls", None)
+        client_certs = False
         if tls_doc:
             tls = structure_tls(tls_doc)  # already checked by the remoting plugin at start-up
             if tls.server_mode == "enforcing":
                 svc.tls_server = ServerTls(tls).context()
+                svc.guarded = True
+                client_certs = tls.server_need_client_auth != "none" and bool(tls.server_trust_cert_path)
             if tls.enable:
                 svc.tls_client = client_context_for(tls)
+        if svc.guarded and not svc.white and not client_certs:
+            log.warning("HA port: aclEnable or tls enforcing, but neither haWhiteRemoteAddresses nor verified TLS "
+                        "client certificates (server.need.client.auth with server.trustCertPath): no slave can be "
+                        "served")
         return svc  # type: ignore[return-value]

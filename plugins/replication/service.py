@@ -25,10 +25,17 @@ to apply and says so.
 
 Failover (a controller promoting a slave) needs only ``set_role`` and
 ``update_master_address``: the transfer itself does not change.
+
+Who is a slave: RocketMQ serves any peer that connects. With ``aclEnable`` or tls
+``server.mode = enforcing`` (``guarded``), a peer must prove itself first: its address
+is in ``haWhiteRemoteAddresses`` or it presented a TLS client certificate that verified
+against ``server.trustCertPath``. Any other peer is closed before a byte of the commitlog
+is sent and is never a ``SlaveLink``: its reports count for nothing (SYNC_MASTER included).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import ssl
 import time
@@ -36,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import SocketStream
-from anyio.streams.tls import TLSListener
+from anyio.streams.tls import TLSAttribute, TLSListener
 
 from rmq.kernel import RateLimitedLog, ReplicaError, Watermark
 from rmq.plugins.replication.frames import (
@@ -67,6 +74,19 @@ def describe(e: BaseException) -> str:
         e = e.__cause__
     text = str(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def parse_white_list(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """``haWhiteRemoteAddresses``: addresses or CIDR blocks separated by commas; ValueError names a bad one."""
+    out = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if item:
+            try:
+                out.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise ValueError(f"haWhiteRemoteAddresses: {item!r} is not an address or CIDR block") from None
+    return out
 
 
 class DivergedError(Exception):
@@ -158,6 +178,10 @@ class HAService:
         self.tls_server: ssl.SSLContext | None = None
         self.tls_client: ssl.SSLContext | None = None
         self.identity = -1  # this broker's controller-assigned id, sent in that handshake
+        # who may be a slave (see the module docstring): set by the plugin from aclEnable / tls enforcing
+        self.guarded = False
+        self.white = parse_white_list(config.haWhiteRemoteAddresses)
+        self.refused = 0
 
     # ------------------------------------------------------------------ ReplicationService
 
@@ -238,6 +262,8 @@ class HAService:
             "haListenPort": self.port,
             "haConnectionCount": len(self.links),
         }
+        if self.guarded:
+            out["haRefusedConnections"] = self.refused
         if self.links:
             out["slaveAckOffset"] = self.replicated.value
             out["slaveFallBehindMuch"] = max(0, master_max - self.replicated.value)
@@ -292,13 +318,38 @@ class HAService:
                 _limited.error("accept", "HA listener on port %d: accept failed (%s); retrying", self.port, describe(e))
                 await anyio.sleep(1)
 
+    def admits(self, host: str, stream: Any) -> bool:
+        """Whether a peer may be a slave: always when not ``guarded``; else a white-listed address or a
+        TLS client certificate the handshake verified (``getpeercert`` is empty for an unverified one)."""
+        if not self.guarded:
+            return True
+        try:
+            ip = ipaddress.ip_address(host.partition("%")[0])
+            mapped = getattr(ip, "ipv4_mapped", None)
+            if any(a in net for a in (ip, mapped) if a is not None for net in self.white
+                   if a.version == net.version):
+                return True
+        except ValueError:
+            pass
+        try:
+            return bool(stream.extra(TLSAttribute.peer_certificate, None))
+        except Exception:
+            return False
+
     async def _guarded(self, stream: SocketStream) -> None:
         """One slave connection; nothing it sends may escape into the task group."""
         try:
             peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
-            addr = f"{peer[0]}:{peer[1]}"
+            host, addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
         except Exception:
-            addr = "?"
+            host, addr = "", "?"
+        if not self.admits(host, stream):
+            self.refused += 1
+            _limited.warning("refused", "HA: refused %s: not in haWhiteRemoteAddresses and no verified TLS client "
+                             "certificate (aclEnable or tls enforcing); %d refused so far", addr, self.refused)
+            with anyio.move_on_after(1):
+                await stream.aclose()
+            return
         link = SlaveLink(addr)
         self.links.add(link)
         log.info("slave %s connected", addr)

@@ -42,7 +42,9 @@ def test_slave_follows_a_tls_only_master(rmqd_factory: Any, tmp_path: Path) -> N
     tls = {"enable": True, "server": {"mode": "enforcing", "certPath": str(d / "c.pem"), "keyPath": str(d / "k.pem")}}
     ns = rmqd_factory(broker=False, extra={"tls": tls})
     base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": SEG, "registerNameServerPeriod": 2000}
-    master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}, extra={"tls": tls})
+    # the slave has no client certificate: its address proves it (tls enforcing guards the HA port)
+    master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER",
+                                                      "haWhiteRemoteAddresses": "127.0.0.1"}, extra={"tls": tls})
     slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1},
                          extra={"tls": tls})
     eventually(lambda: int(json.loads(tls_call(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)

@@ -83,11 +83,10 @@ class GrpcProxyPlugin:
         import anyio
         import grpc
 
-        from rmq.plugins.grpc_proxy.access import guard
+        from rmq.plugins.grpc_proxy.access import guard, register
         from rmq.plugins.grpc_proxy.front import PermissiveFront
         from rmq.plugins.grpc_proxy.routes import RouteView
         from rmq.plugins.grpc_proxy.service import MAX_BODY, MessagingService
-        from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc
 
         assert self._registry is not None
         host = broker.broker_addr.rpartition(":")[0] or "127.0.0.1"
@@ -106,7 +105,7 @@ class GrpcProxyPlugin:
 
         def new_server() -> Any:
             server = grpc.aio.server(options=options)
-            service_pb2_grpc.add_MessagingServiceServicer_to_server(svc, server)
+            register(server, svc)
             servers.append(server)
             return server
 

@@ -264,6 +264,8 @@ def _wrap(name: str, fn: Any, gate: Gate, client_ip: Callable[[Any], str], clien
     resp_type = _response_type(name)
 
     def admit(request: Any, context: Any) -> None:
+        if request is None:  # see safe_decoder
+            raise Refused(C.BAD_REQUEST, f"the request is not a valid {SERVICE.methods_by_name[name].input_type.name}")
         md = dict(context.invocation_metadata() or ())
         ip = client_ip(context)
         if client_stream:  # the commands are checked one by one as they arrive
@@ -301,6 +303,31 @@ def _wrap(name: str, fn: Any, gate: Gate, client_ip: Callable[[Any], str], clien
             log.exception("gRPC %s failed", name)
             return resp_type(status=d.Status(code=C.INTERNAL_SERVER_ERROR, message="internal error"))
     return unary
+
+
+def safe_decoder(message_type: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that answers None for bytes that are not a valid message, so the
+    guard refuses them with BAD_REQUEST (grpcio's own answer names the protobuf exception class)."""
+    def decode(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except Exception:  # noqa: BLE001 - DecodeError and anything the C decoder raises
+            return None
+    return decode
+
+
+def register(server: Any, svc: Any) -> None:
+    """Serve ``svc`` (already guarded) on ``server`` with safe_decoder for every request type: what
+    the generated ``add_MessagingServiceServicer_to_server`` does, bad bytes aside."""
+    make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler}
+    handlers = {
+        m.name: make[(m.client_streaming, m.server_streaming)](
+            getattr(svc, m.name), request_deserializer=safe_decoder(getattr(s, m.input_type.name)),
+            response_serializer=_response_type(m.name).SerializeToString)
+        for m in SERVICE.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
 
 
 def _authenticate_logged(gate: Gate, method: str, md: dict[str, str], ip: str) -> tuple[str, str] | None:

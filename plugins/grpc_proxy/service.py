@@ -411,6 +411,9 @@ class MessagingService(sg.MessagingServiceServicer):
 
     async def _read_telemetry(self, peer: GrpcPeer, request_iterator: Any) -> None:
         async for cmd in request_iterator:
+            if cmd is None:  # bytes that are not a TelemetryCommand (access.safe_decoder)
+                await peer.outbox.put(s.TelemetryCommand(status=status(C.BAD_REQUEST, "not a TelemetryCommand")))
+                continue
             try:  # the gate for a stream: each command's names and permissions (access.py)
                 self.gate.authorize("Telemetry", cmd, ACCOUNT.get())
             except Refused as e:

@@ -67,6 +67,8 @@ SYSTEM_KEYS = frozenset((
     "TRANSACTION_CHECK_TIMES", "RECALL_HANDLE",
 ))
 NOT_OURS = "receipt handle was not issued by this broker for this group and topic"
+MAX_PEERS = 10_000  # gRPC clients (x-mq-client-id) kept at once
+MAX_CLIENT_ID = 256  # characters of x-mq-client-id (an SDK's is host@pid@index@..., well under 100)
 DLQ_CLAIM_MS = 30_000  # a DLQ forward holds the message this long while it copies it
 CUSTOMIZED_BACKOFF = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
 
@@ -128,6 +130,7 @@ class GrpcPeer:
         self.outbox: asyncio.Queue[d.Message | s.TelemetryCommand] = asyncio.Queue(maxsize=1024)
         self.settings: d.Settings | None = None
         self._closed = False
+        self.streams = 0  # open Telemetry streams: a peer with one is never evicted
         self._callbacks: list[Callable[[Any], None]] = []
         self.convert: Callable[[MessageExt], d.Message] | None = None
         self.waiting: dict[str, asyncio.Future[s.TelemetryCommand]] = {}  # nonce -> the answer awaited
@@ -240,15 +243,31 @@ class MessagingService(sg.MessagingServiceServicer):
     def _peer(self, context: grpc.aio.ServicerContext) -> GrpcPeer | None:
         md = dict(context.invocation_metadata() or ())
         cid = md.get("x-mq-client-id") or ""
-        if not cid:
+        if not cid or len(cid) > MAX_CLIENT_ID:
             return None
         p = self.peers.get(cid)
         if p is None or p.closed:
             raw = context.peer() or ""
             real = self.resolve_peer(raw) if self.resolve_peer is not None else None
-            p = self.peers[cid] = GrpcPeer(cid, f"ipv4:{real[0]}:{real[1]}" if real else raw)
+            p = GrpcPeer(cid, f"ipv4:{real[0]}:{real[1]}" if real else raw)
             p.convert = self.to_message
+            if cid in self.peers or self._room():
+                self.peers[cid] = p
+            # else: every kept peer holds a stream; this one serves its call and is not kept
         return p
+
+    def _room(self) -> bool:
+        """Room for one more peer: a stranger inventing client ids must not grow the table without
+        bound, so past MAX_PEERS the oldest peer without a Telemetry stream goes (closed: the broker
+        forgets its registrations; the client's next call makes a new one)."""
+        if len(self.peers) < MAX_PEERS:
+            return True
+        for cid, old in self.peers.items():
+            if old.closed or old.streams == 0:
+                del self.peers[cid]
+                old.close()
+                return True
+        return False
 
     def client_ip(self, context: Any) -> str:
         """The client's IP (behind front.py's splice, the real one), for white lists and logs."""
@@ -394,6 +413,7 @@ class MessagingService(sg.MessagingServiceServicer):
             return
         reader = asyncio.ensure_future(self._read_telemetry(peer, request_iterator))
         get: asyncio.Future[Any] | None = None
+        peer.streams += 1
         try:
             while not reader.done() or not peer.outbox.empty():
                 get = asyncio.ensure_future(peer.outbox.get())
@@ -405,6 +425,7 @@ class MessagingService(sg.MessagingServiceServicer):
                     get.cancel()
                     get = None
         finally:
+            peer.streams -= 1
             reader.cancel()
             if get is not None:
                 get.cancel()

@@ -144,3 +144,33 @@ async def test_unexpected_exceptions_answer_internal_error_without_python_names(
     finally:
         await server.stop(None)
     assert "secret detail" in caplog.text  # the server's log keeps what the client is not told
+
+
+class Ctx:
+    """What ``_peer`` reads of a call: its metadata and grpcio's peer string."""
+
+    def __init__(self, cid: str) -> None:
+        self.md = (("x-mq-client-id", cid),)
+
+    def invocation_metadata(self) -> Any:
+        return self.md
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:4000"
+
+
+def test_invented_client_ids_do_not_grow_the_peer_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmq.plugins.grpc_proxy import service
+
+    async def handle(conn: Any, cmd: Any) -> Any:
+        return None
+
+    monkeypatch.setattr(service, "MAX_PEERS", 3)
+    svc = service.MessagingService(None, handle, ("127.0.0.1", 0))  # type: ignore[arg-type]
+    streaming = svc._peer(Ctx("live"))
+    assert streaming is not None
+    streaming.streams = 1  # a client with an open Telemetry stream stays
+    evicted = [svc._peer(Ctx(f"stranger{i}")) for i in range(100)]
+    assert len(svc.peers) == 3 and "live" in svc.peers and not svc.peers["live"].closed
+    assert all(p is not None for p in evicted) and sum(p.closed for p in evicted if p is not None) == 98
+    assert svc._peer(Ctx("x" * 257)) is None  # an id no SDK makes

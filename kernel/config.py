@@ -9,7 +9,6 @@ structures it itself.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -20,12 +19,18 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
+from rmq.protocol.access import is_loopback
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
 class ConfigError(Exception):
     """A configuration problem, rendered as one line naming file, key path and expectation."""
+
+
+def rmq_home() -> Path:
+    """Where rmqd keeps what no setting places elsewhere: $RMQ_HOME, else ./rmq-store."""
+    return Path(os.environ.get("RMQ_HOME") or "rmq-store")
 
 
 @attrs.define
@@ -43,17 +48,7 @@ class NamesrvConfig:
     def kv_config_path(self, home: Path | None = None) -> Path:
         """``kvConfigPath``, else ``namesrv/kvConfig.json`` under ``home`` (rmqd passes its broker's store
         root), $RMQ_HOME or ./rmq-store: RocketMQ's ``~/namesrv`` would be outside any store."""
-        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else (home or Path(os.environ.get("RMQ_HOME") or "rmq-store")) / "namesrv" / "kvConfig.json"
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else (home or rmq_home()) / "namesrv" / "kvConfig.json"
 
 
 @attrs.define
@@ -91,7 +86,7 @@ class ControllerConfig:
             out[pid] = addr
         if not out:
             raise ValueError("controllerDLegerPeers: no peer")
-        if not self.raftPassword and not all(_is_loopback(a.rpartition(":")[0]) for a in out.values()):
+        if not self.raftPassword and not all(is_loopback(a.rpartition(":")[0]) for a in out.values()):
             raise ValueError("raftPassword: required when a peer is not on loopback (every controller of the group "
                              "sets the same secret; Raft frames are authenticated with it)")
         if self.controllerDLegerSelfId not in out:
@@ -100,9 +95,7 @@ class ControllerConfig:
         return out
 
     def store_path(self) -> Path:
-        if self.controllerStorePath:
-            return Path(self.controllerStorePath).expanduser()
-        return Path(os.environ.get("RMQ_HOME") or "rmq-store") / "controller"
+        return Path(self.controllerStorePath).expanduser() if self.controllerStorePath else rmq_home() / "controller"
 
 
 @attrs.define
@@ -229,9 +222,7 @@ class BrokerConfig:
     plainAclFile: str = ""  # "" = plain_acl.yml beside the config file, else <store root>/conf/plain_acl.yml
 
     def store_root(self) -> Path:
-        if self.storePathRootDir:
-            return Path(self.storePathRootDir).expanduser()
-        return Path(os.environ.get("RMQ_HOME") or "rmq-store")
+        return Path(self.storePathRootDir).expanduser() if self.storePathRootDir else rmq_home()
 
     def commitlog_dir(self) -> Path:
         return Path(self.storePathCommitLog) if self.storePathCommitLog else self.store_root() / "commitlog"

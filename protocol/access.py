@@ -211,7 +211,11 @@ def is_admin(services: Mapping[str, Any], peer: str, cmd: RemotingCommand) -> bo
 
 
 def is_loopback(host: str) -> bool:
-    """A loopback peer (IPv4, IPv6 or IPv4-mapped): the admin guard's trusted peers without ACL."""
+    """A loopback peer (IPv4, IPv6 or IPv4-mapped, bracketed or not, or "localhost" in a configured
+    address): the admin guard's trusted peers without ACL."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
     try:
         ip = ipaddress.ip_address(host.partition("%")[0])
     except ValueError:

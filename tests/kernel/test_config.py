@@ -135,7 +135,8 @@ def test_controller_role_from_its_section_or_inside_the_namesrv() -> None:
     cfg = structure_config({"namesrv": {"enableControllerInNamesrv": True}})
     assert cfg.roles() == ["namesrv", "controller"] and cfg.controller is not None
     assert cfg.controller.peers() == {"n0": "127.0.0.1:9878"}
-    cfg = structure_config({"controller": {"controllerDLegerPeers": "n0-h:1;n1-h:2", "controllerDLegerSelfId": "n1"}})
+    cfg = structure_config({"controller": {"controllerDLegerPeers": "n0-h:1;n1-h:2", "controllerDLegerSelfId": "n1",
+                                           "raftPassword": "s3cret"}})
     assert cfg.roles() == ["controller"] and cfg.controller is not None and cfg.controller.peers()["n1"] == "h:2"
     with pytest.raises(ConfigError, match="controllerDLegerSelfId: 'n7' is not among the peers"):
         structure_config({"controller": {"controllerDLegerSelfId": "n7"}})

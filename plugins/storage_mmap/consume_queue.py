@@ -9,6 +9,14 @@ Paths: a topic name comes from clients, so a queue directory is only ever built 
 ``confined_path`` (and removed by ``remove_confined``) after the name passes
 RocketMQ's topic rule; loading skips directories that fail either.
 
+Lazy mapping (issue #26): a store may hold tens of thousands of queues, far more than it
+may keep open (a descriptor and a mapping per file). A queue's files are mapped when it is
+first read or written (``files``), and :meth:`ConsumeQueueTable.trim` unmaps idle, flushed
+queues (least recently used first, a clock) once more than ``max_mapped`` are mapped; a
+parked queue keeps its bounds (``max_offset``, ``min_offset``, ``max_phys``), so offsets
+are answered without mapping it. ``trim`` runs only where no file of a queue is in use:
+between queues at start-up, after a dispatch batch, after a read, each flush round.
+
 Holes: a unit ``(0, 2147483647, 0)`` (RocketMQ's own filler for the units before a
 queue's first file) marks a queue offset whose record is gone: corrupt and skipped
 by recovery. Queue offsets stay those written in the records, reads step over the
@@ -18,6 +26,9 @@ filler, and no offset is ever given to two messages.
 from __future__ import annotations
 
 import logging
+import mmap
+import os
+import resource
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 from rmq.kernel import ConfinementError, DispatchRequest, RateLimitedLog, confined_path, remove_confined
 from rmq.plugins.storage_mmap.checkpoint import Tombstones
 from rmq.plugins.storage_mmap.file_queue import MappedFileQueue, has_data
-from rmq.plugins.storage_mmap.mapped_file import MappedFile
+from rmq.plugins.storage_mmap.mapped_file import MappedFile, list_segments, offset_name
 from rmq.plugins.storage_mmap.scan import MIN_RECORD
 from rmq.protocol.names import validate_topic
 
@@ -41,6 +52,20 @@ UNIT_SIZE: Final = 20
 INT_MAX: Final = 0x7FFFFFFF
 BLANK_UNIT: Final = UNIT.pack(0, INT_MAX, 0)
 RESERVE_CHUNK: Final = 64 * 1024  # disk reserved ahead of the write position of a queue file
+
+
+_FILES = MappedFileQueue.files  # the slot under ConsumeQueue's lazy ``files`` property
+Parked = tuple[int, Path, int, int, int, bool]  # start, path, wrote, flushed, reserved, first_in_queue
+
+
+def _no_readahead(mf: MappedFile) -> MappedFile:
+    """A queue file is mostly a sparse tail: a fault's readahead would fill megabytes of page cache
+    with its zeros (3 ms and 6 MB a queue at start-up, measured) for the few units read."""
+    try:
+        mf.mm.madvise(mmap.MADV_RANDOM)
+    except (AttributeError, OSError):
+        pass
+    return mf
 
 
 def cq_file_size(configured: int) -> int:
@@ -60,7 +85,7 @@ class ConsumeQueue(MappedFileQueue):
     store then replays dispatch from the end of its last good unit to rebuild the rest.
     """
 
-    __slots__ = ("topic", "queue_id", "min_logic", "max_phys", "table", "damage")
+    __slots__ = ("topic", "queue_id", "min_logic", "max_phys", "table", "damage", "parked", "used")
 
     def __init__(
         self,
@@ -77,25 +102,156 @@ class ConsumeQueue(MappedFileQueue):
         self.max_phys = 0  # end (offset + size) of the last unit's record: the duplicate guard
         self.table = table
         self.damage = ""
+        self.parked: list[Parked] | None = None  # the files while unmapped (``files`` maps them again)
+        self.used = False  # read or written since the last ``trim`` looked (the clock's bit)
 
     @property
     def name(self) -> str:
         return f"{self.topic}/{self.queue_id}"
 
+    # ------------------------------------------------------------------ lazy mapping
+
+    @property  # type: ignore[override]
+    def files(self) -> list[MappedFile]:
+        """The queue's mapped files, mapped now if the queue was parked."""
+        if self.parked is not None:
+            self._unpark()
+        self.used = True
+        return _FILES.__get__(self)  # type: ignore[no-any-return]
+
+    @files.setter
+    def files(self, value: list[MappedFile]) -> None:
+        _FILES.__set__(self, value)
+
+    @property
+    def mapped(self) -> bool:
+        return self.parked is None
+
+    def _unpark(self) -> None:
+        parked = self.parked
+        assert parked is not None
+        opened: list[MappedFile] = []
+        try:
+            for _start, path, wrote, flushed, reserved, first in parked:
+                mf = _no_readahead(MappedFile.open(path, self.file_size, reserve=0))
+                mf.wrote, mf.flushed, mf.first_in_queue = wrote, flushed, first
+                mf.reserved = max(mf.reserved, reserved)
+                opened.append(mf)
+        except BaseException:
+            for mf in opened:
+                mf.close()
+            raise
+        _FILES.__set__(self, opened)
+        self.parked = None
+        if self.table is not None:
+            self.table.mapped[self] = None
+
+    def park(self) -> None:
+        """Unmap the files (they stay on disk and in the page cache; ``files`` maps them again). The
+        caller makes sure none of them is in use; ``flush_files`` still forces what is unflushed."""
+        if self.parked is not None:
+            return
+        files: list[MappedFile] = _FILES.__get__(self)
+        self.parked = [(f.start, f.path, f.wrote, f.flushed, f.reserved, f.first_in_queue) for f in files]
+        for f in files:
+            f.close()
+        _FILES.__set__(self, [])
+        if self.table is not None:
+            self.table.mapped.pop(self, None)
+
+
+    @property
+    def end_offset(self) -> int:
+        parked = self.parked
+        if parked is not None:
+            return parked[-1][0] + parked[-1][2] if parked else 0
+        return MappedFileQueue.end_offset.__get__(self)  # type: ignore[attr-defined,no-any-return]
+
+    def flush_files(self, least_pages: int) -> None:
+        """As ``MappedFileQueue.flush_files``. Runs on a flush thread, which must never map a queue:
+        a parked queue's unflushed files (parked before a flush reached them: their pages are in the
+        page cache) are forced through a plain descriptor."""
+        parked = self.parked
+        if parked is None:
+            for f in list(_FILES.__get__(self)):  # never ``self.files``: that would map a queue parked meanwhile
+                if f.wrote > f.flushed and (least_pages <= 0 or f.wrote >= f.size
+                                            or f.wrote // 4096 - f.flushed // 4096 >= least_pages):
+                    w = f.wrote
+                    try:
+                        f.sync()
+                    except OSError:  # closed (parked, deleted) meanwhile: the parked state flushes it
+                        continue
+                    f.flushed = w
+            return
+        for i, (start, path, wrote, flushed, reserved, first) in enumerate(list(parked)):
+            if wrote > flushed and (least_pages <= 0 or wrote >= self.file_size
+                                    or wrote // 4096 - flushed // 4096 >= least_pages):
+                try:
+                    fd = os.open(path, os.O_RDWR)
+                except OSError:  # deleted meanwhile (retention, delete_topics)
+                    continue
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                parked[i] = (start, path, wrote, wrote, reserved, first)  # an orphan list if mapped meanwhile
+
+    def close(self) -> None:
+        if self.parked is None:
+            for f in _FILES.__get__(self):
+                f.close()
+            if self.table is not None:
+                self.table.mapped.pop(self, None)
+
+    def destroy(self) -> None:
+        if self.parked is not None:
+            for p in self.parked:
+                p[1].unlink(missing_ok=True)
+            self.parked = None
+            _FILES.__set__(self, [])
+        else:
+            MappedFileQueue.destroy(self)
+        if self.table is not None:
+            self.table.mapped.pop(self, None)
+
     # ------------------------------------------------------------------ files
 
     def load(self) -> None:
-        """Map the queue's files. One that does not fit the sequence (wrong size, a gap, a name
-        that is no multiple of the file size) and every file after it are deleted and the queue
-        is marked for rebuilding: consume queues are derived data, the commitlog has it all."""
-        problem, rest = self.load_segments(reserve=0, fix_size=False, size_name="mappedFileSizeConsumeQueue")
-        if problem:
-            self.damage = problem
-            for later in rest:
-                later.unlink(missing_ok=True)
+        """Find the queue's files (parked: nothing is mapped yet). One that does not fit the sequence
+        (wrong size, a gap, a name that is no multiple of the file size) and every file after it
+        are deleted and the queue is marked for rebuilding: consume queues are derived data, the
+        commitlog has it all."""
+        parked: list[Parked] = []
+        prev_end: int | None = None
+        paths = list_segments(self.dir)
+        for n, path in enumerate(paths):
+            start = int(path.name)
+            problem = ""
+            if start % self.file_size:
+                problem = (f"name is not a multiple of mappedFileSizeConsumeQueue {self.file_size} "
+                           "(was the file size changed?)")
+            elif prev_end is not None and start != prev_end:
+                problem = f"file {offset_name(prev_end)} is missing before it"
+            else:
+                try:
+                    st = os.stat(path)
+                except OSError as e:
+                    problem = f"cannot stat it ({e})"
+                else:
+                    if st.st_size != self.file_size:
+                        problem = f"file is {st.st_size} bytes, expected {self.file_size}"
+            if problem:
+                self.damage = f"{path}: {problem}"
+                for later in paths[n:]:
+                    later.unlink(missing_ok=True)
+                break
+            parked.append((start, path, self.file_size, self.file_size, 0, False))
+            prev_end = start + self.file_size
+        _FILES.__set__(self, [])
+        self.parked = parked
 
     def _new_file(self, start: int) -> MappedFile:
-        return self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size))
+        return _no_readahead(self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size)))
 
     @property
     def max_offset(self) -> int:
@@ -313,6 +469,8 @@ class ConsumeQueue(MappedFileQueue):
 
     def delete_expired(self, phys_min: int) -> int:
         """Delete leading files (never the last) whose last real unit points below ``phys_min``."""
+        if self.parked is not None and len(self.parked) <= 1:
+            return 0  # nothing to delete: not worth mapping it
         deleted = 0
         while len(self.files) > 1:
             f = self.files[0]
@@ -339,10 +497,14 @@ class ConsumeQueueTable:
     neither by a replay nor by the start-up rebuild of missing queues.
     """
 
-    def __init__(self, root: Path, file_size: int, tombstones: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, file_size: int, tombstones: Path | None = None, max_mapped: int = 4096
+    ) -> None:
         self.root = root
         self.file_size = cq_file_size(file_size)
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self.mapped: dict[ConsumeQueue, None] = {}  # mapped queues, in the clock's order
+        self.max_mapped = mapped_bound(max_mapped)
         self.logics_ts = 0  # store time of the last unit written (checkpoint logicsMsgTimestamp)
         self.holes: Holes | None = None
         self.tombstones = Tombstones(tombstones)
@@ -376,7 +538,7 @@ class ConsumeQueueTable:
                     log.warning("%s: skipped (a symlink; the store creates none)", qdir)
                     continue
                 cq = ConsumeQueue(tdir.name, int(qdir.name), path, self.file_size, self)
-                cq.load()
+                cq.load()  # parked: found, not mapped
                 self.queues.setdefault(tdir.name, {})[cq.queue_id] = cq
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -397,7 +559,30 @@ class ConsumeQueueTable:
             path = confined_path(self.root, topic, str(queue_id))
             cq = ConsumeQueue(topic, queue_id, path, self.file_size, self)
             self.queues.setdefault(topic, {})[queue_id] = cq
+            self.mapped[cq] = None
         return cq
+
+    def trim(self) -> int:
+        """Park idle queues while more than ``max_mapped`` are mapped: oldest first, a queue used
+        since the last look gets a second chance (unflushed units are flushed later from the
+        parked state). Call only where no queue's file is in use. Returns how many were parked."""
+        over = len(self.mapped) - self.max_mapped
+        if over <= 0:
+            return 0
+        target = over + self.max_mapped // 8  # a margin: not a trim at every call once at the bound
+        parked = 0
+        mapped = self.mapped
+        for cq in list(mapped):
+            if parked >= target:
+                break
+            if cq.used:
+                cq.used = False
+                del mapped[cq]
+                mapped[cq] = None
+                continue
+            cq.park()
+            parked += 1
+        return parked
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         for t in list(self.queues.values()):
@@ -427,8 +612,22 @@ class ConsumeQueueTable:
         self.tombstones.prune(phys_min)
 
     def close(self) -> None:
-        for cq in self:
+        for cq in list(self.mapped):
             cq.close()
+        self.mapped.clear()
+
+
+def mapped_bound(wanted: int) -> int:
+    """How many queues may be mapped at once: ``wanted``, but at most an eighth of the descriptors
+    this process may open (a mapped file holds two: its own and the one ``mmap`` duplicates), so
+    queues alone never take more than a quarter of them."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = resource.RLIM_INFINITY
+    if soft == resource.RLIM_INFINITY:
+        return max(1, wanted)
+    return max(1, min(wanted, soft // 8))
 
 
 class ConsumeQueueDispatcher:

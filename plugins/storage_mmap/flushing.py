@@ -115,6 +115,7 @@ class LogicsFlusher:
                 await self._flush()
             except OSError as e:  # the next round tries again; what is not flushed is replayed
                 _limited.error("logics-flush", "consume queue / checkpoint flush failed: %s", e)
+            self.store.cqs.trim()  # queues the flush just cleaned may be unmapped now
 
     async def _flush(self) -> None:
         logics_ts = self.store.cqs.logics_ts

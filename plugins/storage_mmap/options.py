@@ -24,6 +24,10 @@ class MmapOptions:
     verify: str = "auto"
     verify_all_max_gib: float = 8.0
     disk_retry_ms: int = 1000  # how often writes refused for a full disk retry on their own
+    # Consume queues mapped at once (a descriptor and a mapping per file); idle ones beyond are
+    # unmapped and mapped again when read or written. Never above an eighth of RLIMIT_NOFILE
+    # (two descriptors a file).
+    max_mapped_queues: int = 4096
 
     def __attrs_post_init__(self) -> None:
         if self.dispatch_batch < 1:
@@ -34,3 +38,5 @@ class MmapOptions:
             raise ValueError(f"verify must be 'auto', 'all' or 'recent', got {self.verify!r}")
         if self.disk_retry_ms < 1:
             raise ValueError("disk_retry_ms must be >= 1")
+        if self.max_mapped_queues < 1:
+            raise ValueError("max_mapped_queues must be >= 1")

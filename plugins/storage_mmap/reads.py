@@ -47,6 +47,22 @@ class StoreReader:
         message_filter: MessageFilter | None = None,
         max_bytes: int = 256 * 1024,
     ) -> GetResult:
+        """See ``MessageStore.get_messages``; then the mapped queues are trimmed (none is in use)."""
+        result = self._get_messages(topic, queue_id, offset, max_count, message_filter, max_bytes)
+        cqs = self.cqs
+        if len(cqs.mapped) > cqs.max_mapped:
+            cqs.trim()
+        return result
+
+    def _get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None,
+        max_bytes: int,
+    ) -> GetResult:
         self.n_get += 1
         cq = self.cqs.get(topic, queue_id)
         if cq is None:
@@ -137,6 +153,7 @@ class StoreReader:
         if cq is None:
             return -1
         u = cq.unit(offset)
+        self.cqs.trim()
         if u is None:
             return -1
         return self._store_time_of(u[0], u[1])
@@ -150,6 +167,12 @@ class StoreReader:
     def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """Binary search of store times (§2.3). The file is chosen by the store time of its last unit
         (what RocketMQ approximates with the file's mtime)."""
+        try:
+            return self._offset_by_time(topic, queue_id, timestamp)
+        finally:
+            self.cqs.trim()
+
+    def _offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         cq = self.cqs.get(topic, queue_id)
         if cq is None or not cq.files:
             return 0

@@ -57,12 +57,13 @@ def recover_store(
     """Blocking (worker thread). Returns (where dispatch replays from, a summary for ``stats()``)."""
     t0 = time.monotonic()
     commitlog.load()
-    cqs.load()
+    cqs.load()  # found, not mapped: each queue is mapped below, one at a time, and parked again
     index_missing = index is not None and not index.dir.exists() and bool(commitlog.files)
     if index is not None:
         index.load(check_all=scan_all)
     for cq in cqs:
         cq.recover(scan_all)
+        cqs.trim()
     if cfg.messageIndexEnable and cfg.messageIndexSafe:
         min_ts = checkpoint.min_timestamp_index()
     else:
@@ -78,15 +79,20 @@ def recover_store(
     end = scan.end
     cqs.holes = commitlog.holes
     checked = repaired = 0
+    cl_min = commitlog.min_offset
+    firsts: dict[tuple[str, int], tuple[int, int]] = {}
     if not commitlog.files:
         for topic in list(cqs.queues):
             cqs.delete_topic(topic)
     else:
         t1 = time.monotonic()
-        for cq in cqs:
+        for cq in cqs:  # one mapping per queue for the rest of what start-up needs of it
             c, r = verify_queue(cq, commitlog, scan.scan_start, delay_levels, commitlog.holes)
             checked += c
             repaired += r
+            cq.correct_min_offset(cl_min)
+            firsts[(cq.topic, cq.queue_id)] = cq.first_unit()
+            cqs.trim()
         if checked > 100_000:
             log.info(
                 "consume queues: %d units checked against the commitlog in %.2fs",
@@ -95,10 +101,7 @@ def recover_store(
             )
     if index is not None:
         index.truncate(end)
-    cl_min = commitlog.min_offset
     cqs.prune_tombstones(cl_min)
-    for cq in cqs:
-        cq.correct_min_offset(cl_min)
 
     reput = max(cqs.max_phys(), cl_min)
     if abnormal:
@@ -131,7 +134,7 @@ def recover_store(
             need(max(start, gone), f"consume queue {topic}/{qid}: missing")
         elif cq.damage:
             continue
-        elif cq.first_unit()[0] > first_qoff >= 0 and first_phys < cq.first_unit()[1]:
+        elif firsts.get((topic, qid), (-1, -1))[0] > first_qoff >= 0 and first_phys < firsts[(topic, qid)][1]:
             cq.drop_all(f"lost its first units (the commitlog has offset {first_qoff} at {first_phys})")
             need(first_phys, f"consume queue {cq.name}: {cq.damage}")
         elif cq.max_phys < last_end:

@@ -299,3 +299,5 @@ class ReputService:
         if store._dispatch_error:
             store._dispatch_error = ""
             store._update_writable()
+        if len(store.cqs.mapped) > store.cqs.max_mapped:  # between batches no queue file is in use
+            store.cqs.trim()

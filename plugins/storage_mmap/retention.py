@@ -141,6 +141,7 @@ async def clean_expired_files(store: MmapMessageStore, force: bool = False, manu
             n = cq.delete_expired(cl_min)
             store._n_deleted["consumequeue"] += n
             cq.correct_min_offset(cl_min)
+            store.cqs.trim()  # each queue is mapped to be checked: keep the descriptors bounded
             if n and pause > 0:  # RocketMQ's deleteConsumeQueueFilesInterval: spread the unlinks out
                 await anyio.sleep(pause)
         if store.index is not None:

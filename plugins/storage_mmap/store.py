@@ -109,6 +109,7 @@ class MmapMessageStore:
             self.root / "consumequeue",
             config.mappedFileSizeConsumeQueue,
             tombstones=self.root / "deleted_topics",
+            max_mapped=self.options.max_mapped_queues,
         )
         self.logics = LogicsFlusher(self)
         self.index: IndexService | None = None
@@ -550,6 +551,7 @@ class MmapMessageStore:
             u = cq.unit(off)
             if u is not None:
                 units.append(u)
+        self.cqs.trim()
         return lo, hi, units
 
     def clean_expired_consume_queues(self, keep: Iterable[str] = ()) -> int:
@@ -564,6 +566,7 @@ class MmapMessageStore:
             last = cq.unit(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
             expired = cq.max_offset > 0 and (last is None or last[0] < cl_min)
             by_topic[cq.topic] = by_topic.get(cq.topic, True) and expired
+            self.cqs.trim()
         gone = [t for t, expired in by_topic.items() if expired]
         if gone:
             log.info("clean expired consume queues: %s", ", ".join(gone[:20]))
@@ -594,6 +597,7 @@ class MmapMessageStore:
             "dispatched_from_parse": self.reput.n_parsed,
             "commitlog_files": len(cl.files),
             "consume_queues": sum(1 for _ in self.cqs),
+            "mapped_consume_queues": len(self.cqs.mapped),
             "index_files": len(self.index.files) if self.index is not None else 0,
             "deleted_files": dict(self._n_deleted),
             "disk_used_ratio": self._disk_ratio,

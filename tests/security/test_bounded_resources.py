@@ -16,12 +16,17 @@ from typing import Any
 
 import anyio
 
+from rmq.kernel import MessageRecord
 from rmq.kernel.hookspecs.remoting import RemotingConfig
+from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import PullFlag
-from rmq.testing.daemon import RmqdProcess
+from rmq.testing import make_kernel
+from rmq.testing.daemon import RmqdProcess, eventually
+from rmq.testing.storage import attach_from_hooks
 
 req = RemotingCommand.request
 
@@ -234,4 +239,49 @@ def test_descriptor_exhaustion_is_reported_as_such(tmp_path: Path) -> None:
     finally:
         for s in fillers:
             s.close()
+        d.stop()
+
+
+# ---------------------------------------------------------------------- restart with many queues
+
+_SMALL_CQ = 100 * 20  # 100 units a consume-queue file: many queues, little disk
+
+
+async def _fill(store_root: Path, topics: int, queues: int) -> None:
+    """One message in every queue, written through the store in-process (as a broker would)."""
+    cfg = {"storePathRootDir": str(store_root), "mappedFileSizeConsumeQueue": _SMALL_CQ,
+           "mappedFileSizeCommitLog": 64 * 1024 * 1024}
+    kernel = make_kernel([MmapStoragePlugin({}), AsyncFlushPlugin()], {"broker": cfg})
+    store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
+    async with store:
+        for t in range(topics):
+            for q in range(queues):
+                rec = MessageRecord(f"Many{t:04d}", q, b"m", 0, "", 0, 1700000000000, b"\x7f\x00\x00\x01\x00\x00\x00\x01")
+                assert (await store.put_message(rec)).ok
+        await store.wait_dispatched()
+
+
+def test_restart_with_more_queues_than_descriptors_serves(tmp_path: Path) -> None:
+    """After the attack a restart did not listen within 35 s and grew to 22 GB: every queue was
+    mapped at start (two descriptors and a file's worth of zero pages each). Now queues are
+    mapped when used, at most an eighth of RLIMIT_NOFILE at once: 4,000 queues under a limit of
+    512 descriptors start, serve within 15 s, and keep few files mapped."""
+    d = LimitedRmqd(tmp_path / "d", broker_conf={"mappedFileSizeConsumeQueue": _SMALL_CQ})
+    d.nofile = 512
+    anyio.run(_fill, d.workdir / "store", 1000, 4)
+    d.start(timeout=15)
+    try:
+        assert d.proc is not None
+        r = call(d.broker_addr, req(RequestCode.GET_MAX_OFFSET, {"topic": "Many0999", "queueId": "3"}))
+        assert r.code == ResponseCode.SUCCESS and r.ext["offset"] == "1"
+        assert call(d.broker_addr, _send("Many0500", 2)).code == ResponseCode.SUCCESS  # 0500 was made by _fill
+        pid = d.proc.pid
+
+        def mapped() -> int:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            return len({line.split()[-1] for line in maps.splitlines() if "/consumequeue/" in line})
+
+        # a queue just written stays mapped until the flusher has flushed it, then the bound holds
+        eventually(lambda: mapped() <= 512 // 8, 10, f"at most {512 // 8} queue files mapped")
+    finally:
         d.stop()

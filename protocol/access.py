@@ -29,26 +29,37 @@ __all__ = [
     "ADMIN",
     "ANY",
     "AUTHORIZER",
+    "DENY",
     "PUB",
     "SIGNED",
     "SUB",
     "Access",
     "Authorizer",
     "Resource",
+    "allowed",
     "check_after_read",
     "is_admin",
     "is_loopback",
     "read_of",
 ]
 
-#: permission bits, the values of RocketMQ's plain_acl.yml (DENY is 1)
-ANY, PUB, SUB = 2, 4, 8
+#: permission bits, the values of RocketMQ's plain_acl.yml
+DENY, ANY, PUB, SUB = 1, 2, 4, 8
 #: ``registry.services`` key of the role's :class:`Authorizer` (absent: no ACL, everything allowed)
 AUTHORIZER = "authorizer"
 
 #: one resource a request needs: ("topic" | "group", name, permission)
 Resource = tuple[str, str, int]
 Resolver = Callable[["RemotingCommand"], list[Resource]]
+
+
+def allowed(needed: int, owned: int) -> bool:
+    """Whether an account holding ``owned`` on a resource may do what ``needed`` asks (ANY: PUB or SUB)."""
+    if owned & DENY:
+        return False
+    if needed == ANY:
+        return bool(owned & (PUB | SUB))
+    return bool(needed & owned)
 
 
 def _field(cmd: RemotingCommand, spec: str) -> str | None:

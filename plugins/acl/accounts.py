@@ -19,12 +19,13 @@ import attrs
 import yaml
 
 from rmq.plugins.acl.addresses import AddressPatternError, Matcher, compile_pattern
+from rmq.protocol.access import ANY, DENY, PUB, SUB
+from rmq.protocol.names import RETRY_PREFIX
 
 log = logging.getLogger("rmq.acl")
 
-DENY, ANY, PUB, SUB = 1, 2, 4, 8
 PERMS = {"DENY": DENY, "ANY": ANY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-RETRY = "%RETRY%"
+RETRY = RETRY_PREFIX
 
 
 class AclFileError(ValueError):
@@ -42,14 +43,6 @@ def parse_perm(text: Any, *, strict: bool = False) -> int:
 
 def perm_text(perm: int) -> str:
     return {DENY: "DENY", ANY: "ANY", PUB: "PUB", SUB: "SUB", PUB | SUB: "PUB|SUB"}.get(perm, "DENY")
-
-
-def allowed(needed: int, owned: int) -> bool:
-    if owned & DENY:
-        return False
-    if needed == ANY:
-        return bool(owned & (PUB | SUB))
-    return bool(needed & owned)
 
 
 @attrs.define

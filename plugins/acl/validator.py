@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import RateLimitedLog
-from rmq.plugins.acl.accounts import PUB, RETRY, Account, AclFile, allowed
+from rmq.plugins.acl.accounts import PUB, RETRY, Account, AclFile
+from rmq.protocol.access import allowed
 from rmq.protocol.acl import ACCESS_KEY, verify
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.names import TRACE_TOPIC

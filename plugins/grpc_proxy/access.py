@@ -31,9 +31,10 @@ import attrs
 import grpc
 
 from rmq.kernel import RateLimitedLog
-from rmq.plugins.acl.accounts import ANY, PUB, RETRY, SUB, allowed
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
+from rmq.protocol.access import ANY, PUB, SUB, allowed
+from rmq.protocol.names import RETRY_PREFIX as RETRY
 from rmq.protocol.names import TRACE_TOPIC, printable, validate_group, validate_topic
 
 log = logging.getLogger("rmq.grpc")

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.plugins.acl.accounts import ANY, DENY, PUB, SUB, AclFile, AclFileError, allowed
+from rmq.plugins.acl.accounts import AclFile, AclFileError
 from rmq.plugins.acl.addresses import AddressPatternError, compile_pattern
+from rmq.protocol.access import ANY, DENY, PUB, SUB, allowed
 from rmq.protocol.acl import sign, verify
 
 

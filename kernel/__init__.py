@@ -37,7 +37,6 @@ plugins import only from here, exactly as a third party's would.
 from rmq.kernel.config import (
     BrokerConfig,
     ConfigError,
-    ControllerConfig,
     NamesrvConfig,
     RootConfig,
     load_config,
@@ -80,7 +79,6 @@ from rmq.kernel.watermark import Watermark
 __all__ = [
     "AllocateStrategy",
     "BrokerConfig",
-    "ControllerConfig",
     "BrokerContext",
     "CommitLogDispatcher",
     "ConfigError",

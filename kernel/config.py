@@ -16,10 +16,8 @@ from typing import Any
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
-from rmq.protocol.access import is_loopback
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -49,53 +47,6 @@ class NamesrvConfig:
         """``kvConfigPath``, else ``namesrv/kvConfig.json`` under ``home`` (rmqd passes its broker's store
         root), $RMQ_HOME or ./rmq-store: RocketMQ's ``~/namesrv`` would be outside any store."""
         return Path(self.kvConfigPath).expanduser() if self.kvConfigPath else (home or rmq_home()) / "namesrv" / "kvConfig.json"
-
-
-@attrs.define
-class ControllerConfig:
-    """RocketMQ 5's controller (``[controller]``; beside ``[namesrv]`` it is RocketMQ's
-    enableControllerInNamesrv). Peers are the addresses brokers name in ``controllerAddr``; each
-    node serves controller requests on its own peer's port and runs Raft on that port plus
-    ``raftPortOffset``."""
-
-    controllerDLegerGroup: str = "group1"
-    controllerDLegerPeers: str = "n0-127.0.0.1:9878"
-    controllerDLegerSelfId: str = "n0"
-    controllerStorePath: str = ""  # "" = $RMQ_HOME or ./rmq-store, then /controller
-    listenHost: str = "0.0.0.0"
-    maxConnections: int = 4096
-    allowRemoteAdmin: bool = False
-    scanNotActiveBrokerInterval: int = 5_000  # ms
-    enableElectUncleanMaster: bool = False
-    notifyBrokerRoleChanged: bool = True
-    electMasterMaxRetryCount: int = 3
-    raftPortOffset: int = 1
-    raftPassword: str = ""  # Raft's shared secret; "" = generated in controllerStorePath (loopback peers only)
-
-    def peers(self) -> dict[str, str]:
-        """Peer id -> "host:port" from ``controllerDLegerPeers`` ("n0-host:port;n1-host:port")."""
-        out: dict[str, str] = {}
-        for item in self.controllerDLegerPeers.replace(",", ";").split(";"):
-            item = item.strip()
-            if not item:
-                continue
-            pid, sep, addr = item.partition("-")
-            host, _, port = addr.rpartition(":")
-            if not sep or not pid or not host or not port.isdigit() or not 0 < int(port) < 65536 - self.raftPortOffset:
-                raise ValueError(f"controllerDLegerPeers: {item!r} is not id-host:port")
-            out[pid] = addr
-        if not out:
-            raise ValueError("controllerDLegerPeers: no peer")
-        if not self.raftPassword and not all(is_loopback(a.rpartition(":")[0]) for a in out.values()):
-            raise ValueError("raftPassword: required when a peer is not on loopback (every controller of the group "
-                             "sets the same secret; Raft frames are authenticated with it)")
-        if self.controllerDLegerSelfId not in out:
-            raise ValueError(f"controllerDLegerSelfId: {self.controllerDLegerSelfId!r} is not among the peers "
-                             f"({', '.join(out)})")
-        return out
-
-    def store_path(self) -> Path:
-        return Path(self.controllerStorePath).expanduser() if self.controllerStorePath else rmq_home() / "controller"
 
 
 @attrs.define
@@ -276,7 +227,7 @@ class RootConfig:
 
     namesrv: NamesrvConfig | None = None
     broker: BrokerConfig | None = None
-    controller: ControllerConfig | None = None
+    controller: Any = None  # structured by its plugin's class (section_class), as every role table
     plugins: dict[str, list[str]] = attrs.field(factory=dict)
     plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
     log: LogConfig = attrs.field(factory=LogConfig)
@@ -332,22 +283,35 @@ def _make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: t == dict[str, list[str]], plugins_hook)
-    for cls in (NamesrvConfig, BrokerConfig, ControllerConfig, ProxyConfig, LogConfig):
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
     return conv
 
 
 CONVERTER = _make_converter()
 
 
-def _render_error(exc: Exception, source: str, doc: dict[str, Any]) -> str:
+ROLE_SECTIONS = ("namesrv", "controller", "broker")
+
+
+def section_class(name: str) -> type:
+    """The attrs class of a table: the ``config_class`` the plugin of that role (the ``rmq.processors`` entry point
+    of the same name) declares, with the role's start-up rules in a ``problem()`` method; else the kernel's."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="rmq.processors", name=name):
+        declared = getattr(ep.load(), "config_class", None)
+        if declared is not None:
+            return declared  # type: ignore[no-any-return]
+    return {"namesrv": NamesrvConfig, "broker": BrokerConfig, "proxy": ProxyConfig, "log": LogConfig}.get(
+        name, RootConfig)
+
+
+def _render_error(exc: Exception, source: str, section: str = "") -> str:
     """One line: file, key path, what was expected."""
     path, text = first_error(exc)
+    path = ".".join(p for p in (section, path) if p)
     if text.startswith("extra fields found (") and text.endswith(")"):
         extras = text[len("extra fields found (") : -1].split(", ")
-        section = path.split(".")[0] if path else ""
-        cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
-               "proxy": ProxyConfig, "log": LogConfig}.get(section, RootConfig)
+        cls = section_class(path.split(".")[0]) if path else RootConfig
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
         why = UNSUPPORTED_KEYS.get(extras[0])
@@ -364,8 +328,7 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
         raise ConfigError(f"--set {dotted}={raw}: expected section.key=value")
     section, key = parts[0], parts[-1]
     value: Any = raw
-    cls = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "controller": ControllerConfig,
-           "proxy": ProxyConfig, "log": LogConfig}.get(section)
+    cls = section_class(section) if section in (*ROLE_SECTIONS, "proxy", "log") else None
     if cls is not None and len(parts) == 2:
         fields = {f.name: f for f in attrs.fields(cls)}
         if key not in fields:
@@ -452,10 +415,14 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
     broker = doc.get("broker")
     if isinstance(broker, dict) and "region" in broker:  # an earlier rmq spelling
         raise ConfigError(f"{source}: unknown key 'broker.region': RocketMQ's key is regionId; rename it")
+    role_tables, section = {role: doc[role] for role in ROLE_SECTIONS if role in doc}, ""
     try:
-        cfg = CONVERTER.structure(doc, RootConfig)
+        cfg = CONVERTER.structure({k: v for k, v in doc.items() if k not in role_tables}, RootConfig)
+        for role, table in role_tables.items():
+            section = role
+            setattr(cfg, role, CONVERTER.structure(table, section_class(role)))
     except Exception as e:  # cattrs wraps everything in validation groups
-        raise ConfigError(_render_error(e, source, doc)) from None
+        raise ConfigError(_render_error(e, source, section)) from None
     cfg.source = source
     if not cfg.roles():
         raise ConfigError(f"{source}: no role enabled: add a [namesrv], [controller] and/or [broker] section")
@@ -466,74 +433,19 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: plugin.{ns}.{name}: expected a table")
     if cfg.namesrv is not None and cfg.namesrv.enableControllerInNamesrv and cfg.controller is None:
-        cfg.controller = ControllerConfig()
-    if cfg.controller is not None:
-        try:
-            cfg.controller.peers()
-        except ValueError as e:
-            raise ConfigError(f"{source}: controller.{e}") from None
-    if cfg.broker is not None:
-        problem = _broker_role_problem(cfg.broker) or _broker_values_problem(cfg.broker)
+        cfg.controller = section_class("controller")()
+    for role in ROLE_SECTIONS:  # the role's own start-up rules (its plugin's config_class.problem)
+        problem = getattr(getattr(cfg, role), "problem", str)()
         if problem:
             raise ConfigError(f"{source}: {problem}")
     return cfg
 
-
-BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 #: RocketMQ settings a broker.conf may carry that rmq refuses (with the reason) rather than ignore.
 UNSUPPORTED_KEYS = {
     "destroyMapedFileIntervalForcibly": "a deleted segment is unlinked at once and unmapped when its last "
     "reader lets go; there is nothing to destroy forcibly (remove the key)",
 }
-
-
-def _broker_values_problem(b: BrokerConfig) -> str:
-    """Values rmq cannot honour yet, and the timer's ranges: refused at start, never ignored."""
-    if b.filterSupportRetry:
-        return ("broker.filterSupportRetry: true is not supported yet (subscription filters are not applied "
-                "to messages in retry topics); remove the key or set it to false")
-    for key in ("timerMaxDelaySec", "timerFlushIntervalMs", "timerCongestNumEachSlot"):
-        if getattr(b, key) <= 0:
-            return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
-    if b.mappedFileSizeTimerLog < 4096:
-        return f"broker.mappedFileSizeTimerLog: at least 4096 bytes (got {b.mappedFileSizeTimerLog})"
-    return ""
-
-
-def _broker_role_problem(b: BrokerConfig) -> str:
-    """RocketMQ's start-up rules for brokerRole and brokerId (masters are id 0, slaves above)."""
-    if b.enableControllerMode:
-        if not [a for a in b.controllerAddr.replace(",", ";").split(";") if a.strip()]:
-            return "broker.controllerAddr: enableControllerMode needs the controllers' addresses (host:port;...)"
-        for key in ("controllerHeartBeatTimeoutMills", "brokerHeartbeatInterval", "syncBrokerMetadataPeriod",
-                    "checkSyncStateSetPeriod", "haMaxTimeSlaveNotCatchup"):
-            if getattr(b, key) <= 0:
-                return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
-        b.brokerRole = "SLAVE"  # as RocketMQ: the controller decides; a broker starts fenced
-        return _ha_problem(b)
-    role = b.brokerRole.upper()
-    if role not in BROKER_ROLES:
-        return f"broker.brokerRole: {b.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
-    b.brokerRole = role
-    if role == "SLAVE" and b.brokerId <= 0:
-        return f"broker.brokerId: a SLAVE needs a brokerId above 0 (got {b.brokerId})"
-    if role != "SLAVE":
-        b.brokerId = 0  # as RocketMQ: a master is broker 0 whatever the file says
-    return _ha_problem(b)
-
-
-def _ha_problem(b: BrokerConfig) -> str:
-    if not 0 <= b.haListenPort <= 65535:
-        return f"broker.haListenPort: {b.haListenPort} is not a port (0 = listenPort + 1)"
-    for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize", "haMaxGapNotInSync"):
-        if getattr(b, key) <= 0:
-            return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
-    if b.haTransferBatchSize > 4 * 1024 * 1024:
-        return f"broker.haTransferBatchSize: at most 4194304, what a slave buffers (got {b.haTransferBatchSize})"
-    if not 0 <= b.accessMessageInMemoryMaxRatio <= 100:
-        return f"broker.accessMessageInMemoryMaxRatio: a percentage (got {b.accessMessageInMemoryMaxRatio})"
-    return ""
 
 
 def toml_value(v: Any) -> str:

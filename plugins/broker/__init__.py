@@ -17,6 +17,7 @@ import attrs
 
 from rmq.kernel import hookimpl, structure_options
 from rmq.plugins.broker.controller import BrokerController
+from rmq.plugins.broker.section import BrokerSection
 
 if TYPE_CHECKING:
     from rmq.kernel import CommitLogDispatcher, Kernel, MessageStore, ProcessorRegistry
@@ -36,6 +37,8 @@ class BrokerOptions:
 
 
 class BrokerPlugin:
+    config_class = BrokerSection  # the [broker] table with RocketMQ's start-up rules (brokerRole, brokerId, ...)
+
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: BrokerOptions = structure_options(BrokerOptions, options)
         self.controller: BrokerController | None = None

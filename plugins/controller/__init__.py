@@ -18,17 +18,20 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from rmq.kernel import NoOptions, RemotingConfig, hookimpl, structure_options
+from rmq.plugins.controller.section import ControllerConfig
 from rmq.plugins.controller.service import ControllerService
 
 if TYPE_CHECKING:
     from rmq.kernel import Kernel, ProcessorRegistry
 
-__all__ = ["ControllerPlugin", "ControllerService"]
+__all__ = ["ControllerConfig", "ControllerPlugin", "ControllerService"]
 
 log = logging.getLogger("rmq.controller")
 
 
 class ControllerPlugin:
+    config_class = ControllerConfig  # the [controller] table, structured by the kernel with this class
+
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         structure_options(NoOptions, options, "plugin.processors.controller")
         self.service: ControllerService | None = None

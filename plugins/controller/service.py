@@ -34,7 +34,8 @@ from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 
 if TYPE_CHECKING:
-    from rmq.kernel import Connection, ControllerConfig, Kernel, ProcessorRegistry, RemotingClient
+    from rmq.kernel import Connection, Kernel, ProcessorRegistry, RemotingClient
+    from rmq.plugins.controller.section import ControllerConfig
 
 log = logging.getLogger("rmq.controller")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from rmq.kernel.config import BrokerConfig, ConfigError, ControllerConfig, NamesrvConfig, structure_config
+from rmq.kernel.config import BrokerConfig, ConfigError, NamesrvConfig, structure_config
+from rmq.plugins.controller.section import ControllerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [p for d in ("plugins", "kernel", "client", "connectors", "protocol") for p in (ROOT / d).rglob("*.py")]

@@ -46,6 +46,7 @@ from rmq.kernel.hookspecs.broker import BrokerContext, PutStage
 from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
 from rmq.kernel.hookspecs.filtering import FilterExpressionError, MessageFilter
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
+from rmq.kernel.hookspecs.lifecycle import MASTER, SLAVE
 from rmq.kernel.hookspecs.processors import ProcessorRegistry, RequestInterceptor
 from rmq.kernel.hookspecs.remoting import (
     Connection,
@@ -96,6 +97,7 @@ __all__ = [
     "GetResult",
     "GetStatus",
     "Kernel",
+    "MASTER",
     "MessageFilter",
     "MessageQueue",
     "MessageRecord",
@@ -117,6 +119,7 @@ __all__ = [
     "RequestHandler",
     "RequestInterceptor",
     "RootConfig",
+    "SLAVE",
     "StrategyRegistry",
     "Watermark",
     "confined_path",

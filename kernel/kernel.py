@@ -39,6 +39,10 @@ class Kernel:
         self.services: dict[str, Any] = {}  # role objects published for other plugins and tests
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+        self.role: str | None = None  # the broker's role (lifecycle.MASTER / SLAVE); None = none (fenced, stopped)
+        self.role_services: list[str] = []  # the rmq_role_lifespan contexts entered for it
+        self._role_stack: AsyncExitStack | None = None
+        self._role_lock = anyio.Lock()
         # Historic: every plugin registered from now on gets to add its own hook specs at once.
         self.hook.rmq_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
 
@@ -84,18 +88,48 @@ class Kernel:
 
     @asynccontextmanager
     async def background(self, fn: Callable[[], Awaitable[Any]]) -> AsyncIterator[None]:
-        """Run ``fn()`` (a service's loop) in the kernel's task group while the ``async with`` lasts."""
-        scope = anyio.CancelScope()
+        """Run ``fn()`` (a service's loop) in the kernel's task group while the ``async with`` lasts; leaving
+        returns once the loop has ended (a demoted broker's service must not write after it stopped)."""
+        scope, done = anyio.CancelScope(), anyio.Event()
 
         async def run() -> None:
-            with scope:
-                await fn()
+            try:
+                with scope:
+                    await fn()
+            finally:
+                done.set()
 
         self.task_group.start_soon(run)
         try:
             yield
         finally:
             scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+
+    async def change_role(self, role: str | None, broker: Any = None) -> None:
+        """Leave the current role (its ``rmq_role_lifespan`` contexts exited in reverse) and take ``role``
+        (contexts entered in plugin registration order); ``None`` leaves it. Shielded: a cancelled caller
+        must not leave the services of half a role running. No-op when ``role`` is held already."""
+        with anyio.CancelScope(shield=True):
+            async with self._role_lock:
+                if role == self.role:
+                    return
+                stack, self._role_stack, self.role, self.role_services = self._role_stack, None, None, []
+                if stack is not None:
+                    await stack.aclose()
+                if role is None:
+                    return
+                self._role_stack, self.role = AsyncExitStack(), role
+                for cm in reversed(self.hook.rmq_role_lifespan(kernel=self, role=role, broker=broker)):
+                    name = getattr(getattr(cm, "gen", cm), "__name__", type(cm).__name__)
+                    try:
+                        await self._role_stack.enter_async_context(cm)
+                    except Exception:
+                        log.exception("%s service %s did not start", role, name)
+                        continue
+                    self.role_services.append(name)
+                log.info("role %s: %s", role, ", ".join(self.role_services) or "no role services")
 
     async def __aenter__(self) -> Kernel:
         self.hook.rmq_configure(kernel=self)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rmq.kernel import (
+    MASTER,
+    SLAVE,
     MessageFilter,
     MessageRecord,
     PluginError,
@@ -401,6 +403,11 @@ class BrokerController:
             for cm in reversed(kernel.hook.rmq_broker_lifespan(kernel=kernel, broker=self)):
                 if cm is not None:
                     await stack.enter_async_context(cm)
+            # master-only / slave-only services (rmq_role_lifespan) stop before the extensions and the store;
+            # in controller mode the broker starts fenced and the controller's first word gives the role
+            stack.push_async_callback(kernel.change_role, None)
+            if self.replicas is None:
+                await kernel.change_role(SLAVE if self.is_slave else MASTER, self)
             scope = anyio.CancelScope()
             if self.is_slave:  # before registering: the first answer names the master and kicks a sync
                 self.slave_sync = SlaveSynchronizer(kernel, self)

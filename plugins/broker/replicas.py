@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import ConfigFile, RemotingConfig
+from rmq.kernel import MASTER, SLAVE, ConfigFile, RemotingConfig
 from rmq.plugins.broker.epochs import EpochFile, common_point, epoch_list
 from rmq.protocol.access import ADMIN, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -361,12 +361,14 @@ class ReplicasManager:
         self.fenced_reason = ""
         self.last_leader_ok = time.monotonic()
         b.set_role(master=True, broker_id=0, master_addr="")
+        await self.kernel.change_role(MASTER, b)  # delay, timer, transaction checks... start here
         log.info("%s is MASTER of %s at epoch %d (was %s), log end %d", b.broker_addr, self.cfg.brokerName, epoch,
                  was, store.max_phy_offset)
 
     async def _to_slave(self, master_id: int, master_addr: str, epoch: int) -> None:
         b = self.broker
         was = self.role
+        await self.kernel.change_role(SLAVE, b)  # master-only services stop (and persist) before the log may be cut
         b.set_role(master=False, broker_id=self.broker_id, master_addr=master_addr)  # no writes from here on
         if b.replication is not None:
             b.replication.set_role("SLAVE")  # stop any stream before the log may be cut

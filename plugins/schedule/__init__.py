@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import hookimpl, structure_options
+from rmq.kernel import MASTER, hookimpl, structure_options
 from rmq.plugins.schedule.service import DelayLevelStage, ScheduleService
 from rmq.protocol.access import SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -66,13 +66,13 @@ class SchedulePlugin:
         return [DelayLevelStage(broker.delay_levels)]
 
     @hookimpl
-    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
-        if broker.is_slave:
-            return None  # delivery runs on masters only (a slave replicates the master's deliveries)
-        return self._run(kernel, broker)
+    def rmq_role_lifespan(self, kernel: Kernel, role: str, broker: BrokerContext) -> Any:
+        """Delivery runs while the broker is master (a slave replicates the master's deliveries); a promoted
+        slave starts from the delay offsets its metadata sync copied (RocketMQ's changeSpecialServiceStatus)."""
+        return self.schedule(kernel, broker) if role == MASTER else None
 
     @asynccontextmanager
-    async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
+    async def schedule(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         svc = ScheduleService(broker, self.options.poll_interval_ms / 1000)
         svc.load()
         self.service = svc

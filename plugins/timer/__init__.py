@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import MessageRecord, NoOptions, PutStatus, hookimpl, structure_options
+from rmq.kernel import MASTER, MessageRecord, NoOptions, PutStatus, hookimpl, structure_options
 from rmq.plugins.timer.service import TimerService
 from rmq.plugins.timer.stage import (
     RECALL_TAG,
@@ -81,14 +81,16 @@ class TimerPlugin:
         return self.service.slot_count(slot) if self.service is not None else 0
 
     @hookimpl
-    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
+    def rmq_role_lifespan(self, kernel: Kernel, role: str, broker: BrokerContext) -> Any:
+        """The wheel runs while the broker is master (a slave replicates its deliveries); a promoted slave
+        recovers it from the replicated timer topic and the checkpoint its metadata sync copied."""
         self._broker = broker
-        if broker.is_slave or not broker.config.timerWheelEnable:
-            return None  # deliveries run on masters (a slave replicates them)
-        return self._run(kernel, broker)
+        if role != MASTER or not broker.config.timerWheelEnable:
+            return None
+        return self.timer(kernel, broker)
 
     @asynccontextmanager
-    async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
+    async def timer(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         cfg = broker.config
         broker.ensure_topic(TIMER_TOPIC, 1, Perm.READ_WRITE)
         svc = TimerService(broker, snap_precision(cfg.timerPrecisionMs), cfg.timerFlushIntervalMs,

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel import NoOptions, hookimpl, structure_options
+from rmq.kernel import MASTER, NoOptions, hookimpl, structure_options
 from rmq.plugins.transaction.service import (
     HalfMessageStage,
     TransactionCheckService,
@@ -103,12 +103,13 @@ class TransactionPlugin:
         return [HalfMessageStage()]
 
     @hookimpl
-    def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
+    def rmq_role_lifespan(self, kernel: Kernel, role: str, broker: BrokerContext) -> Any:
+        """Half messages are checked while the broker is master (RocketMQ's changeSpecialServiceStatus)."""
         self._broker = broker
-        return self._run(kernel, broker)
+        return self.transaction_check(kernel, broker) if role == MASTER else None
 
     @asynccontextmanager
-    async def _run(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
+    async def transaction_check(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         svc = self.service = TransactionCheckService(broker)
         try:
             async with kernel.background(svc.run):

@@ -135,6 +135,54 @@ class BrokerNotesPlugin:
             path.write_text(json.dumps(notes))
 
 
+class RoleJournalPlugin:
+    """A master-only service of a third party, through ``rmq_role_lifespan`` (entry point only).
+
+    Appends one JSON line per enter and exit ({"event", "role", "max_offset"}) to a file in the
+    broker's config directory, and runs a heartbeat task while entered that bumps "beats" in a
+    second file: proof that the kernel starts it on promotion, stops it (task included) on
+    demotion, and does so for a plugin it knows only by name.
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.file = str(options.pop("file", "role-journal.jsonl"))
+        self.roles = [str(r) for r in options.pop("roles", ["MASTER"])]
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+
+    @hookimpl
+    def rmq_role_lifespan(self, kernel: Any, role: str, broker: Any) -> Any:
+        return self.role_journal(kernel, role, broker) if role in self.roles else None
+
+    @asynccontextmanager
+    async def role_journal(self, kernel: Any, role: str, broker: Any) -> AsyncIterator[None]:
+        import anyio
+
+        path = Path(broker.config_dir) / self.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        beats = path.with_suffix(".beats")
+        running = {"on": True}
+
+        def note(event: str) -> None:
+            with path.open("a") as f:
+                f.write(json.dumps({"event": event, "role": role, "max_offset": broker.store.max_phy_offset}) + "\n")
+
+        async def beat() -> None:
+            n = 0
+            while running["on"]:
+                n += 1
+                beats.write_text(json.dumps({"role": role, "beats": n}))
+                await anyio.sleep(0.1)
+
+        note("enter")
+        try:
+            async with kernel.background(beat):
+                yield
+        finally:
+            running["on"] = False
+            note("exit")
+
+
 class AsyncHookPlugin:
     """Wrong on purpose: an async hookimpl must be refused at start-up."""
 

@@ -131,6 +131,17 @@ def prop_value(props: str, name: str) -> str | None:
     return props[start:] if end < 0 else props[start:end]
 
 
+def waits_for_store(props: str) -> bool:
+    """Java's ``Message.isWaitStoreMsgOK`` over an encoded properties string: True without WAIT or with
+    WAIT "true" in any case (``Boolean.parseBoolean``). False: the put is answered once appended, with no
+    sync-flush and no slave wait (4.9's handleDiskFlush / handleHA, 5.x's needHandleHA); RocketMQ's own
+    internal puts (send-back, transaction ops, timers) say so to keep a missing slave from failing them."""
+    if "WAIT\x01" not in props:
+        return True
+    v = prop_value(props, "WAIT")
+    return v is None or v.lower() == "true"
+
+
 def set_props(props: str, values: Mapping[str, str | None]) -> str:
     """Replace/add/remove (value None or "") properties in an encoded string, keeping the others' order."""
     out = []

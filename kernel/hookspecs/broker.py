@@ -52,7 +52,9 @@ class BrokerContext(Protocol):
     def is_slave(self) -> bool: ...
 
     async def put(self, rec: MessageRecord) -> PutResult:
-        """Store ``rec`` through the put pipeline (stages, then the store, then replication waits)."""
+        """Store ``rec`` through the put pipeline (stages, then the store, then replication waits). A record
+        whose properties say WAIT=false (RocketMQ's internal puts: send-back, transaction ops, timers) is
+        answered once appended: no sync-flush and no SYNC_MASTER wait, so a missing slave cannot fail it."""
         ...
 
     def producer_channels(self, group: str) -> list[Connection]:

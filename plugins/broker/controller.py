@@ -51,6 +51,7 @@ from rmq.plugins.broker.stats import BrokerStats
 from rmq.plugins.broker.topics import TopicConfig, TopicConfigManager
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import waits_for_store
 from rmq.protocol.message import host_bytes
 
 if TYPE_CHECKING:
@@ -146,13 +147,15 @@ class BrokerController:
         return born
 
     async def put(self, rec: MessageRecord) -> PutResult:
-        """The put pipeline for one message: stages, the store, then the SYNC_MASTER wait."""
+        """The put pipeline for one message: stages, the store, then the SYNC_MASTER wait (none for WAIT=false,
+        as RocketMQ's internal puts ask)."""
         if self.pipeline.may_defer(rec.properties):
             refused = self.pipeline.route(rec)
             if refused is not None:
                 return refused
         result = await self.store.put_message(rec)
-        if self.sync_master and self.replication is not None and result.status is PutStatus.PUT_OK:
+        if (self.sync_master and self.replication is not None and result.status is PutStatus.PUT_OK
+                and waits_for_store(rec.properties)):
             await self.wait_slave(result)
         return result
 

@@ -19,7 +19,14 @@ from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.access import send as access_send
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
-from rmq.protocol.common import MAX_PROPERTIES_BYTES, Perm, prop_value, properties_problem, set_props
+from rmq.protocol.common import (
+    MAX_PROPERTIES_BYTES,
+    Perm,
+    prop_value,
+    properties_problem,
+    set_props,
+    waits_for_store,
+)
 from rmq.protocol.headers import SEND_LONG, SEND_V2, SEND_V2_CODES, SendKeys
 from rmq.protocol.message import BatchError, decode_batch
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, printable, validate_topic
@@ -110,14 +117,16 @@ class SendProcessor:
         props = get(keys.properties) or ""
         # as 4.9 stores it: without WAIT=true (9 bytes a message; WAIT=false stays, the store's SYNC_FLUSH
         # needs it) and with CLUSTER = this broker's cluster (a request-reply responder builds the reply topic
-        # from it)
-        i = props.find("WAIT\x01true")
-        if i >= 0 and (i == 0 or props[i - 1] == "\x02"):
+        # from it). Any other WAIT value: answered without waiting for the slave (isWaitStoreMsgOK)
+        waits = True
+        i = props.find("WAIT\x01")
+        if i >= 0:
             j = i + 9
-            if j == len(props):
-                props = props[:i - 1] if i else ""
-            elif props[j] == "\x02":
-                props = props[:i] + props[j + 1:]
+            if props.startswith("true", i + 5) and (i == 0 or props[i - 1] == "\x02") and (
+                    j == len(props) or props[j] == "\x02"):
+                props = (props[:i - 1] if i else "") if j == len(props) else props[:i] + props[j + 1:]
+            else:
+                waits = waits_for_store(props)
         if "CLUSTER\x01" in props:
             props = set_props(props, {"CLUSTER": cfg.brokerClusterName})
         else:
@@ -181,7 +190,8 @@ class SendProcessor:
         self.inflight += 1
         try:
             if batch:
-                return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume)
+                return await self._send_batch(conn, cmd, topic, queue_id, body, props, sys_flag, born_ts, reconsume,
+                                              waits)
             born = conn.attributes.get(_BORN_KEY) or b.born_host(conn)
             rec = MessageRecord(topic, queue_id, body, flag, props, sys_flag, born_ts, born, reconsume)
             extra = None
@@ -196,7 +206,7 @@ class SendProcessor:
                 result = store.put_message_nowait(rec)  # SYNC_FLUSH: the answer is held, no task waits
             else:
                 result = await store.put_message(rec)
-                if b.sync_master and b.replication is not None and result.status is _PUT_OK:
+                if waits and b.sync_master and b.replication is not None and result.status is _PUT_OK:
                     await b.wait_slave(result)
         finally:
             self.inflight -= 1
@@ -279,7 +289,7 @@ class SendProcessor:
         return topic, queue_id
 
     async def _send_batch(self, conn: Connection, cmd: RemotingCommand, topic: str, queue_id: int, body: bytes,
-                          props: str, sys_flag: int, born_ts: int, reconsume: int) -> RemotingCommand:
+                          props: str, sys_flag: int, born_ts: int, reconsume: int, waits: bool) -> RemotingCommand:
         b = self.ctx
         try:
             items = decode_batch(body)
@@ -308,7 +318,7 @@ class SendProcessor:
             result = store.put_messages_nowait(recs)  # SYNC_FLUSH: the answer is held, no task waits
         else:
             result = await store.put_messages(recs)
-            if b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
+            if waits and b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
                 await b.wait_slave(result)
         if result.status is PutStatus.PUT_OK and b.stats is not None:
             b.stats.put(topic, len(recs), len(body))

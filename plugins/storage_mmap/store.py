@@ -62,7 +62,7 @@ from rmq.plugins.storage_mmap.reads import StoreReader
 from rmq.plugins.storage_mmap.recovery import recover_store, verify_all
 from rmq.plugins.storage_mmap.replica import Replica
 from rmq.plugins.storage_mmap.reput import ReputService
-from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE
+from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, waits_for_store
 from rmq.protocol.names import is_system_topic, validate_topic
 from rmq.protocol.record import HEAD2
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
@@ -74,7 +74,6 @@ log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
 
 _OK = PutStatus.PUT_OK
-_NO_WAIT = "WAIT\x01false"  # a producer's "do not wait for the disk" property
 DiskProbe = Callable[[], float]
 QueueGuard = Callable[[str, int], "str | None"]
 
@@ -401,7 +400,7 @@ class MmapMessageStore:
         # the tail below is repeated in put_messages: a shared coroutine would cost each put ~0.5 µs
         end = result.wrote_offset + result.wrote_bytes
         if self._sync:  # wait for the disk, unless the producer said WAIT=false
-            if _NO_WAIT not in msg.properties and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
+            if waits_for_store(msg.properties) and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
         elif end - self.reput.offset > self._backlog:
             await anyio.lowlevel.checkpoint()  # let the reput loop catch up with a put-only caller
@@ -425,7 +424,7 @@ class MmapMessageStore:
     def _ask_flush(self, result: PutResult, properties: str) -> PutResult:
         """A stored put that must be durable (SYNC_FLUSH, not WAIT=false) asks for its round and
         carries the offset its answer waits for."""
-        if result.status is _OK and self.holds_answers and _NO_WAIT not in properties:
+        if result.status is _OK and self.holds_answers and waits_for_store(properties):
             end = result.wrote_offset + result.wrote_bytes
             if self.policy.want_flushed(end):  # type: ignore[union-attr]
                 result.durable_at = end
@@ -441,7 +440,7 @@ class MmapMessageStore:
             return result
         end = result.wrote_offset + result.wrote_bytes
         if self._sync:
-            if _NO_WAIT not in batch[0].properties and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
+            if waits_for_store(batch[0].properties) and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
         elif end - self.reput.offset > self._backlog:
             await anyio.lowlevel.checkpoint()

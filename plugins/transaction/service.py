@@ -53,8 +53,10 @@ class HalfMessageStage:
 
 
 def op_record(half_queue_offset: int) -> MessageRecord:
+    """An op record ("d": this half is done). WAIT=false as RocketMQ's makeOpMessageInner: answered once
+    appended, never failed by a SYNC_MASTER's missing slave (the half would be checked again)."""
     return MessageRecord(TRANS_OP_HALF_TOPIC, 0, str(half_queue_offset).encode(), 0,
-                         f"{Prop.TAGS}\x01{OP_TAG}\x02", 0, time.time_ns() // 1_000_000)
+                         f"{Prop.TAGS}\x01{OP_TAG}\x02{Prop.WAIT}\x01false\x02", 0, time.time_ns() // 1_000_000)
 
 
 class TransactionEnder:
@@ -129,7 +131,8 @@ async def resume_check(broker: BrokerContext, cmd: RemotingCommand) -> RemotingC
         msg = None
     if msg is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, failed)
-    result = await broker.put(record_of(msg, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: "0"}))
+    result = await broker.put(record_of(msg, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: "0",
+                                                                   Prop.WAIT: "false"}))
     if result.status is not PutStatus.PUT_OK:
         return cmd.response(ResponseCode.SYSTEM_ERROR, failed)
     return cmd.response()
@@ -253,7 +256,10 @@ class TransactionCheckService:
             d >= i for d in done) else ops_end)
 
     async def _put_back(self, half: MessageExt, checks: int, extra: dict[str, str] | None = None) -> PutResult:
-        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks), **(extra or {})})
+        # WAIT=false as RocketMQ's renewHalfMessageInner: on a SYNC_MASTER without a slave the copy is stored
+        # (PUT_OK), not SLAVE_NOT_AVAILABLE, which would skip the check and copy the half again every round
+        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks), Prop.WAIT: "false",
+                                                    **(extra or {})})
         return await self.broker.put(rec)
 
     async def _check(self, half: MessageExt, checks: int) -> None:
@@ -302,7 +308,7 @@ class TransactionCheckService:
 
     async def _discard(self, half: MessageExt) -> None:
         self.broker.ensure_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)  # as RocketMQ: created on first use, 1 queue
-        rec = record_of(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, {})
+        rec = record_of(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, {Prop.WAIT: "false"})  # as RocketMQ's
         result = await self.broker.put(rec)
         if result.status is PutStatus.PUT_OK:
             await self.broker.put(op_record(half.queue_offset))

@@ -18,6 +18,7 @@ import attrs
 import cattrs
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
+from rmq.protocol.rocketmq_keys import ALIASES, refusal
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -71,7 +72,8 @@ class BrokerConfig:
     haSendHeartbeatInterval: int = 5_000
     haHousekeepingInterval: int = 20_000
     haTransferBatchSize: int = 32 * 1024
-    haMaxGapNotInSync: int = 256 * 1024 * 1024  # RocketMQ 4's haSlaveFallbehindMax
+    haMaxGapNotInSync: int = 256 * 1024 * 1024  # RocketMQ 4's haSlaveFallbehindMax (an alias)
+    slaveTimeout: int = 3_000  # ms a SYNC_MASTER put waits for its slave(s), then FLUSH_SLAVE_TIMEOUT
     # with aclEnable or tls server.mode enforcing, the HA port serves only peers from these addresses/CIDR
     # blocks ("10.0.0.5,10.0.1.0/24") or with a verified TLS client certificate
     haWhiteRemoteAddresses: str = ""
@@ -306,7 +308,8 @@ def section_class(name: str) -> type:
 
 
 def _render_error(exc: Exception, source: str, section: str = "") -> str:
-    """One line: file, key path, what was expected."""
+    """One line: file, key path, what was expected; a RocketMQ key rmq refuses says why
+    (``protocol/rocketmq_keys.py``), never "unknown"."""
     path, text = first_error(exc)
     path = ".".join(p for p in (section, path) if p)
     if text.startswith("extra fields found (") and text.endswith(")"):
@@ -314,9 +317,9 @@ def _render_error(exc: Exception, source: str, section: str = "") -> str:
         cls = section_class(path.split(".")[0]) if path else RootConfig
         known = [f.name for f in attrs.fields(cls) if not f.metadata.get("internal")]
         key = f"{path}.{extras[0]}" if path else extras[0]
-        why = UNSUPPORTED_KEYS.get(extras[0])
+        why = refusal(path.split(".")[0] if path else "", extras[0])
         if why is not None:
-            return f"{source}: {key} is a RocketMQ setting rmq does not support yet: {why}"
+            return f"{source}: {key} {why}"
         return f"{source}: unknown key {key!r}{did_you_mean(extras[0], known)}"
     return f"{source}: {path or '(top level)'}: {text}"
 
@@ -326,7 +329,7 @@ def _coerce_override(root: dict[str, Any], dotted: str, raw: str) -> None:
     parts = dotted.split(".")
     if len(parts) < 2:
         raise ConfigError(f"--set {dotted}={raw}: expected section.key=value")
-    section, key = parts[0], parts[-1]
+    section, key = parts[0], ALIASES.get(parts[0], {}).get(parts[-1], parts[-1])
     value: Any = raw
     cls = section_class(section) if section in (*ROLE_SECTIONS, "proxy", "log") else None
     if cls is not None and len(parts) == 2:
@@ -412,9 +415,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
-    broker = doc.get("broker")
-    if isinstance(broker, dict) and "region" in broker:  # an earlier rmq spelling
-        raise ConfigError(f"{source}: unknown key 'broker.region': RocketMQ's key is regionId; rename it")
+    for name, aliases in ALIASES.items():  # RocketMQ's other spellings of a field (haSlaveFallbehindMax)
+        table = doc.get(name)
+        for old in set(aliases) & set(table) if isinstance(table, dict) else ():
+            if aliases[old] in table:
+                raise ConfigError(f"{source}: {name}.{old} and {name}.{aliases[old]} are one setting; keep one")
+            doc[name] = table = {aliases[old] if k == old else k: v for k, v in table.items()}
     role_tables, section = {role: doc[role] for role in ROLE_SECTIONS if role in doc}, ""
     try:
         cfg = CONVERTER.structure({k: v for k, v in doc.items() if k not in role_tables}, RootConfig)
@@ -441,11 +447,6 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
     return cfg
 
 
-#: RocketMQ settings a broker.conf may carry that rmq refuses (with the reason) rather than ignore.
-UNSUPPORTED_KEYS = {
-    "destroyMapedFileIntervalForcibly": "a deleted segment is unlinked at once and unmapped when its last "
-    "reader lets go; there is nothing to destroy forcibly (remove the key)",
-}
 
 
 def toml_value(v: Any) -> str:

@@ -22,8 +22,8 @@ class ReplicationService(Protocol):
     """Ships commitlog bytes to slaves and reports how far they got.
 
     ``async with service:`` runs it. ``wait_replicated(end_offset)`` is awaited
-    by SYNC_MASTER puts: True once a slave acknowledged ``end_offset``, False on
-    timeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
+    by SYNC_MASTER puts: True once a slave acknowledged ``end_offset``, False after
+    slaveTimeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
     slave is connected (SLAVE_NOT_AVAILABLE is decided by ``slave_available``).
 
     Commit notification: a service exposes ``replicated: Watermark`` (bytes up to N
@@ -70,7 +70,7 @@ class ReplicationService(Protocol):
 
     async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
         """Controller mode with allAckInSyncStateSet: True once every listed slave holds ``end_offset``,
-        False after syncFlushTimeout."""
+        False after slaveTimeout."""
         ...
 
     def stats(self) -> dict[str, object]:

@@ -4,7 +4,7 @@ Entry point ``rmq.replication: ha = rmq.plugins.replication:HaReplicationPlugin`
 selected by default for every broker. Its settings are RocketMQ's and live in
 ``[broker]`` (brokerRole, brokerId, haListenPort, haMasterAddress,
 haSendHeartbeatInterval, haHousekeepingInterval, haTransferBatchSize,
-haMaxGapNotInSync, haWhiteRemoteAddresses, syncFlushTimeout); the plugin's own table takes no keys.
+haMaxGapNotInSync (4.9: haSlaveFallbehindMax), haWhiteRemoteAddresses, slaveTimeout); the plugin's own table takes no keys.
 With aclEnable or tls ``server.mode = enforcing`` the HA port serves only white-listed peers and
 peers with a verified TLS client certificate (see ``service``).
 

@@ -156,7 +156,7 @@ class HAService:
         self.housekeeping = config.haHousekeepingInterval / 1000
         self.batch = config.haTransferBatchSize
         self.max_gap = config.haMaxGapNotInSync
-        self.timeout = max(config.syncFlushTimeout, 1) / 1000
+        self.timeout = max(config.slaveTimeout, 1) / 1000  # 4.9's and 5.x's GroupCommitRequest deadline
         self.fixed_master = config.haMasterAddress.strip() if len(config.haMasterAddress.strip()) >= 6 else ""
         self.master_address = self.fixed_master
         self.replicated = Watermark()
@@ -200,7 +200,7 @@ class HAService:
 
     async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
         """Controller mode with allAckInSyncStateSet: True once every slave in ``broker_ids`` holds
-        ``end_offset``; False after syncFlushTimeout (a member with no connection never acks)."""
+        ``end_offset``; False after slaveTimeout (a member with no connection never acks)."""
         deadline = time.monotonic() + self.timeout
         self.notifier.poke()
         for bid in broker_ids:

@@ -29,8 +29,8 @@ def test_every_accepted_key_is_read_somewhere(cls: type) -> None:
 
 
 def test_unsupported_rocketmq_keys_and_values_are_refused() -> None:
-    with pytest.raises(ConfigError, match=r"rmqd.toml: broker.destroyMapedFileIntervalForcibly is a RocketMQ "
-                                          r"setting rmq does not support yet: .*unlinked at once"):
+    with pytest.raises(ConfigError, match=r"rmqd.toml: broker.destroyMapedFileIntervalForcibly is how long a "
+                                          r"deleted segment may stay mapped; .*unlinked at once"):
         structure_config({"broker": {"destroyMapedFileIntervalForcibly": 120000}}, "rmqd.toml")
     with pytest.raises(ConfigError, match=r"broker.filterSupportRetry: true is not supported yet"):
         structure_config({"broker": {"filterSupportRetry": True}}, "rmqd.toml")

@@ -117,7 +117,7 @@ def acl_master(rmqd_factory: Any, tmp_path: Path) -> RmqdProcess:
     acl.write_text(ACCOUNTS)
     return rmqd_factory(broker_conf={  # type: ignore[no-any-return]
         "brokerRole": "SYNC_MASTER", "aclEnable": True, "plainAclFile": str(acl), "mappedFileSizeCommitLog": SEG,
-        "haWhiteRemoteAddresses": "127.0.0.1", "syncFlushTimeout": 1500})
+        "haWhiteRemoteAddresses": "127.0.0.1", "slaveTimeout": 1500})
 
 
 def test_a_fake_slave_off_the_white_list_gets_nothing_and_acks_nothing(acl_master: RmqdProcess,
@@ -230,7 +230,7 @@ def test_tls_enforcing_serves_only_peers_with_a_verified_client_certificate(rmqd
                                              "keyPath": str(k["s.key"]), "trustCertPath": str(k["ca.pem"]),
                                              "need": {"client": {"auth": "optional"}}}}
     master = rmqd_factory(broker_conf={"brokerRole": "SYNC_MASTER", "mappedFileSizeCommitLog": SEG,
-                                       "syncFlushTimeout": 1500}, extra={"tls": master_tls})
+                                       "slaveTimeout": 1500}, extra={"tls": master_tls})
     ha_port = master.broker_port + 1
 
     def tls_call(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:

@@ -79,7 +79,7 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
         ns, controllers, brokers, ctl_addrs = start_group(
             tmp_path, procs, 3, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=3000,
             brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
-            haMaxTimeSlaveNotCatchup=5000, registerNameServerPeriod=2000, syncFlushTimeout=3000)
+            haMaxTimeSlaveNotCatchup=5000, registerNameServerPeriod=2000, slaveTimeout=3000)
 
         def roles() -> dict[str, RmqdProcess]:
             return {info(b)["controllerRole"] + str(k): b for k, b in enumerate(brokers)
@@ -247,7 +247,7 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) ->
     try:
         ns, _controllers, brokers, ctl_addrs = start_group(
             tmp_path, procs, 2, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=30000,
-            checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, syncFlushTimeout=1000)
+            checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, slaveTimeout=1000)
 
         def sss(b: RmqdProcess) -> list[int]:
             return json.loads(info(b)["syncStateSet"])  # type: ignore[no-any-return]

@@ -90,7 +90,7 @@ def test_sync_master_acks_survive_a_master_crash(ha: Any) -> None:
 
 
 def test_slave_not_available_timeout_and_a_corrupt_frame(ha: Any) -> None:
-    master = ha.master(syncFlushTimeout=800)
+    master = ha.master(slaveTimeout=800)
     r = send(master.broker_addr, "Sync", b"lonely")
     assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and r.ext["msgId"]  # stored, no slave holds it
     proxy = ha.proxy(master.broker_port + 1)
@@ -275,7 +275,7 @@ def test_rmq_client_follows_suggestions_and_reads_from_the_slave(ha: Any) -> Non
 
 
 def test_a_stalled_slave_holds_up_neither_the_master_nor_the_other_slave(ha: Any) -> None:
-    master = ha.master(syncFlushTimeout=3000)
+    master = ha.master(slaveTimeout=3000)
     proxy = ha.proxy(master.broker_port + 1)
     fast = ha.slave(brokerId=1)
     slow = ha.slave(brokerId=2, haMasterAddress=proxy.addr)

@@ -119,14 +119,17 @@ class SendProcessor:
         # needs it) and with CLUSTER = this broker's cluster (a request-reply responder builds the reply topic
         # from it). Any other WAIT value: answered without waiting for the slave (isWaitStoreMsgOK)
         waits = True
-        i = props.find("WAIT\x01")
-        if i >= 0:
+        i = props.find("WAIT\x01true")
+        if i >= 0 and (i == 0 or props[i - 1] == "\x02"):
             j = i + 9
-            if props.startswith("true", i + 5) and (i == 0 or props[i - 1] == "\x02") and (
-                    j == len(props) or props[j] == "\x02"):
-                props = (props[:i - 1] if i else "") if j == len(props) else props[:i] + props[j + 1:]
+            if j == len(props):
+                props = props[:i - 1] if i else ""
+            elif props[j] == "\x02":
+                props = props[:i] + props[j + 1:]
             else:
                 waits = waits_for_store(props)
+        elif "WAIT\x01" in props:  # a scan only for a send without WAIT=true
+            waits = waits_for_store(props)
         if "CLUSTER\x01" in props:
             props = set_props(props, {"CLUSTER": cfg.brokerClusterName})
         else:

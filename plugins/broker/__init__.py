@@ -30,10 +30,14 @@ class BrokerOptions:
     """``[plugin.processors.broker]``: bounds RocketMQ does not have (every other broker setting is a
     RocketMQ key in ``[broker]``). Auto-creation of topics (send through TBW102, %RETRY%/%DLQ% on
     demand) and of subscription groups stops once the table holds this many entries, so a stranger
-    cannot grow them without end; admin creation is not limited."""
+    cannot grow them without end; admin creation is not limited. ``slave_sync_period_ms``: a slave's
+    full metadata sync (RocketMQ hard-codes 10 s); ``slave_topic_probe_ms``: how often a slave asks
+    its master for the topic table's dataVersion, so topic changes arrive sooner (0: off)."""
 
     max_auto_created_topics: int = 10_000
     max_auto_created_groups: int = 10_000
+    slave_sync_period_ms: int = attrs.field(default=10_000, validator=attrs.validators.ge(100))
+    slave_topic_probe_ms: int = attrs.field(default=200, validator=attrs.validators.ge(0))
 
 
 class BrokerPlugin:
@@ -67,6 +71,8 @@ class BrokerPlugin:
         self.controller = BrokerController(kernel, kernel.config.broker)
         self.controller.topics.max_auto_created = self.options.max_auto_created_topics
         self.controller.groups.max_auto_created = self.options.max_auto_created_groups
+        self.controller.slave_sync_periods = (self.options.slave_sync_period_ms / 1000,
+                                              self.options.slave_topic_probe_ms / 1000)
         try:
             async with self.controller.run():
                 yield

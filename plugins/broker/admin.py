@@ -207,7 +207,16 @@ class AdminProcessor:
         return cmd.response()
 
     async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=self.ctx.topics.encode().encode())
+        """GET_ALL_TOPIC_CONFIG (21): the whole table, or with RocketMQ 5.3's split-metadata header
+        (``topicSeq``, ``maxTopicNum``, ``dataVersion``) one page of it; ``totalTopicNum`` either way.
+        A slave probes one topic's page every 200 ms to learn the table's dataVersion (slavesync)."""
+        topics, ext = self.ctx.topics, cmd.ext
+        total = {"totalTopicNum": str(len(topics.table))}
+        if ext.get("topicSeq") is None and ext.get("maxTopicNum") is None and ext.get("dataVersion") is None:
+            return cmd.response(ext=total, body=topics.encode().encode())
+        body = topics.page(ext_str(cmd, "dataVersion", ""), ext_i32(cmd, "topicSeq", 0),
+                           ext_i32(cmd, "maxTopicNum", (1 << 31) - 1))
+        return cmd.response(ext=total, body=body.encode())
 
     # ------------------------------------------------------------------ groups
 
@@ -239,7 +248,7 @@ class AdminProcessor:
     async def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
         topic = ext_str(cmd, "topic")
-        tc = b.topics.get(topic)
+        tc = b.topics.readable(topic)  # a slave's held topics too: the consumer's offset lookups use this
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = b.store

@@ -100,6 +100,7 @@ class BrokerController:
         self.vip_server: RemotingServer | None = None  # listenPort - 2, RocketMQ's fastRemotingServer
         self.registrar: NamesrvRegistrar | None = None
         self.slave_sync: SlaveSynchronizer | None = None
+        self.slave_sync_periods = (10.0, 0.2)  # full sync, topic probe: the broker plugin's options
         self.ip = config.brokerIP1 or local_ipv4()
         self.port = config.listenPort
         self.broker_addr = f"{self.ip}:{self.port}"
@@ -305,7 +306,7 @@ class BrokerController:
         return self.replicas is None or self.replicas.role != "FENCED"
 
     def _register_body(self) -> bytes:
-        return register_body(self.topics.register_body_table(), self.topics.data_version.to_json())
+        return register_body(self.topics.register_body_table(self.is_slave), self.topics.data_version.to_json())
 
     def namesrv_addrs(self) -> list[str]:
         addrs = split_namesrv_addrs(self.config.namesrvAddr)
@@ -413,7 +414,7 @@ class BrokerController:
                 await kernel.change_role(SLAVE if self.is_slave else MASTER, self)
             scope = anyio.CancelScope()
             if self.is_slave:  # before registering: the first answer names the master and kicks a sync
-                self.slave_sync = SlaveSynchronizer(kernel, self)
+                self.slave_sync = SlaveSynchronizer(kernel, self, *self.slave_sync_periods)
                 stack.push_async_callback(self.slave_sync.aclose)
             addrs = self.namesrv_addrs()
             if addrs:

@@ -94,7 +94,8 @@ class PullProcessor:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         if not sg.consumeEnable:
             return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        tc = b.topics.table.get(topic)
+        # a slave serves a topic it holds queues for before the metadata sync brings its config (#27)
+        tc = b.topics.readable(topic, b.store.topic_queues if b.is_slave else None)  # type: ignore[attr-defined]
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tc.perm & Perm.READ:

@@ -78,7 +78,10 @@ class NamesrvRegistrar:
         async with self._lock:
             ext = self._identity()
             body = self._body()
-            ext = {**ext, "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+            # enableActingMaster (RocketMQ 5's header; we never act as master): its presence tells a 5.x
+            # name server this broker is new enough that, as the lowest live id, it may publish topics
+            ext = {**ext, "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+                   "enableActingMaster": "false"}
             async with anyio.create_task_group() as tg:
                 for addr in self.addrs:
                     tg.start_soon(self._register_one, addr, ext, body)

@@ -11,6 +11,12 @@ max_auto_created_topics``; RocketMQ has no such limit, so the default is a gener
 10,000); the refusal is TOPIC_NOT_EXIST with a remark naming the limit. Admin creation is
 not limited. :meth:`TopicConfigManager.queue_problem` is the store's guard: no put may make
 a consume queue outside a topic's queues, nor for a topic the broker does not know.
+
+A slave also serves what it *holds* (issue #27): replication brings a topic's messages and
+consume queues before the metadata sync brings its config (a topic auto-created on the master
+a moment before it died). :meth:`TopicConfigManager.hold_stored` keeps a read-only config for
+each such topic (as many queues as the store holds), answered by :meth:`readable` and
+registered with the name servers, never persisted: the master's table replaces it on sync.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import attrs
 from rmq.kernel import ConfigError, ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.common import Perm
+from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -48,6 +55,10 @@ PERM_READ, PERM_WRITE, PERM_INHERIT = Perm.READ, Perm.WRITE, Perm.INHERIT
 SCHEDULE_QUEUE_NUMS = 18
 MAX_QUEUE_NUMS = 1024  # per topic, read or write: more is a typo or an attack (RocketMQ sets no cap)
 MAX_AUTO_CREATED = 10_000  # default bound of the topic table for auto-creation (RocketMQ sets none)
+SPLIT_METADATA_SIZE = 2000  # RocketMQ 5.3's splitMetadataSize: topics per GET_ALL_TOPIC_CONFIG page
+HOLD_REFRESH_S = 0.1  # a read of an unknown topic rescans the store's queues at most this often
+# stored topics a slave never serves from its queues alone: the broker's own parking topics
+_NOT_HELD = frozenset((SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"))
 
 
 class AutoCreateLimitError(InvalidNameError):
@@ -119,6 +130,8 @@ class TopicConfigManager(PersistedTable):
         self.system_topics: set[str] = set()
         self.on_change: Callable[[], None] = lambda: None
         self.max_auto_created = MAX_AUTO_CREATED  # the broker plugin sets max_auto_created_topics
+        self.held: dict[str, TopicConfig] = {}  # a slave's read-only topics known from its queues only
+        self._held_scan = 0.0
 
     # ------------------------------------------------------------------ start-up
 
@@ -172,14 +185,26 @@ class TopicConfigManager(PersistedTable):
 
     # ------------------------------------------------------------------ persistence
 
-    def encode(self, pretty: bool = False) -> str:
+    def encode(self, pretty: bool = False, names: list[str] | None = None) -> str:
+        """The table as ``topics.json`` and GET_ALL_TOPIC_CONFIG hold it (``names``: only those)."""
+        table = self.table
         return dumps(
             {
                 "dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {n: tc.to_json() for n, tc in self.table.items()},
+                "topicConfigTable": {n: table[n].to_json() for n in (table if names is None else names)},
             },
             pretty=pretty,
         )
+
+    def page(self, data_version: str, topic_seq: int, max_topic_num: int) -> str:
+        """RocketMQ 5.3's split metadata: topics ``[topic_seq, topic_seq + max_topic_num)`` in name
+        order (from 0 when ``data_version`` is not this table's), at most SPLIT_METADATA_SIZE."""
+        try:
+            same = DataVersion.from_json(loads(data_version)).to_json() == self.data_version.to_json()
+        except (ValueError, TypeError):
+            same = False
+        begin = max(topic_seq, 0) if same else 0
+        return self.encode(names=sorted(self.table)[begin:begin + max(0, min(max_topic_num, SPLIT_METADATA_SIZE))])
 
     def _changed(self) -> None:
         self.data_version.next(_now_ms())
@@ -190,6 +215,41 @@ class TopicConfigManager(PersistedTable):
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
+
+    def readable(self, topic: str, stored: Callable[[], dict[str, int]] | None = None) -> TopicConfig | None:
+        """The config a read (pull, stats) uses: the table's, else a held one. ``stored`` (a slave's
+        ``store.topic_queues``) lets a miss rescan the store, at most every ``HOLD_REFRESH_S``, so a
+        topic whose first messages just arrived is served before the periodic scan sees it."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc
+        tc = self.held.get(topic)
+        if tc is None and stored is not None and time.monotonic() - self._held_scan >= HOLD_REFRESH_S:
+            self.hold_stored(stored())
+            tc = self.held.get(topic)
+        return tc
+
+    def hold_stored(self, stored: dict[str, int]) -> bool:
+        """A slave's held topics from ``stored`` (topic -> queues in its store): each topic with queues
+        but no config here gets a read-only one with that many queues (RocketMQ 5 slaves register the
+        topics they hold; our name server takes them from a slave whose master is gone). Returns whether the set changed; a new topic re-registers at once."""
+        self._held_scan = time.monotonic()
+        held = {}
+        for name, queues in stored.items():
+            if name in self.table or name in _NOT_HELD or name.startswith("rmq_sys_"):
+                continue
+            old = self.held.get(name)
+            held[name] = old if old is not None and old.readQueueNums == queues else TopicConfig(
+                name, queues, queues, PERM_READ)
+        if held.keys() == self.held.keys() and all(held[n] is self.held[n] for n in held):
+            return False
+        grew = sorted(held.keys() - self.held.keys())
+        self.held = held
+        if grew:
+            log.info("serving %d topics held in the store but not configured here (read-only): %s",
+                     len(grew), ", ".join(grew[:10]) + (" ..." if len(grew) > 10 else ""))
+        self.on_change()
+        return True
 
     def update(self, tc: TopicConfig) -> None:
         """Create or replace (admin code 17)."""
@@ -269,11 +329,15 @@ class TopicConfigManager(PersistedTable):
             return None
         return f"topic[{printable(topic, 128)}] not exist: no consume queue is created for it"
 
-    def register_body_table(self) -> dict[str, dict[str, Any]]:
-        """The topic table as sent to name servers (broker permission applied like Java)."""
+    def register_body_table(self, slave: bool = False) -> dict[str, dict[str, Any]]:
+        """The topic table as sent to name servers (broker permission applied like Java). A ``slave``
+        sends its held topics too, and nothing writable: it never takes a send (RocketMQ's name server
+        wipes the write permission of a slave acting for its master alike)."""
         perm_cap = self.config.brokerPermission
+        if slave:
+            perm_cap &= ~PERM_WRITE
         out = {}
-        for name, tc in self.table.items():
+        for name, tc in (self.held | self.table).items() if slave else self.table.items():
             d = tc.to_json()
             if not perm_cap & PERM_WRITE or not perm_cap & PERM_READ:
                 d["perm"] = tc.perm & perm_cap

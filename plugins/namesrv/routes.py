@@ -203,8 +203,15 @@ class RouteInfoManager:
         body: RegisterBody,
         conn: Any,
         now: float,
+        acting_master: bool | None = None,
     ) -> tuple[str, str]:
-        """Record a broker's registration; returns (haServerAddr, masterAddr) of its master for slaves."""
+        """Record a broker's registration; returns (haServerAddr, masterAddr) of its master for slaves.
+
+        As RocketMQ 5's name server: the master's topics make the routes, and so do those of a *prime
+        slave* (a broker new enough to send ``enableActingMaster``, whose id is the lowest of its broker
+        name: the master is gone), so the topics a slave holds stay routable after its master died.
+        A prime slave's topics are merged (it may lag its master's table), never removed; with
+        ``acting_master`` their write permission is wiped."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         bd = self.broker_addr_table.get(broker_name)
         register_first = bd is None
@@ -225,6 +232,9 @@ class RouteInfoManager:
         removed: list[str] = []
         if broker_id == MASTER_ID and (register_first or prev is None or prev.data_version != body.data_version):
             added, removed = self._update_topics(broker_name, body.topics)
+        elif acting_master is not None and broker_id == min(addrs):  # merged at every registration: cheap
+            added, removed = self._update_topics(broker_name, body.topics, merge=True,
+                                                 perm_mask=~Perm.WRITE if acting_master else -1), []
         self.broker_live_table[broker_addr] = BrokerLive(
             now, body.data_version, conn, ha_server_addr, broker_name, cluster, broker_id
         )
@@ -245,15 +255,18 @@ class RouteInfoManager:
                 ha = live.ha_server_addr
         return ha, master
 
-    def _update_topics(self, broker_name: str, topics: list[TopicConfigData]) -> tuple[list[str], list[str]]:
-        """Replace this broker's queue data with its current topic table (dropping topics it lost)."""
+    def _update_topics(
+        self, broker_name: str, topics: list[TopicConfigData], merge: bool = False, perm_mask: int = -1
+    ) -> tuple[list[str], list[str]]:
+        """Replace this broker's queue data with its current topic table (dropping topics it lost unless
+        ``merge``); ``perm_mask`` applies to every permission."""
         names = set()
         added = []
         for t in topics:
             names.add(t.topic)
             qd = {
                 "brokerName": broker_name,
-                "perm": t.perm,
+                "perm": t.perm & perm_mask,
                 "readQueueNums": t.read_queue_nums,
                 "topicSysFlag": t.topic_sys_flag,
                 "writeQueueNums": t.write_queue_nums,
@@ -264,6 +277,8 @@ class RouteInfoManager:
                 if old is None:
                     added.append(t.topic)
                 per_broker[broker_name] = qd
+        if merge:
+            return added, []
         removed = [t for t, qds in self.topic_queue_table.items() if broker_name in qds and t not in names]
         for topic in removed:
             self._remove_topic_of_broker(topic, broker_name)

@@ -207,6 +207,8 @@ class NamesrvService:
             body,
             conn,
             time.monotonic(),
+            # RocketMQ 5 brokers send it (a Boolean; absent from 4.x): see RouteInfoManager's prime slave
+            None if cmd.ext.get("enableActingMaster") is None else ext_bool(cmd, "enableActingMaster", False),
         )
         ext = {}
         if ha:

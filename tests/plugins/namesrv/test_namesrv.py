@@ -170,7 +170,7 @@ def test_plugin_options_are_strict(tmp_path: Any) -> None:
 
     with pytest.raises(ValueError, match="unknown option 'kv_config_path'; known options: none"):
         NamesrvPlugin({"kv_config_path": "x"})
-    with pytest.raises(ValueError, match="unknown option 'anything'; known options: max_auto_created_topics, max_auto_created_groups"):
+    with pytest.raises(ValueError, match="unknown option 'anything'; known options: max_auto_created_topics, max_auto_created_groups, slave_sync_period_ms, slave_topic_probe_ms"):
         BrokerPlugin({"anything": 1})
 
 

@@ -60,3 +60,38 @@ def test_push_consumer_fails_over_to_the_slave_and_back(rmqd_factory: Any, cpp: 
     assert len(sent) == n2 and all(s["status"] == 0 for s in sent), sent[-1:]
     want = {f"body-{i}" for i in range(n1 + n2)}
     c.wait(lambda: {m["body"] for m in c.messages()} >= want, 90, "messages produced after the master returned")
+
+
+def test_a_topic_the_master_died_with_is_read_from_the_slave(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
+    """Issue #27 item 5, as measured: a C++ producer's topic auto-created on a SYNC_MASTER that is
+    SIGKILLed ~1 s later. The slave has the messages and queues but no config (its metadata sync runs
+    every 10 min here and the topic probe is off), and still serves every acknowledged message to a
+    C++ push consumer, through the route it registered."""
+    ns = rmqd_factory(broker=False)
+    base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": 1024 * 1024, "registerNameServerPeriod": 2000}
+    opts = {"plugin": {"processors": {"broker": {"slave_sync_period_ms": 600_000, "slave_topic_probe_ms": 0}}}}
+    master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}, extra=opts)
+    slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}, extra=opts)
+
+    def slaves() -> int:
+        r = compat.admin(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return int(json.loads(r.body)["table"].get("haConnectionCount", 0))
+
+    deadline = time.monotonic() + 20
+    while slaves() < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slaves() == 1
+    p = cpp("produce", namesrv=ns.namesrv_addr, topic="CompatHeld", count=5000, method="sync", interval_ms=2)
+    p.wait(lambda: sum(1 for ln in p.results() if "i" in ln) >= 1, 60, "the topic auto-created by a send")
+    time.sleep(1.0)  # the fault: ~1 s after the topic appeared, with the producer still sending
+    master.kill()
+    acked = {f"body-{ln['i']}" for ln in p.finish(120) if "i" in ln and ln.get("status") == 0}
+    assert len(acked) >= 1
+    r = compat.admin(slave.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+    assert "CompatHeld" not in json.loads(r.body)["topicConfigTable"]  # served from its queues alone
+
+    c = cpp("push", namesrv=ns.namesrv_addr, topic="CompatHeld", group="CG_HELD", instance="held1")
+    c.wait(lambda: c.has("started"), 30, "consumer started")
+    c.wait(lambda: {m["body"] for m in c.messages()} >= acked, 90,
+           f"all {len(acked)} acknowledged messages read from the slave")
+    print(f"{len(acked)} messages acknowledged before the SIGKILL, all read from the slave")

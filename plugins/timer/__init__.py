@@ -4,7 +4,8 @@ Entry point ``rmq.processors: timer``; selected for every broker. Settings are R
 ``[broker]``: ``timerWheelEnable`` (true), ``timerMaxDelaySec`` (3 days), ``timerPrecisionMs``
 (1000, snapped to 100/200/500/1000), ``timerFlushIntervalMs`` (1000),
 ``timerCongestNumEachSlot`` (flow control, off), ``timerEnableRetryUntilSuccess`` (false),
-``mappedFileSizeTimerLog`` (100 MiB), ``recallMessageEnable`` (false, as RocketMQ).
+``mappedFileSizeTimerLog`` (100 MiB), ``recallMessageEnable`` (false, as RocketMQ; it gates
+``RECALL_MESSAGE`` only, a send carrying ``TIMER_DEL_UNIQKEY`` is accepted either way, as 5.3.3).
 
 * ``TimerStage`` (put stages on ``TIMER_DELAY_SEC``/``TIMER_DELAY_MS``/``TIMER_DELIVER_MS``):
   refuses with RocketMQ's WHEEL_TIMER_* answers (wheel off, beyond the horizon, not a number,
@@ -72,7 +73,7 @@ class TimerPlugin:
         cfg = broker.config
         common = dict(enabled=cfg.timerWheelEnable, precision=snap_precision(cfg.timerPrecisionMs),
                       max_delay_ms=cfg.timerMaxDelaySec * 1000, congest=cfg.timerCongestNumEachSlot,
-                      recall_enabled=cfg.recallMessageEnable, broker_name=cfg.brokerName,
+                      broker_name=cfg.brokerName,
                       slot_count=self._slot_count)
         return [TimerStage(name, 400 + i, **common)  # type: ignore[arg-type]
                 for i, name in enumerate((TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS))]

@@ -85,7 +85,7 @@ class TimerStage:
     """
 
     def __init__(self, trigger: str, priority: int, *, enabled: bool, precision: int, max_delay_ms: int,
-                 congest: int, recall_enabled: bool, broker_name: str,
+                 congest: int, broker_name: str,
                  slot_count: Callable[[int], int] | None = None) -> None:
         self.trigger = trigger
         self.priority = priority
@@ -93,7 +93,6 @@ class TimerStage:
         self.precision = precision
         self.max_delay_ms = max_delay_ms
         self.congest = congest
-        self.recall_enabled = recall_enabled
         self.broker_name = broker_name
         self.slot_count = slot_count
 
@@ -119,10 +118,9 @@ class TimerStage:
             return PutResult(PutStatus.WHEEL_TIMER_MSG_ILLEGAL,
                              remark=f"timer message illegal: {name} {raw[:40]!r} is not a number")
         deliver = now + value * 1000 if name == TIMER_DELAY_SEC else now + value if name == TIMER_DELAY_MS else value
+        # a delete marker by property is accepted whatever recallMessageEnable says: 5.3.3 gates only
+        # the RECALL_MESSAGE request on it (HookUtils.transformTimerMessage has no such check)
         delete = TIMER_DEL_UNIQKEY + "\x01" in props
-        if delete and not self.recall_enabled:
-            return PutResult(PutStatus.WHEEL_TIMER_MSG_ILLEGAL,
-                             remark="timer message illegal: deleting timer messages is disabled (recallMessageEnable)")
         if deliver - now > self.max_delay_ms or (delete and deliver <= now):
             return PutResult(PutStatus.WHEEL_TIMER_MSG_ILLEGAL, remark=(
                 f"timer message illegal, the delay time should not be bigger than the max delay {self.max_delay_ms}ms;"
@@ -151,6 +149,6 @@ class TimerStage:
         real = prop_value(props, Prop.REAL_TOPIC)
         uniq = prop_value(props, Prop.UNIQ_KEY)
         out = prop_value(props, TIMER_OUT_MS)
-        if not real or not uniq or not out or real.startswith(RETRY_PREFIX) or TIMER_DEL_UNIQKEY + "\x01" in props:
-            return None
+        if not real or not uniq or not out or real.startswith(RETRY_PREFIX):
+            return None  # a delete marker gets one too, as 5.3.3's attachRecallHandle
         return {"recallHandle": encode_handle(real, self.broker_name, int(out) + 1, uniq)}

@@ -60,6 +60,16 @@ async def admin(addr: str, code: int, ext: dict[str, str] | None = None) -> Remo
         return await c.invoke(addr, RemotingCommand.request(code, ext or {}), 5)
 
 
+async def wheel_past(addr: str, ms: int, timeout: float = 15) -> None:
+    """Wait until the timer checkpoint says every slot up to ``ms`` has been delivered."""
+    with anyio.fail_after(timeout):
+        while True:
+            r = await admin(addr, RequestCode.GET_TIMER_CHECK_POINT)
+            if r.code == 0 and struct.unpack(">q", r.body[:8])[0] > ms:
+                return
+            await anyio.sleep(0.1)
+
+
 async def test_delivered_on_time_never_early(rmqd_factory: Any) -> None:
     proc: RmqdProcess = rmqd_factory(broker_conf=FAST)
     ns = proc.namesrv_addr
@@ -102,9 +112,6 @@ async def test_refusals_horizon_not_a_number_and_disabled(rmqd_factory: Any) -> 
         with pytest.raises(BrokerError) as e:
             await p.send(Message("TmB", b"nan", properties={"TIMER_DELIVER_MS": "soon"}))
         assert e.value.code == ResponseCode.MESSAGE_ILLEGAL and "not a number" in str(e.value)
-        with pytest.raises(BrokerError) as e:  # recallMessageEnable is off: no deleting by property either
-            await p.send(Message("TmB", b"del", properties={"TIMER_DELAY_SEC": "5", "TIMER_DEL_UNIQKEY": "TmB+x"}))
-        assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
     proc.stop()
     off: RmqdProcess = rmqd_factory(broker_conf={**FAST, "timerWheelEnable": False})
     async with Producer("TIMER_P", off.namesrv_addr) as p:
@@ -219,3 +226,56 @@ async def test_survives_sigkill_and_a_restart_past_due(rmqd_factory: Any) -> Non
         if m.body in due:
             assert m.store_timestamp >= due[m.body] - 100
     assert len(bodies) - len(set(bodies)) <= len(due)  # at-least-once: a replay may repeat, not multiply
+
+
+async def test_delete_marker_by_property_accepted_with_recall_disabled(rmqd_factory: Any) -> None:
+    """5.3.3 gates only RECALL_MESSAGE on ``recallMessageEnable``: a send carrying ``TIMER_DEL_UNIQKEY``
+    (``topic+UNIQ_KEY`` of the target, same due time) is parked and deletes the target in its slot;
+    one due now or earlier is refused (WHEEL_TIMER_MSG_ILLEGAL)."""
+    proc: RmqdProcess = rmqd_factory(broker_conf=FAST)  # recallMessageEnable: false (RocketMQ's default)
+    ns = proc.namesrv_addr
+    async with Producer("TIMER_P", ns) as p:
+        await p.send(Message("TmH", b"warm-up"))
+        due = now_ms() + 1500
+        keep = await p.send(Message("TmH", b"keep", deliver_at=due))
+        target = await p.send(Message("TmH", b"target", deliver_at=due))
+        marker = await p.send(Message("TmH", b"0", properties={
+            "TIMER_DELIVER_MS": str(due), "TIMER_DEL_UNIQKEY": f"TmH+{target.msg_id}"}))
+        assert keep.ok and target.ok and marker.ok
+        assert marker.recall_handle  # 5.3.3 answers every parked message with one
+        with pytest.raises(BrokerError) as e:
+            await p.send(Message("TmH", b"0", properties={
+                "TIMER_DELIVER_MS": str(now_ms() - 10), "TIMER_DEL_UNIQKEY": f"TmH+{keep.msg_id}"}))
+        assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "the delay time should be bigger than the current time" in str(e.value)
+    got = await drain(ns, "TmH", wait_for=2, timeout=10)
+    assert sorted(m.body for m in got) == [b"keep", b"warm-up"]
+    await wheel_past(proc.broker_addr, due)  # the target's slot is delivered: it would be here by now
+    got = await drain(ns, "TmH", wait_for=3, timeout=0.5)
+    assert sorted(m.body for m in got) == [b"keep", b"warm-up"]
+
+
+async def test_delay_level_and_timer_delivered_once_at_the_level(rmqd_factory: Any) -> None:
+    """DELAY > 0 with any TIMER_* property: 5.3.3's HookUtils.checkIfTimerMessage clears all three TIMER_*
+    properties, so the message waits for its delay level only and is delivered once, never parked in the
+    wheel (a committed transaction the same)."""
+    proc: RmqdProcess = rmqd_factory(broker_conf={**FAST, "messageDelayLevel": "1s 2s"})
+    ns = proc.namesrv_addr
+    async with Producer("TIMER_P", ns) as p:
+        await p.send(Message("TmI", b"warm-up"))
+        sent = now_ms()
+        for name, value in (("TIMER_DELIVER_MS", str(sent + 3000)), ("TIMER_DELAY_MS", "3000"),
+                            ("TIMER_DELAY_SEC", "3")):
+            r = await p.send(Message("TmI", name.encode(), delay_level=1, properties={name: value}))
+            assert r.recall_handle is None  # not a timer message
+        got = await drain(ns, "TmI", wait_for=4, timeout=10)
+        metrics = json.loads((await admin(proc.broker_addr, RequestCode.GET_TIMER_METRICS)).body)
+    assert metrics["timingCount"].get("TmI", {"count": 0})["count"] == 0  # nothing in the wheel
+    assert sorted(m.body for m in got) == [b"TIMER_DELAY_MS", b"TIMER_DELAY_SEC", b"TIMER_DELIVER_MS", b"warm-up"]
+    for m in got:
+        if m.body != b"warm-up":
+            assert 900 <= m.store_timestamp - sent < 2500, (m.body, m.store_timestamp - sent)  # the level's 1 s
+            assert not {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_OUT_MS"} & set(m.properties)
+    await wheel_past(proc.broker_addr, sent + 3000)  # the timers' slots are delivered: no second copy
+    again = await drain(ns, "TmI", wait_for=5, timeout=0.5)
+    assert len(again) == 4

@@ -42,7 +42,7 @@ def test_handle_decoder_fuzz(text: str) -> None:
 
 
 def stage(**kw: object) -> TimerStage:
-    args = dict(enabled=True, precision=1000, max_delay_ms=60_000, congest=2, recall_enabled=False,
+    args = dict(enabled=True, precision=1000, max_delay_ms=60_000, congest=2,
                 broker_name="b", slot_count=lambda slot: 3)
     args.update(kw)
     return TimerStage("TIMER_DELAY_SEC", 400, **args)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from rmq.plugins.grpc_proxy.access import ACCOUNT, Gate, Refused
+from rmq.plugins.grpc_proxy.hashing import consistent_hash, java_string_hash
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
@@ -37,7 +38,7 @@ from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import SysFlag, encode_properties
-from rmq.protocol.message import MessageExt, decode_messages, decode_offset_msg_id
+from rmq.protocol.message import BatchError, MessageExt, decode_messages, decode_offset_msg_id, encode_batch
 from rmq.protocol.names import dlq_topic, validate_topic
 
 if TYPE_CHECKING:
@@ -477,15 +478,25 @@ class MessagingService(sg.MessagingServiceServicer):
     # ------------------------------------------------------------------ producing
 
     async def SendMessage(self, request: s.SendMessageRequest, context: Any) -> s.SendMessageResponse:  # noqa: N802
+        """One message, or several of one topic as one batch (the proxy's SEND_BATCH_MESSAGE): one
+        entry per message, the top status the entries' common one or MULTIPLE_RESULTS."""
         peer = self._peer(context)
         if peer is None:
             return s.SendMessageResponse(status=status(C.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
-        if len(request.messages) != 1:
-            return s.SendMessageResponse(status=status(C.MESSAGE_CORRUPTED, "send one message per request"))
-        entry = await self._send_one(peer, request.messages[0])
-        return s.SendMessageResponse(status=entry.status, entries=[entry])
+        if not request.messages:
+            return s.SendMessageResponse(status=status(C.MESSAGE_CORRUPTED, "no message to send"))
+        if len(request.messages) == 1:
+            entry = await self._send_one(peer, request.messages[0])
+            return s.SendMessageResponse(status=entry.status, entries=[entry])
+        entries = await self._send_batch(peer, request.messages)
+        codes = {e.status.code for e in entries}
+        top = entries[0].status if len(codes) == 1 else status(C.MULTIPLE_RESULTS, "multiple results")
+        return s.SendMessageResponse(status=top, entries=entries)
 
-    async def _send_one(self, peer: GrpcPeer, m: d.Message) -> s.SendResultEntry:
+    def _prepare(self, m: d.Message, batch: bool) -> tuple[dict[str, str], int, int] | s.SendResultEntry:
+        """A message's remoting properties, sysFlag and queue, or the entry refusing it. The queue of
+        a message group is the proxy's (Guava's consistentHash of the group's Java hashCode over the
+        write queues); a batch, like the proxy's, ignores the group for the choice."""
         topic = m.topic.name
         sp = m.system_properties
         if not m.body:
@@ -516,7 +527,8 @@ class MessagingService(sg.MessagingServiceServicer):
         sys_flag = 0
         if sp.HasField("message_group"):
             props["__SHARDINGKEY"] = sp.message_group
-            qid = int.from_bytes(hashlib.sha256(sp.message_group.encode()).digest()[:8], "big") % nq
+        if sp.HasField("message_group") and not batch:
+            qid = consistent_hash(java_string_hash(sp.message_group), nq)
         else:
             qid = next(self._rr) % nq
         if sp.HasField("delivery_timestamp"):
@@ -530,9 +542,53 @@ class MessagingService(sg.MessagingServiceServicer):
             sys_flag |= SysFlag.TX_PREPARED
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(sp.orphaned_transaction_recovery_duration.seconds)
+        return props, sys_flag, qid
+
+    @staticmethod
+    def _send_ext(topic: str, qid: int, sys_flag: int, born: int, props: str, batch: bool) -> dict[str, str]:
+        return {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": str(sys_flag), "g": str(born),
+                "h": "0", "i": props, "j": "0", "k": "false", "m": "true" if batch else "false"}
+
+    async def _send_batch(self, peer: GrpcPeer, messages: Any) -> list[s.SendResultEntry]:
+        """Several messages of one topic in one SEND_BATCH_MESSAGE: all stored or none."""
+        topic = messages[0].topic.name
+        items: list[tuple[bytes, int, str]] = []
+        qid = sys_flag = 0
+        for i, m in enumerate(messages):
+            if m.topic.name != topic:
+                return [s.SendResultEntry(status=status(C.MESSAGE_CORRUPTED, "topic in message is not same"))
+                        for _ in messages]
+            prepared = self._prepare(m, batch=True)
+            if isinstance(prepared, s.SendResultEntry):
+                return [prepared for _ in messages]
+            props, flag, q = prepared
+            if i == 0:
+                qid, sys_flag = q, flag  # the proxy's header: the first message's queue and flag
+            items.append((bytes(m.body), 0, encode_properties(props)))
+        first = messages[0].system_properties
+        born = ms_of(first.born_timestamp) if first.HasField("born_timestamp") else int(time.time() * 1000)
+        try:
+            body = encode_batch(items)
+        except BatchError as e:
+            return [s.SendResultEntry(status=status(C.MESSAGE_CORRUPTED, str(e))) for _ in messages]
+        ext = self._send_ext(topic, qid, sys_flag, born, "", True)
+        resp = await self._call(peer, RequestCode.SEND_BATCH_MESSAGE, ext, body)
+        st = from_remoting(resp)
+        if resp is None or st.code != C.OK:
+            return [s.SendResultEntry(status=st) for _ in messages]
+        offset = int(resp.ext.get("queueOffset", "0") or 0)
+        return [s.SendResultEntry(status=st, message_id=m.system_properties.message_id, offset=offset + i)
+                for i, m in enumerate(messages)]
+
+    async def _send_one(self, peer: GrpcPeer, m: d.Message) -> s.SendResultEntry:
+        prepared = self._prepare(m, batch=False)
+        if isinstance(prepared, s.SendResultEntry):
+            return prepared
+        props, sys_flag, qid = prepared
+        topic = m.topic.name
+        sp = m.system_properties
         born = ms_of(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
-        ext = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": str(sys_flag), "g": str(born),
-               "h": "0", "i": encode_properties(props), "j": "0", "k": "false", "m": "false"}
+        ext = self._send_ext(topic, qid, sys_flag, born, encode_properties(props), False)
         resp = await self._call(peer, RequestCode.SEND_MESSAGE_V2, ext, bytes(m.body))
         st = from_remoting(resp)
         if resp is None or st.code != C.OK:

@@ -135,6 +135,7 @@ class GrpcPeer:
         self._callbacks: list[Callable[[Any], None]] = []
         self.convert: Callable[[MessageExt], d.Message] | None = None
         self.waiting: dict[str, asyncio.Future[s.TelemetryCommand]] = {}  # nonce -> the answer awaited
+        self.on_check: Callable[[str, str, tuple[int, int, str]], None] | None = None  # a relayed check's half
 
     @property
     def closed(self) -> bool:
@@ -192,6 +193,14 @@ class GrpcPeer:
             for m in decode_messages(cmd.body):
                 txid = cmd.ext.get("transactionId") or m.properties.get("UNIQ_KEY", "")
                 m.properties.setdefault("UNIQ_KEY", txid)
+                if self.on_check is not None:  # as the proxy: the check says where the half is now
+                    try:
+                        where = (int(cmd.ext.get("tranStateTableOffset", "")), int(cmd.ext.get("commitLogOffset", "")),
+                                 m.properties.get("PGROUP") or m.topic)
+                    except ValueError:
+                        pass
+                    else:
+                        self.on_check(m.topic, txid, where)
                 msg = self.convert(m)
                 command = s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
                     message=msg, transaction_id=txid))
@@ -252,6 +261,7 @@ class MessagingService(sg.MessagingServiceServicer):
             real = self.resolve_peer(raw) if self.resolve_peer is not None else None
             p = GrpcPeer(cid, f"ipv4:{real[0]}:{real[1]}" if real else raw)
             p.convert = self.to_message
+            p.on_check = self._remember
             if cid in self.peers or self._room():
                 self.peers[cid] = p
             # else: every kept peer holds a stream; this one serves its call and is not kept
@@ -599,11 +609,22 @@ class MessagingService(sg.MessagingServiceServicer):
                 phys = int(decode_offset_msg_id(resp.ext.get("msgId", ""))[-1])
             except (ValueError, TypeError, IndexError):
                 phys = 0
-            self.transactions[f"{topic}@{sp.message_id}"] = (offset, phys, topic)
-            if len(self.transactions) > 100_000:  # answered or forgotten: keep the table bounded
-                self.transactions.pop(next(iter(self.transactions)))
+            self._remember(topic, sp.message_id, (offset, phys, topic))
         return s.SendResultEntry(status=st, message_id=sp.message_id, transaction_id=sp.message_id, offset=offset,
                                  recall_handle=resp.ext.get("recallHandle", ""))
+
+    def _remember(self, topic: str, txid: str, where: tuple[int, int, str]) -> None:
+        """Where a transaction's half is (half queue offset, commitlog offset, producer group): from its
+        send, then from each check relayed to the producer, as the proxy's ``addTransactionDataByBrokerAddr``
+        on CHECK_TRANSACTION_STATE. The table is memory only; the half itself is the durable state, and
+        a check carries where it is, so a check answered after a restart still ends it (a check's
+        put-back also moves the half: the newest place wins). A producer's own answer after a restart
+        finds nothing, as under the proxy, and the next check resolves the half."""
+        key = f"{topic}@{txid}"
+        self.transactions.pop(key, None)
+        self.transactions[key] = where
+        if len(self.transactions) > 100_000:  # answered or forgotten: keep the table bounded
+            self.transactions.pop(next(iter(self.transactions)))
 
     async def EndTransaction(self, request: s.EndTransactionRequest, context: Any) -> s.EndTransactionResponse:  # noqa: N802
         peer = self._peer(context)

@@ -9,7 +9,9 @@ receive from each broker through its own endpoint. What each RPC does is in serv
 every one becomes the broker's own remoting request, so interceptors (ACL) and processors are the
 same for both protocols. Before any method runs, access.py's gate authenticates the caller, checks
 every topic and group name the request gives and the account's permission on each (``RPC_ACCESS``);
-receipt handles carry a MAC of this broker's, so only handles it issued are acted on.
+receipt handles carry a MAC of this broker's, so only handles it issued are acted on. Messages
+received with ``auto_renew`` are kept invisible until acked (renew.py; its settings, RocketMQ's
+``enableProxyAutoRenew`` and friends, go in ``[plugin.processors.grpc]``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel import NoOptions, hookimpl, make_handler, structure_options
+from rmq.kernel import hookimpl, make_handler, structure_options
+from rmq.plugins.grpc_proxy.renew import GrpcOptions
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -32,7 +35,7 @@ log = logging.getLogger("rmq.grpc")
 
 class GrpcProxyPlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        structure_options(NoOptions, options, "plugin.processors.grpc")
+        self.options = structure_options(GrpcOptions, options, "plugin.processors.grpc")
         self._registry: ProcessorRegistry | None = None
         self.service: Any = None
         self.port = 0
@@ -95,7 +98,7 @@ class GrpcProxyPlugin:
         options = [("grpc.max_receive_message_length", 2 * MAX_BODY),
                    ("grpc.max_send_message_length", 130 * 1024 * 1024)]
         svc = MessagingService(broker, make_handler(self._registry), (host, port),
-                               accounts=self._registry.services.get("acl"))
+                               accounts=self._registry.services.get("acl"), options=self.options)
         guard(svc, svc.gate, svc.client_ip)  # every method: authenticated, names checked, authorised first
         namesrv_addrs = getattr(broker, "namesrv_addrs", None)
         if namesrv_addrs is not None:  # routes over every broker of a topic, as the proxy's local mode
@@ -142,7 +145,8 @@ class GrpcProxyPlugin:
         self.service, self.port = svc, bound
         log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d (TLS %s)", listen, bound, tls.server_mode)
         try:
-            yield
+            async with kernel.background(svc.renewer.run):
+                yield
         finally:
             for peer in list(svc.peers.values()):
                 peer.close()

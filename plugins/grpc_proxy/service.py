@@ -31,6 +31,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from rmq.plugins.grpc_proxy.access import ACCOUNT, Gate, Refused
 from rmq.plugins.grpc_proxy.hashing import consistent_hash, java_string_hash
+from rmq.plugins.grpc_proxy.renew import GrpcOptions, Renewer, Tracked
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
@@ -234,8 +235,11 @@ class GrpcPeer:
 
 class MessagingService(sg.MessagingServiceServicer):
     def __init__(self, broker: BrokerContext, handle: Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]],
-                 endpoint: tuple[str, int], accounts: Any = None) -> None:
+                 endpoint: tuple[str, int], accounts: Any = None, options: GrpcOptions | None = None) -> None:
         self.broker = broker
+        self.options = options or GrpcOptions()
+        self.renewer = Renewer(self.options, self._renew_change, self._online,
+                               lambda n: CUSTOMIZED_BACKOFF[min(n, len(CUSTOMIZED_BACKOFF) - 1)] * 1000)
         self.handle = handle
         self.gate = Gate(accounts)  # access.py: authentication, names and permissions before every method
         self.resolve_peer: Callable[[str], tuple[str, int] | None] | None = None  # front.py's real client address
@@ -689,8 +693,9 @@ class MessagingService(sg.MessagingServiceServicer):
             return
         group = request.group.name
         topic = request.message_queue.topic.name
-        if request.auto_renew or not request.HasField("invisible_duration"):
-            invisible = 60_000
+        auto = request.auto_renew and self.options.enableProxyAutoRenew  # renew.py keeps them invisible
+        if auto or not request.HasField("invisible_duration"):
+            invisible = self.options.defaultInvisibleTimeMills
         else:
             invisible = dur_ms(request.invisible_duration)
             if not 10_000 <= invisible <= 12 * 3_600_000:
@@ -720,7 +725,10 @@ class MessagingService(sg.MessagingServiceServicer):
             handle = " ".join((str(m.queue_offset), h["popTime"], h["invisibleTime"], h.get("reviveQid", "0"), "0",
                                self.broker.config.brokerName, str(m.queue_id), str(m.queue_offset)))
             msg = self.to_message(m, handle, invisible)
-            msg.system_properties.receipt_handle = self.seal(group, msg.topic.name, handle)
+            sealed = msg.system_properties.receipt_handle = self.seal(group, msg.topic.name, handle)
+            if auto:
+                self.renewer.add(peer, group, msg.system_properties.message_id, Tracked(
+                    msg.topic.name, sealed, handle.split(" "), m.reconsume_times, ACCOUNT.get()))
             yield s.ReceiveMessageResponse(message=msg)
         yield s.ReceiveMessageResponse(delivery_timestamp=ts(int(time.time() * 1000)))
 
@@ -870,6 +878,8 @@ class MessagingService(sg.MessagingServiceServicer):
         group, topic = request.group.name, request.topic.name
         for e in request.entries:
             parts = self.unseal(group, topic, e.receipt_handle)
+            if parts is not None:  # an auto-renewed receipt: the newest one acks it
+                parts = self.renewer.take(peer, group, e.message_id, e.receipt_handle) or parts
             if parts is None:
                 st = status(C.INVALID_RECEIPT_HANDLE, NOT_OURS)
             elif now >= int(parts[1]) + int(parts[2]):
@@ -892,6 +902,7 @@ class MessagingService(sg.MessagingServiceServicer):
         parts = self.unseal(group, topic, request.receipt_handle)
         if parts is None:
             return s.ChangeInvisibleDurationResponse(status=status(C.INVALID_RECEIPT_HANDLE, NOT_OURS))
+        parts = self.renewer.take(peer, group, request.message_id, request.receipt_handle) or parts
         if time.time() * 1000 >= int(parts[1]) + int(parts[2]):
             return s.ChangeInvisibleDurationResponse(status=status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired"))
         invisible = dur_ms(request.invisible_duration)
@@ -901,6 +912,21 @@ class MessagingService(sg.MessagingServiceServicer):
         if parts is None:
             return s.ChangeInvisibleDurationResponse(status=st)
         return s.ChangeInvisibleDurationResponse(status=st, receipt_handle=self.seal(group, topic, " ".join(parts)))
+
+    async def _renew_change(self, peer: GrpcPeer, group: str, topic: str, parts: list[str], invisible: int,
+                            account: Any) -> tuple[list[str] | None, bool]:
+        """renew.py's CHANGE_INVISIBLETIME, signed as the account that received the message."""
+        token = ACCOUNT.set(account)
+        try:
+            st, fresh = await self._change_invisible(peer, group, topic, parts, invisible)
+        finally:
+            ACCOUNT.reset(token)
+        return fresh, st.code != C.INVALID_RECEIPT_HANDLE
+
+    def _online(self, peer: GrpcPeer, group: str) -> bool:
+        """The client still consumes for ``group`` (the proxy's ``clientIsOffline``, negated)."""
+        info = self.broker.consumers.get(group)
+        return not peer.closed and info is not None and peer in info.channels
 
     async def _change_invisible(self, peer: GrpcPeer, group: str, topic: str, parts: list[str],
                                 invisible: int) -> tuple[d.Status, list[str] | None]:
@@ -929,6 +955,7 @@ class MessagingService(sg.MessagingServiceServicer):
         parts = self.unseal(group, topic, request.receipt_handle)
         if parts is None:
             return R(status=status(C.INVALID_RECEIPT_HANDLE, NOT_OURS))
+        parts = self.renewer.take(peer, group, request.message_id, request.receipt_handle) or parts
         if time.time() * 1000 >= int(parts[1]) + int(parts[2]):
             return R(status=status(C.INVALID_RECEIPT_HANDLE, "receipt handle is expired"))
         qid, off = int(parts[6]), int(parts[7])

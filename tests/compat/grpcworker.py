@@ -9,7 +9,7 @@ Modes:
   receive   {"endpoint","topic","group","want","invisible_s","ack": true|false, "await_s", "timeout_s",
              "change_to_s" (change the invisible duration of each received message instead of acking)}
   push      {"endpoint","topic","group","want","fail_first": n (FAILURE for a message's first n deliveries),
-             "timeout_s"}
+             "work_s" (each delivery takes this long), "timeout_s"}
 """
 
 from __future__ import annotations
@@ -120,14 +120,16 @@ def receive(cfg: dict[str, Any]) -> None:
 
 
 class Listener(MessageListener):
-    def __init__(self, fail_first: int) -> None:
+    def __init__(self, fail_first: int, work_s: float = 0) -> None:
         self.fail_first = fail_first
+        self.work_s = work_s
         self.seen: dict[str, int] = {}
         self.ok: set[str] = set()
 
     def consume(self, message: Any) -> Any:
         n = self.seen[message.message_id] = self.seen.get(message.message_id, 0) + 1
         fail = n <= self.fail_first
+        time.sleep(self.work_s)
         emit({"msg": {"body": message.body.decode(), "id": message.message_id, "attempt": message.delivery_attempt,
                       "result": "FAILURE" if fail else "SUCCESS"}})
         if fail:
@@ -138,7 +140,7 @@ class Listener(MessageListener):
 
 def push(cfg: dict[str, Any]) -> None:
     conf = ClientConfiguration(cfg["endpoint"], Credentials())
-    listener = Listener(int(cfg.get("fail_first", 0)))
+    listener = Listener(int(cfg.get("fail_first", 0)), float(cfg.get("work_s", 0)))
     c = PushConsumer(conf, cfg["group"], listener, {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))})
     c.startup()
     deadline = time.time() + float(cfg.get("timeout_s", 40))

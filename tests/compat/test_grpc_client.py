@@ -131,6 +131,24 @@ def test_push_consumer_with_a_failure_and_its_nack(g5: RmqdProcess, compat: Any)
     assert {m["attempt"] for m in firsts} == {1} and {m["attempt"] for m in seconds} == {2}
 
 
+def test_push_consumer_working_longer_than_the_invisible_time_gets_each_message_once(rmqd_factory: Any,
+                                                                                    compat: Any) -> None:
+    """The PushConsumer receives with auto_renew: the proxy renews the receipt while the listener works
+    (here twice the invisible time), so no message comes back, and the ack with the first receipt holds."""
+    renew = {"defaultInvisibleTimeMills": 2000, "renewAheadTimeMillis": 1500, "renewSchedulePeriodMillis": 200}
+    proc: RmqdProcess = rmqd_factory(extra={"plugin": {"processors": {"grpc": renew}}})
+    compat.create_topic(proc, "G5Slow", 1)
+    run5(mode="produce", endpoint=proc.grpc_endpoint, topic="G5Slow", count=2)
+    lines = run5(mode="push", endpoint=proc.grpc_endpoint, topic="G5Slow", group="CG5S", want=2, work_s=4,
+                 timeout_s=40)
+    assert lines[-2] == {"done": True, "ok": 2}, lines[-5:]
+    got = msgs(lines)
+    assert sorted((m["body"], m["attempt"]) for m in got) == [("body-0", 1), ("body-1", 1)], got
+    again = msgs(run5(mode="receive", endpoint=proc.grpc_endpoint, topic="G5Slow", group="CG5S", want=1, await_s=1,
+                      timeout_s=4))
+    assert again == []  # acked through the renewed receipts
+
+
 def test_a_receiver_killed_mid_receive_loses_nothing(g5: RmqdProcess, compat: Any) -> None:
     compat.create_topic(g5, "G5Kill", 1)
     run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Kill", count=3)

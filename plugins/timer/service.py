@@ -292,7 +292,9 @@ class TimerService:
             return
         tries = 0
         while True:
-            rec = record_of(msg, real_topic, real_qid, {TIMER_ENQUEUE_MS: enqueued, TIMER_DEQUEUE_MS: str(now_ms())})
+            # WAIT=false as 5.3.3's convertMessage: a due timer never waits for a slave (or fails without one)
+            rec = record_of(msg, real_topic, real_qid, {TIMER_ENQUEUE_MS: enqueued, TIMER_DEQUEUE_MS: str(now_ms()),
+                                                        Prop.WAIT: "false"})
             result = await self.broker.put(rec)
             if result.status in _DELIVERED:
                 self.delivered += 1

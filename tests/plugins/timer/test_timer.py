@@ -279,3 +279,17 @@ async def test_delay_level_and_timer_delivered_once_at_the_level(rmqd_factory: A
     await wheel_past(proc.broker_addr, sent + 3000)  # the timers' slots are delivered: no second copy
     again = await drain(ns, "TmI", wait_for=5, timeout=0.5)
     assert len(again) == 4
+
+
+async def test_due_timer_is_re_put_with_wait_false(rmqd_factory: Any) -> None:
+    """5.3.3's convertMessage re-puts a due timer with WAIT=false (a SYNC_MASTER's slave never holds or fails
+    a timer delivery): consumers see the property as on RocketMQ."""
+    proc: RmqdProcess = rmqd_factory(broker_conf=FAST)
+    ns = proc.namesrv_addr
+    async with Producer("TIMER_W", ns) as p:
+        await p.send(Message("TmW", b"warm-up"))  # creates the topic
+        r = await p.send(Message("TmW", b"due", delay=0.3))
+        assert r.ok
+        got = await drain(ns, "TmW", wait_for=2)
+    due = [m for m in got if m.body == b"due"]
+    assert len(due) == 1 and due[0].properties.get("WAIT") == "false", due

@@ -40,6 +40,7 @@ from rmq.kernel.config import (
     NamesrvConfig,
     RootConfig,
     load_config,
+    rmq_home,
 )
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.hookspecs.broker import BrokerContext, PutStage
@@ -127,6 +128,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "load_config",
+    "rmq_home",
     "local_ipv4",
     "record_of",
     "remove_confined",

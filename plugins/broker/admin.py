@@ -328,7 +328,7 @@ class AdminProcessor:
         except Exception as e:  # stats are informative only
             log.debug("store stats failed: %s", e)
         table["brokerRole"] = b.config.brokerRole
-        table["roleServices"] = ",".join(b.kernel.role_services)  # the rmq_role_lifespan services running now
+        table["roleServices"] = ",".join(b.role_services)  # the rmq_role_lifespan services running now
         if b.replicas is not None:  # controller mode
             table.update(b.replicas.stats())
         repl = b.replication

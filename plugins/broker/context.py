@@ -56,6 +56,7 @@ class ProcessorContext(BrokerContext, Protocol):
     boot_ms: int
     stats: BrokerStats | None  # per-topic and per-group counters (None until the store is open)
     config_file: str  # the rmqd TOML file the broker started from ("" for the embedded default)
+    role_services: list[str]  # the rmq_role_lifespan services running now (runtime info's roleServices)
 
     def born_host(self, conn: Connection) -> bytes:
         """BORNHOST bytes of a connection's peer (cached on the connection)."""

@@ -184,6 +184,10 @@ class BrokerController:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offsets.commit(group, topic, queue_id, offset)
 
+    @property
+    def role_services(self) -> list[str]:
+        return list(self.kernel.role_services)
+
     def has_topic(self, topic: str) -> bool:
         return topic in self.topics.table
 

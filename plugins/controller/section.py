@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attrs
 
-from rmq.kernel.config import rmq_home
+from rmq.kernel import rmq_home
 from rmq.protocol.access import is_loopback
 
 

@@ -19,6 +19,7 @@ import cattrs
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
 from rmq.protocol.rocketmq_keys import ALIASES, refusal
+from rmq.protocol.tomledit import toml_value
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -449,38 +450,21 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
 
 
 
-def toml_value(v: Any) -> str:
-    """One TOML value (scalars, lists, inline tables) for config dumps and generated test configs."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def dump_config(cfg: RootConfig) -> str:
     """The effective config as TOML (``rmqd config``)."""
     lines: list[str] = [f"# effective configuration (source: {cfg.source})"]
-
-    fmt = toml_value
 
     for role in ("namesrv", "controller", "broker"):
         section = getattr(cfg, role)
         if section is not None:
             lines.append(f"\n[{role}]")
-            lines += [f"{k} = {fmt(v)}" for k, v in attrs.asdict(section).items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in attrs.asdict(section).items()]
     lines.append("\n[plugins]")
-    lines += [f"{ns} = {fmt(names)}" for ns, names in cfg.selected().items()]
+    lines += [f"{ns} = {toml_value(names)}" for ns, names in cfg.selected().items()]
     for ns, tables in cfg.plugin.items():
         for name, table in tables.items():
             lines.append(f"\n[plugin.{ns}.{name}]")
-            lines += [f"{k} = {fmt(v)}" for k, v in table.items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     lines.append("\n[log]")
-    lines.append(f"level = {fmt(cfg.log.level)}")
+    lines.append(f"level = {toml_value(cfg.log.level)}")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TomlEditError", "set_keys"]
+__all__ = ["TomlEditError", "set_keys", "toml_value"]
 
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
 
@@ -38,6 +38,17 @@ def _literal(value: Any) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+def toml_value(v: Any) -> str:
+    """One TOML value (scalars, lists, inline tables): ``rmqd config``'s dump and generated test configs."""
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    if not isinstance(v, bool | int | float | str):
+        raise TypeError(f"cannot write {type(v).__name__} to TOML")
+    return _literal(v)
 
 
 def render(text: str, table: str, changes: dict[str, Any]) -> str:

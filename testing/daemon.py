@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rmq.kernel.config import toml_value
+from rmq.protocol.tomledit import toml_value
 
 _handed_out: set[int] = set()  # every port (and its VIP/HA neighbours) this process gave to a daemon
 

@@ -214,7 +214,9 @@ ALL_ALLOCATORS = [
 
 @attrs.define
 class ProxyConfig:
-    """RocketMQ 5's proxy, in local mode: the gRPC endpoint of the broker (the bundled ``grpc`` plugin)."""
+    """RocketMQ 5's proxy, in local mode: the gRPC endpoint of the broker (the bundled ``grpc`` plugin).
+    Only a config with a ``[proxy]`` table opens it (the embedded default has one): a RocketMQ broker
+    serves no gRPC unless its proxy is enabled, and two brokers on one host must not both take 8081."""
 
     grpcServerPort: int = 8081  # 0 = no gRPC endpoint
 
@@ -234,7 +236,7 @@ class RootConfig:
     plugins: dict[str, list[str]] = attrs.field(factory=dict)
     plugin: dict[str, dict[str, dict[str, Any]]] = attrs.field(factory=dict)
     log: LogConfig = attrs.field(factory=LogConfig)
-    proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
+    proxy: ProxyConfig | None = None  # None (no table) = no gRPC endpoint
     tls: dict[str, Any] = attrs.field(factory=dict)  # opaque here: the remoting plugin reads it
     dashboard: dict[str, Any] | None = None  # opaque: the dashboard plugin reads it; None (no table) = off
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
@@ -386,6 +388,7 @@ def embedded_default() -> dict[str, Any]:
             "maxIndexNum": 2_000_000,
         },
         "dashboard": {},  # the browser dashboard on 127.0.0.1:8080
+        "proxy": {},  # RocketMQ 5 clients' gRPC endpoint on 8081
     }
 
 
@@ -453,7 +456,6 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
 def dump_config(cfg: RootConfig) -> str:
     """The effective config as TOML (``rmqd config``)."""
     lines: list[str] = [f"# effective configuration (source: {cfg.source})"]
-
     for role in ("namesrv", "controller", "broker"):
         section = getattr(cfg, role)
         if section is not None:
@@ -465,6 +467,8 @@ def dump_config(cfg: RootConfig) -> str:
         for name, table in tables.items():
             lines.append(f"\n[plugin.{ns}.{name}]")
             lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    proxy = cfg.proxy
+    lines.append(f"\n[proxy]\ngrpcServerPort = {proxy.grpcServerPort}" if proxy else "\n# no [proxy] table: no gRPC")
     lines.append("\n[log]")
     lines.append(f"level = {toml_value(cfg.log.level)}")
     return "\n".join(lines) + "\n"

@@ -81,12 +81,14 @@ class RmqdProcess:
         namesrv_port: int | None = None,
         broker_port: int | None = None,
         env: dict[str, str] | None = None,
+        proxy: bool = True,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = namesrv_port or (free_port() if namesrv else None)
         self.broker_port = broker_port or (free_port() if broker else None)
-        self.grpc_port = free_port() if broker else 0  # RocketMQ 5 clients (the broker's gRPC endpoint)
+        # RocketMQ 5 clients: the broker's gRPC endpoint, opened only with a [proxy] table (proxy=False: none)
+        self.grpc_port = free_port() if broker and proxy else 0
         doc: dict[str, Any] = {}
         if namesrv:
             doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1",
@@ -103,7 +105,8 @@ class RmqdProcess:
                 b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"
             b.update(broker_conf or {})
             doc["broker"] = b
-            doc["proxy"] = {"grpcServerPort": self.grpc_port}
+            if proxy:
+                doc["proxy"] = {"grpcServerPort": self.grpc_port}
         doc.update(extra or {})
         self.config_path = write_toml(self.workdir / "rmqd.toml", doc)
         self.log_path = self.workdir / "rmqd.log"

@@ -1,8 +1,10 @@
 """The bundled ``grpc`` processors plugin: RocketMQ 5's gRPC endpoint (apache.rocketmq.v2 MessagingService)
 in the broker, as the 5.x proxy's "local" mode, so the official 5.x SDKs connect unmodified.
 
-Entry point ``rmq.processors: grpc``; selected for every broker. It listens on ``[proxy]
-grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the broker's ``listenHost``. Routes list every
+Entry point ``rmq.processors: grpc``; selected for every broker, it opens a port only when the config
+has a ``[proxy]`` table (the embedded default does), as a RocketMQ broker serves gRPC only with its
+proxy enabled. It listens on ``[proxy] grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the
+broker's ``listenHost``. Routes list every
 broker of a topic from the name servers, each with its host and that port as the endpoint (the
 proxy's local-mode rule: every broker runs its proxy on the same port), so clients send to and
 receive from each broker through its own endpoint. What each RPC does is in service.py:
@@ -47,7 +49,8 @@ class GrpcProxyPlugin:
 
     @hookimpl
     def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
-        port = kernel.config.proxy.grpcServerPort
+        proxy = kernel.config.proxy  # None: the config file has no [proxy] table, so no gRPC endpoint
+        port = proxy.grpcServerPort if proxy is not None else 0
         if not port or self._registry is None:
             return None
         return self._run(kernel, broker, port)

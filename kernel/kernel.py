@@ -37,6 +37,7 @@ class Kernel:
         self.hook = self.pm.hook
         self.plugins: list[pmod.LoadedPlugin] = []
         self.services: dict[str, Any] = {}  # role objects published for other plugins and tests
+        self.ports: dict[str, int] = {}  # every port a listener opened, by name: rmqd's ready line lists them
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self.role: str | None = None  # the broker's role (lifecycle.MASTER / SLAVE); None = none (fenced, stopped)
@@ -168,7 +169,7 @@ class Kernel:
         server = self.hook.rmq_remoting_make_server(kernel=self, config=config, handler=make_handler(registry))
         if server is None:
             raise pmod.PluginError("no rmq.remoting plugin built a server; select one under [plugins] remoting")
-        await self.task_group.start(server.serve)
+        self.ports[role] = await self.task_group.start(server.serve)
         log.info("%s listening on %s:%d (%d request codes)", role, config.host, server.port, len(registry.table))
         return server, registry
 

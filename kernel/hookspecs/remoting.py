@@ -55,6 +55,7 @@ class RemotingConfig:
     connect_timeout: float = 3.0
     max_connections: int = 4096  # server: connections held at once; the next ones are closed at accept
     name: str = "remoting"  # for log lines: "namesrv", "broker", "client"
+    key: str = ""  # server: the setting that chose ``port`` ("broker.listenPort"), named if it cannot be bound
     # TLS. server: a ``rmq.kernel.tls.ServerTls`` (mode disabled/permissive/enforcing + context), None = plain;
     # client: an ``ssl.SSLContext`` to connect with, None = plain
     tls_server: Any = None

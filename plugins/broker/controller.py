@@ -396,7 +396,7 @@ class BrokerController:
             stack.callback(kernel.services.pop, "broker", None)
             server, registry = await kernel.serve_role(
                 "broker", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,
-                           name="broker")
+                           name="broker", key="broker.listenPort")
             )
             self.server = server
             stack.push_async_callback(server.aclose)
@@ -469,9 +469,10 @@ class BrokerController:
         vip = ProcessorRegistry("broker", kernel)
         vip.table = {code: proc for code, proc in registry.table.items() if code != RequestCode.PULL_MESSAGE}
         vip.interceptors = list(registry.interceptors)
-        config = RemotingConfig(host=cfg.listenHost, port=port, max_connections=cfg.maxConnections, name="broker-vip")
+        config = RemotingConfig(host=cfg.listenHost, port=port, max_connections=cfg.maxConnections, name="broker-vip",
+                                key="broker.listenPort - 2 (the VIP channel)")
         server = kernel.hook.rmq_remoting_make_server(kernel=kernel, config=config, handler=make_handler(vip))
-        await kernel.task_group.start(server.serve)
+        kernel.ports["vip"] = await kernel.task_group.start(server.serve)
         log.info("broker VIP channel listening on %s:%d (pull stays on %d)", cfg.listenHost, server.port, self.port)
         return server
 

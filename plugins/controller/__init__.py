@@ -20,6 +20,7 @@ import anyio
 from rmq.kernel import NoOptions, RemotingConfig, hookimpl, structure_options
 from rmq.plugins.controller.section import ControllerConfig
 from rmq.plugins.controller.service import ControllerService
+from rmq.protocol.ports import check_bindable
 
 if TYPE_CHECKING:
     from rmq.kernel import Kernel, ProcessorRegistry
@@ -54,13 +55,18 @@ class ControllerPlugin:
         assert cfg is not None
         svc = self.service = ControllerService(kernel, cfg)
         port = int(svc.self_addr.rpartition(":")[2])
+        key = f"controller.controllerDLegerPeers ({svc.self_id}'s port)"
+        raft_port = int(svc.raft_of[svc.self_id].rpartition(":")[2])
+        # pysyncobj binds in its own thread and retries forever: a taken Raft port is found out here
+        check_bindable(f"{key} + controller.raftPortOffset (Raft)", cfg.listenHost, raft_port)
         svc.start()
         kernel.services["controller"] = svc
         scope = anyio.CancelScope()
         try:
             server, _ = await kernel.serve_role(
                 "controller", RemotingConfig(host=cfg.listenHost, port=port, max_connections=cfg.maxConnections,
-                                             name="controller"))
+                                             name="controller", key=key))
+            kernel.ports["raft"] = raft_port
             try:
                 async def scanner() -> None:
                     with scope:

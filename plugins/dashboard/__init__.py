@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmq.kernel import ConfigError, NoOptions, hookimpl, structure_options
+from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -180,7 +181,7 @@ class DashboardPlugin:
             sock = _listen(cfg.listenHost, cfg.listenPort)
         except OSError as e:
             if kernel.config.source != EMBEDDED:
-                raise OSError(f"dashboard: cannot listen on {cfg.listenHost}:{cfg.listenPort}: {e}") from None
+                bind_error(e, "dashboard.listenPort", cfg.listenHost, cfg.listenPort)
             # a first run must not fail for a busy 8080: the dashboard is a convenience there
             log.warning("dashboard: cannot listen on %s:%d (%s); running without it", cfg.listenHost,
                         cfg.listenPort, e)
@@ -189,7 +190,7 @@ class DashboardPlugin:
         acl_on = bool(getattr(broker.config, "aclEnable", False))
         accounts = self._registry.services.get("acl") if (acl_on and self._registry is not None) else None
         backend = Backend(broker, _namesrv_addrs(kernel, broker), acl_on=acl_on, accounts=accounts)
-        self.port = sock.getsockname()[1]
+        self.port = kernel.ports["dashboard"] = sock.getsockname()[1]
         app = make_app(backend, allowed_hosts(cfg, self.port), cfg.maxHeaderBytes)
         protocol = guarded_protocol(cfg.headerTimeout, cfg.bodyTimeout, cfg.maxConnections)
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False,

@@ -24,8 +24,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel import hookimpl, make_handler, structure_options
+from rmq.kernel import ConfigError, hookimpl, make_handler, structure_options
 from rmq.plugins.grpc_proxy.renew import GrpcOptions
+from rmq.protocol.ports import bind_error, check_bindable
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["GrpcProxyPlugin"]
 
 log = logging.getLogger("rmq.grpc")
+KEY = "proxy.grpcServerPort"
 
 
 class GrpcProxyPlugin:
@@ -116,11 +118,12 @@ class GrpcProxyPlugin:
             return server
 
         front: PermissiveFront | None = None
+        check_bindable(KEY, listen, port)  # grpcio reports a failed bind without its errno
         server = new_server()
         if tls.server_mode == "enforcing":
             creds = await anyio.to_thread.run_sync(self._credentials, tls)
             if creds is None:
-                raise OSError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
+                raise ConfigError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
             bound = server.add_secure_port(f"{listen}:{port}", creds)
         elif tls.server_mode == "disabled":
             bound = server.add_insecure_port(f"{listen}:{port}")
@@ -141,10 +144,14 @@ class GrpcProxyPlugin:
             svc.resolve_peer = front.real_peer
             bound = port
         if not bound:
-            raise OSError(f"gRPC endpoint: cannot listen on {listen}:{port}")
+            raise ConfigError(f"{KEY}: cannot listen on {listen}:{port}")
         await server.start()
         if front is not None:
-            bound = await front.start()
+            try:
+                bound = await front.start()
+            except OSError as e:
+                bind_error(e, KEY, listen, port)
+        kernel.ports["grpc"] = bound
         self.service, self.port = svc, bound
         log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d (TLS %s)", listen, bound, tls.server_mode)
         try:

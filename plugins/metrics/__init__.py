@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import NoOptions, hookimpl, structure_options
 from rmq.protocol.command import HeldAnswer
+from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -276,10 +277,10 @@ class MetricsPlugin:
     def rmq_broker_lifespan(self, kernel: Kernel, broker: BrokerContext) -> Any:
         if broker.config.metricsExporterType.upper() != "PROM":
             return None
-        return self._serve(broker)
+        return self._serve(kernel, broker)
 
     @asynccontextmanager
-    async def _serve(self, broker: BrokerContext) -> AsyncIterator[None]:
+    async def _serve(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -307,8 +308,11 @@ class MetricsPlugin:
 
         cfg = broker.config
         host = cfg.metricsPromExporterHost or cfg.listenHost or "0.0.0.0"
-        server = await asyncio.start_server(handle, host, cfg.metricsPromExporterPort, limit=MAX_HEAD)
-        self.port = server.sockets[0].getsockname()[1]
+        try:
+            server = await asyncio.start_server(handle, host, cfg.metricsPromExporterPort, limit=MAX_HEAD)
+        except OSError as e:
+            bind_error(e, "broker.metricsPromExporterPort", host, cfg.metricsPromExporterPort)
+        self.port = kernel.ports["metrics"] = server.sockets[0].getsockname()[1]
         log.info("Prometheus metrics on http://%s:%d/metrics", host, self.port)
         try:
             yield

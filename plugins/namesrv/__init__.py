@@ -64,7 +64,7 @@ class NamesrvPlugin:
         kernel.services["namesrv"] = svc
         server, _ = await kernel.serve_role(
             "namesrv", RemotingConfig(host=cfg.listenHost, port=cfg.listenPort, max_connections=cfg.maxConnections,
-                           name="namesrv")
+                           name="namesrv", key="namesrv.listenPort")
         )
         svc.server = server
         scope = anyio.CancelScope()

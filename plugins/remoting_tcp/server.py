@@ -27,6 +27,7 @@ from rmq.kernel import RateLimitedLog
 from rmq.plugins.remoting_tcp.aioconn import AsyncioConnection
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.protocol.names import printable
+from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, RemotingConfig, RequestHandler
@@ -66,7 +67,10 @@ class TcpRemotingServer:
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
-        listener = await anyio.create_tcp_listener(local_host=cfg.host or None, local_port=cfg.port)
+        try:
+            listener = await anyio.create_tcp_listener(local_host=cfg.host or None, local_port=cfg.port)
+        except OSError as e:
+            bind_error(e, cfg.key or f"{cfg.name} port", cfg.host, cfg.port)
         try:
             self._port = int(listener.extra(SocketAttribute.local_port))
         except anyio.TypedAttributeLookupError:  # a multi-listener (dual stack) when host is empty

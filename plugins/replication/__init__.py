@@ -84,6 +84,7 @@ class HaReplicationPlugin:
         except ValueError as e:
             raise PluginError(f"broker.{e}") from None
         svc.guarded = bool(config.aclEnable)
+        svc.ports = kernel.ports
         tls_doc = getattr(kernel.config, "tls", None)
         client_certs = False
         if tls_doc:

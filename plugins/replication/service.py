@@ -56,6 +56,7 @@ from rmq.plugins.replication.frames import (
     encode_header,
     encode_report,
 )
+from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerConfig, MessageStore, ReplicaLog
@@ -182,6 +183,7 @@ class HAService:
         self.guarded = False
         self.white = parse_white_list(config.haWhiteRemoteAddresses)
         self.refused = 0
+        self.ports: dict[str, int] = {}  # the kernel's table of opened ports: the bound HA port goes in as "ha"
 
     # ------------------------------------------------------------------ ReplicationService
 
@@ -280,10 +282,14 @@ class HAService:
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> HAService:
-        self._listener = await anyio.create_tcp_listener(
-            local_host=self.host or None, local_port=self.port, reuse_port=False
-        )
-        self.port = self._listener.extra(anyio.abc.SocketAttribute.local_port)
+        try:
+            self._listener = await anyio.create_tcp_listener(
+                local_host=self.host or None, local_port=self.port, reuse_port=False
+            )
+        except OSError as e:
+            key = "broker.haListenPort" if self.config.haListenPort else "broker.haListenPort (0 = listenPort + 1)"
+            bind_error(e, key, self.host, self.port)
+        self.port = self.ports["ha"] = self._listener.extra(anyio.abc.SocketAttribute.local_port)
         if self.tls_server is not None:
             self._listener = TLSListener(self._listener, self.tls_server, standard_compatible=False,
                                          handshake_timeout=CONNECT_TIMEOUT)

@@ -451,8 +451,6 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
     return cfg
 
 
-
-
 def dump_config(cfg: RootConfig) -> str:
     """The effective config as TOML (``rmqd config``)."""
     lines: list[str] = [f"# effective configuration (source: {cfg.source})"]

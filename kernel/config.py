@@ -167,6 +167,8 @@ class BrokerConfig:
     defaultMessageRequestMode: str = "PULL"
     defaultPopShareQueueNum: int = -1
     serverLoadBalancerEnabled: bool = True
+    reviveQueueNum: int = 8  # POP: queues of rmq_sys_REVIVE_LOG_<cluster> (checkpoints and acks)
+    initPopOffsetByCheckMsgInMem: bool = True  # POP initMode MAX: a queue whose first message is in memory starts at 0
     # Prometheus metrics (RocketMQ 5's keys; the bundled "metrics" plugin)
     metricsExporterType: str = "DISABLE"  # DISABLE | PROM
     metricsPromExporterHost: str = ""  # "" = listenHost

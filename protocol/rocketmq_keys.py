@@ -48,7 +48,7 @@ HONOURED: dict[str, str] = {
         serverLoadBalancerEnable syncBrokerMetadataPeriod allAckInSyncStateSet diskSpaceCleanForciblyRatio
         diskSpaceWarningLevelRatio haMaxGapNotInSync haMaxTimeSlaveNotCatchup mappedFileSizeTimerLog
         timerCongestNumEachSlot timerEnableRetryUntilSuccess timerFlushIntervalMs timerMaxDelaySec timerPrecisionMs
-        timerWheelEnable bindAddress
+        timerWheelEnable bindAddress reviveQueueNum initPopOffsetByCheckMsgInMem
     """,
     "namesrv": "kvConfigPath orderMessageEnable listenPort scanNotActiveBrokerInterval enableControllerInNamesrv "
                "bindAddress",
@@ -81,8 +81,8 @@ _STATS = ("switches a RocketMQ statistics detail; rmq always keeps its statistic
           "[broker] metricsExporterType): remove it")
 _ROCKSDB = "configures the RocksDB consume queue store; rmq keeps consume queues in mapped files: remove it"
 _COMPACTION = "configures compacted topics, which rmq does not have: remove it"
-_POP_BUFFER = ("tunes RocketMQ 5's POP checkpoint buffer and revive service; rmq's POP has its own state "
-               "and no such buffer: remove it")
+_POP_BUFFER = ("tunes RocketMQ 5's POP checkpoint buffer and revive scan; rmq writes each checkpoint and ack "
+               "straight to the revive topic and hands an expired message out again from its own queue: remove it")
 _SWAP = ("configures RocketMQ 5's swapping of idle mapped files; rmq's store maps consume queues when used "
          "and unmaps idle ones on its own bounds: remove it")
 _COLD = "configures cold-data read flow control, which rmq does not have: remove it"
@@ -154,11 +154,11 @@ _refuse("broker", """enableCompaction compactionCqMappedFileSize compactionMappe
     maxOffsetMapSize""", _COMPACTION)
 _refuse("broker", """popCkMaxBufferSize popCkOffsetMaxQueueSize popCkStayBufferTime popCkStayBufferTimeOut
     enablePopBufferMerge enablePopBatchAck enablePopLog appendAckAsync appendCkAsync reviveAckWaitMs reviveInterval
-    reviveMaxSlow reviveQueueNum reviveScanTime popReviveMaxAttemptTimes popReviveMaxReturnSizePerRead
+    reviveMaxSlow reviveScanTime popReviveMaxAttemptTimes popReviveMaxReturnSizePerRead
     skipWhenCKRePutReachMaxTimes enableSkipLongAwaitingAck popConsumerFSServiceInit popConsumerKVServiceEnable
     popConsumerKVServiceInit popConsumerKVServiceLog popPollingMapSize popPollingSize maxPopPollingSize
     popLongPollingForceNotifyInterval popFromRetryProbability popInflightMessageThreshold enablePopMessageThreshold
-    enableNotifyAfterPopOrderLockRelease enableNotifyBeforePopCalculateLag initPopOffsetByCheckMsgInMem
+    enableNotifyAfterPopOrderLockRelease enableNotifyBeforePopCalculateLag
     popResponseReturnActualRetryTopic retrieveMessageFromPopRetryTopicV1 enableRetryTopicV2""", _POP_BUFFER)
 _refuse("broker", """mappedFileSwapEnable commitLogForceSwapMapInterval commitLogSwapMapInterval
     commitLogSwapMapReserveFileNum logicQueueForceSwapMapInterval logicQueueSwapMapInterval

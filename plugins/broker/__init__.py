@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import hookimpl, structure_options
+from rmq.kernel import MASTER, hookimpl, structure_options
 from rmq.plugins.broker.controller import BrokerController
+from rmq.plugins.broker.pop_revive import pop_revive
 from rmq.plugins.broker.section import BrokerSection
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ class BrokerPlugin:
         if c is None or c.store is not store:
             return []
         return [c.notifier]
+
+    @hookimpl
+    def rmq_role_lifespan(self, kernel: Kernel, role: str, broker: Any) -> Any:
+        """POP's revive service runs while the broker is master (RocketMQ's PopReviveService)."""
+        c = self.controller
+        if role != MASTER or c is None or broker is not c:
+            return None
+        return pop_revive(kernel, c.pop_processor)
 
     @hookimpl
     def rmq_lifespan(self, kernel: Kernel) -> Any:

@@ -7,14 +7,22 @@ an ack retires one; a message not acked in time is handed out again with one mor
 goes to ``%DLQ%<group>``. With ``order=true`` a queue holding an unacked, still invisible batch is
 skipped, and an expired batch comes back first, in order (FIFO).
 
+Durable as RocketMQ's: every pop stores a checkpoint and every ack an ack record in the revive topic
+``rmq_sys_REVIVE_LOG_<cluster>`` through the commitlog (``pop_store.py``), before it is answered, so
+slaves hold them; the master's revive service (``pop_revive.py``) replays them at start and at
+promotion, so invisible time, attempts and receipts survive a restart and a failover. The consumer
+offset moves as RocketMQ's: past what a pop handed out once its checkpoint is stored (an ordered
+queue's stays at its first unacked message), so ``consumerProgress`` counts what no pop has taken.
+A new group starts as ``initMode`` says (PopMessageProcessor.getInitOffset): MIN (0) at the queue's
+oldest message; MAX (1) at its last one, or at 0 while the queue's first message is still in memory
+(``initPopOffsetByCheckMsgInMem``, true by default).
+
 How it differs from RocketMQ, and why: RocketMQ copies an expired message into a per-group retry
-topic and keeps checkpoints and acks as timer messages in a revive topic. Here a message is handed
-out again from its own queue; the pop state (in flight, attempts) lives in memory, and what is
-durable is the group's consumer offset, committed at the first unacked message. After a restart
-every message from there on is handed out again: at-least-once, as RocketMQ, with the attempt
-count starting over. The receipt is RocketMQ's ``startOffset popTime invisibleTime reviveQid
-topicType brokerName queueId queueOffset``; ``popTime`` (changed by every redelivery and by a
-change of invisible time) tells a current receipt from a stale one.
+topic; here it is handed out again from its own queue (its checkpoint carries the attempts). The
+receipt is RocketMQ's ``startOffset popTime invisibleTime reviveQid topicType brokerName queueId
+queueOffset``; ``popTime`` (changed by every redelivery and by a change of invisible time) tells a
+current receipt from a stale one. An ack is answered as RocketMQ's: SUCCESS for any offset the
+queue holds; only a current receipt retires the message, a stale one changes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +46,8 @@ from rmq.kernel import (
     dumps,
     record_of,
 )
+from rmq.plugins.broker.consumer import physical_memory
+from rmq.plugins.broker.pop_store import ACK_TAG, BATCH_ACK_TAG, CK_TAG, PopJournal
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
@@ -46,6 +57,8 @@ from rmq.protocol.names import dlq_topic, printable
 from rmq.protocol.record import reconsume_times_pos
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
@@ -62,6 +75,8 @@ BATCH_ACK_MESSAGE = 200151
 ORDER_REVIVE_QID = 999  # RocketMQ's revive queue id that marks an ordered (FIFO) receipt
 MAX_BATCH = 32
 MAX_POLL_MS = 20_000
+INIT_MIN, INIT_MAX = 0, 1  # RocketMQ's ConsumeInitMode
+_Q = struct.Struct(">q")
 _DELIVERED = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                         PutStatus.SLAVE_NOT_AVAILABLE))
 
@@ -76,6 +91,7 @@ class InFlight:
     invisible_until: int
     invisible_time: int
     attempts: int  # deliveries so far
+    ck: int = -1  # revive queue offset of its latest checkpoint (-1 while being stored)
 
 
 @attrs.define(slots=True)
@@ -83,9 +99,11 @@ class QueueState:
     next_offset: int
     inflight: dict[int, InFlight] = attrs.field(factory=dict)
     committed: int = -1
+    ordered: bool = False
 
     def commit_point(self) -> int:
-        return min(self.inflight) if self.inflight else self.next_offset
+        """RocketMQ's: past what was handed out; an ordered queue stays at its first unacked message."""
+        return min(self.inflight) if self.ordered and self.inflight else self.next_offset
 
     def blocked(self, now: int) -> bool:
         return any(f.invisible_until > now for f in self.inflight.values())
@@ -98,6 +116,9 @@ class PopProcessor:
         self.dlq = 0
         self._mode_table: dict[str, dict[str, dict[str, Any]]] | None = None
         self.polling: dict[tuple[str, str, int], int] = {}  # (group, topic, queue or -1) -> pops waiting now
+        self.journal: PopJournal | None = None  # set while master, by the revive service (pop_revive.py)
+        self.loaded = False  # the revive records are replayed: pops may be served
+        self._in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
 
     def register(self, registry: object, owner: str) -> None:
         consume = access.topic("topic", access.SUB, group="consumerGroup")
@@ -193,16 +214,82 @@ class PopProcessor:
 
     # ------------------------------------------------------------------ state
 
-    def _state(self, group: str, topic: str, qid: int) -> QueueState:
+    def _state(self, group: str, topic: str, qid: int, init_mode: int = INIT_MIN) -> QueueState:
         key = (group, topic, qid)
         st = self.queues.get(key)
         if st is None:
             store = self.ctx.store
             committed = self.ctx.query_offset(group, topic, qid)
             lo = store.get_min_offset(topic, qid)
-            start = committed if committed >= 0 else lo  # a new group starts at the queue's oldest message
+            if committed >= 0:
+                start = committed
+            else:  # a new group: initMode decides, and the start is committed (getPopOffset with init)
+                start = committed = self._init_offset(topic, qid, init_mode)
+                self.ctx.commit_offset(group, topic, qid, start)
             st = self.queues[key] = QueueState(max(start, lo), committed=committed)
         return st
+
+    def _init_offset(self, topic: str, qid: int, init_mode: int) -> int:
+        """PopMessageProcessor.getInitOffset: MIN (and retry topics) at the oldest message; MAX at the
+        newest one, or 0 while the queue never lost a message and its first is still in memory."""
+        store = self.ctx.store
+        lo = store.get_min_offset(topic, qid)
+        if init_mode == INIT_MIN or topic.startswith("%RETRY%"):
+            return lo
+        if self.ctx.config.initPopOffsetByCheckMsgInMem and lo <= 0 and self._first_in_memory(topic, qid):
+            return 0
+        return max(store.get_max_offset(topic, qid) - 1, 0)
+
+    def _first_in_memory(self, topic: str, qid: int) -> bool:
+        store = self.ctx.store
+        res = store.get_messages("", topic, qid, 0, 1)
+        if res.status is not GetStatus.FOUND or not res.messages:
+            return False
+        (phys,) = _Q.unpack_from(res.messages[0], 28)
+        return store.max_phy_offset - phys <= self._in_memory_bytes  # type: ignore[attr-defined]
+
+    def apply_record(self, ck_offset: int, tag: str, body: dict[str, Any]) -> None:
+        """Replay one revive record (in the order written): a checkpoint puts its messages in flight
+        with its pop time, invisible time and attempts; an ack of the same pop time retires them."""
+        try:
+            group, topic, qid, pop_time = str(body["c"]), str(body["t"]), int(body["q"]), int(body["pt"])
+            key = (group, topic, qid)
+            if tag == CK_TAG:
+                start, invisible = int(body["so"]), int(body["it"])
+                offsets = [start + int(d) for d in body["d"]]
+                attempts = [int(a) for a in body.get("a") or [1] * len(offsets)]
+                st = self.queues.get(key)
+                if st is None:
+                    committed = self.ctx.query_offset(group, topic, qid)
+                    st = self.queues[key] = QueueState(committed if committed >= 0 else start, committed=committed)
+                for off, att in zip(offsets, attempts, strict=False):
+                    st.inflight[off] = InFlight(pop_time, pop_time + invisible, invisible, att, ck_offset)
+                st.next_offset = max(st.next_offset, offsets[-1] + 1)
+            elif tag in (ACK_TAG, BATCH_ACK_TAG):
+                st = self.queues.get(key)
+                done = [int(body["ao"])] if tag == ACK_TAG else [int(o) for o in body["aol"]]
+                for off in done if st is not None else ():
+                    f = st.inflight.get(off)  # type: ignore[union-attr]
+                    if f is not None and f.pop_time == pop_time:
+                        del st.inflight[off]  # type: ignore[union-attr]
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            log.error("pop: revive record @%d (%s) malformed, skipped: %r", ck_offset, tag, e)
+
+    async def _checkpoint(self, group: str, topic: str, qid: int, st: QueueState,
+                          handed: Iterable[tuple[int, InFlight]]) -> None:
+        """Store what one pop handed out of a queue, then move the consumer offset as RocketMQ's."""
+        items = sorted(handed, key=lambda x: x[0])
+        if items and self.journal is not None:
+            f0 = items[0][1]
+            ck = await self.journal.checkpoint(group, topic, qid, [o for o, _ in items], [f.attempts for _, f in items],
+                                               f0.pop_time, f0.invisible_time)
+            for _, f in items:
+                f.ck = ck
+        self._commit(group, topic, qid, st)
+
+    async def _done(self, group: str, topic: str, qid: int, offsets: list[int], pop_time: int) -> None:
+        if offsets and self.journal is not None:
+            await self.journal.ack(group, topic, qid, offsets, pop_time)
 
     def _commit(self, group: str, topic: str, qid: int, st: QueueState) -> None:
         point = st.commit_point()
@@ -216,6 +303,8 @@ class PopProcessor:
         b = self.ctx
         if b.is_slave:
             return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "pop is served by masters")
+        if not self.loaded:
+            return cmd.response(ResponseCode.SYSTEM_BUSY, "pop state is being replayed from the revive topic, retry")
         if not b.config.brokerPermission & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.brokerName}] pulling message is forbidden")
         tc = b.topics.table.get(topic)
@@ -239,6 +328,7 @@ class PopProcessor:
         invisible = ext_int(cmd, "invisibleTime")
         poll = ext_int(cmd, "pollTime", 0)
         order = (cmd.ext.get("order") or "false").lower() == "true"
+        init_mode = ext_i32(cmd, "initMode", INIT_MIN)
         if not 0 < n <= MAX_BATCH:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums {n} out of range (1..{MAX_BATCH})")
         if invisible <= 0:
@@ -267,7 +357,7 @@ class PopProcessor:
         waiting = False
         try:
             while True:
-                got = await self._collect(group, topic, queues, n, invisible, order, mfilter)
+                got = await self._collect(group, topic, queues, n, invisible, order, mfilter, init_mode)
                 if got or time.monotonic() >= deadline or conn.closed:
                     break
                 if not waiting:  # POLLING_INFO counts the pops held here
@@ -288,7 +378,7 @@ class PopProcessor:
         return self._answer(cmd, topic, got, invisible, order)
 
     async def _collect(self, group: str, topic: str, queues: list[int], n: int, invisible: int, order: bool,
-                       mfilter: object) -> list[tuple[int, int, bytes, int, int]]:
+                       mfilter: object, init_mode: int = INIT_MIN) -> list[tuple[int, int, bytes, int, int]]:
         """(queue, offset, record, attempts, pop time) of up to n messages now handed out."""
         store = self.ctx.store
         out: list[tuple[int, int, bytes, int, int]] = []
@@ -298,27 +388,32 @@ class PopProcessor:
         for q in queues:
             if len(out) >= n:
                 break
-            st = self._state(group, topic, q)
+            st = self._state(group, topic, q, init_mode)
+            st.ordered = order
             if order and st.blocked(now):
                 continue
+            handed: list[tuple[int, InFlight]] = []
             for off in sorted(st.inflight):  # expired first: they come back before new messages
-                f = st.inflight[off]
-                if f.invisible_until > now or len(out) >= n:
+                f = st.inflight.get(off)  # a put below may let another pop retire it meanwhile
+                if f is None or f.invisible_until > now or len(out) >= n:
                     continue
                 res = store.get_messages(group, topic, q, off, 1)
                 raw = res.messages[0] if res.status is GetStatus.FOUND and res.messages else None
                 if raw is None or res.queue_offsets[0] != off:
                     del st.inflight[off]  # gone (retention): nothing left to deliver
+                    await self._done(group, topic, q, [off], f.pop_time)
                     continue
                 if f.attempts >= max_deliveries:
-                    await self._to_dlq(group, bytes(raw))
                     del st.inflight[off]
+                    await self._to_dlq(group, bytes(raw))
+                    await self._done(group, topic, q, [off], f.pop_time)
                     continue
                 f.attempts += 1
-                f.pop_time, f.invisible_until, f.invisible_time = now, now + invisible, invisible
+                f.pop_time, f.invisible_until, f.invisible_time, f.ck = now, now + invisible, invisible, -1
+                handed.append((off, f))
                 out.append((q, off, bytes(raw), f.attempts, now))
-            if order and any(o[0] == q for o in out):
-                self._commit(group, topic, q, st)
+            if order and handed:
+                await self._checkpoint(group, topic, q, st, handed)
                 continue  # an ordered queue redelivers its batch alone
             want = n - len(out)
             if want > 0:
@@ -327,7 +422,8 @@ class PopProcessor:
                     for raw, off in zip(res.messages, res.queue_offsets, strict=False):
                         if off in st.inflight:
                             continue  # handed out already: never under a second receipt
-                        st.inflight[off] = InFlight(now, now + invisible, invisible, 1)
+                        f = st.inflight[off] = InFlight(now, now + invisible, invisible, 1)
+                        handed.append((off, f))
                         out.append((q, off, bytes(raw), 1, now))
                     st.next_offset = max(st.next_offset, res.next_begin_offset)
                 elif res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_MATCHED_MESSAGE,
@@ -335,7 +431,7 @@ class PopProcessor:
                     st.next_offset = max(st.next_offset, res.next_begin_offset, store.get_min_offset(topic, q))
                 elif res.status is GetStatus.OFFSET_OVERFLOW_BADLY:  # the queue was cut back: restart at its end
                     st.next_offset = store.get_max_offset(topic, q)
-            self._commit(group, topic, q, st)
+            await self._checkpoint(group, topic, q, st, handed)
         return out
 
     async def _to_dlq(self, group: str, raw: bytes) -> None:
@@ -382,33 +478,47 @@ class PopProcessor:
 
     # ------------------------------------------------------------------ ACK / CHANGE_INVISIBLETIME
 
-    def _lookup(self, cmd: RemotingCommand) -> tuple[tuple[str, str, int], QueueState, int, InFlight] | RemotingCommand:
+    def _receipt(self, cmd: RemotingCommand) -> tuple[str, str, int, int, int] | RemotingCommand:
+        """(group, topic, queue, offset, pop time) of an ack or change of invisible time, after RocketMQ's
+        checks: the topic exists, the queue is one of its read queues, the offset is within the queue."""
+        if not self.loaded:
+            return cmd.response(ResponseCode.SYSTEM_BUSY, "pop state is being replayed from the revive topic, retry")
         group = ext_str(cmd, "consumerGroup")
         topic = ext_str(cmd, "topic")
         qid = ext_i32(cmd, "queueId")
         offset = ext_int(cmd, "offset")
         parts = (cmd.ext.get("extraInfo") or "").split(" ")
-        if len(parts) < 7:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "extraInfo is not a pop receipt")
         try:
             pop_time = int(parts[1])
-        except ValueError:
+        except (ValueError, IndexError):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "extraInfo is not a pop receipt")
-        st = self.queues.get((group, topic, qid))
-        f = st.inflight.get(offset) if st is not None else None
-        if st is None or f is None or f.pop_time != pop_time:
-            return cmd.response(ResponseCode.NO_MESSAGE, (
-                f"receipt of {topic}/{qid}/{offset} is no longer valid: the message was acked, handed out "
-                "again after its invisible time, or the broker restarted"))
-        return (group, topic, qid), st, offset, f
+        if len(parts) < 7:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "extraInfo is not a pop receipt")
+        tc = self.ctx.topics.table.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{printable(topic, 128)}] not exist, apply first please!")
+        if not 0 <= qid < tc.readQueueNums:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                                              f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        lo, hi = self.ctx.store.get_min_offset(topic, qid), self.ctx.store.get_max_offset(topic, qid)
+        if not lo <= offset <= hi:
+            return cmd.response(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{topic}@{qid}, commit:{offset}, "
+                                                         f"store:{lo}~{hi}")
+        return group, topic, qid, offset, pop_time
 
     async def ack(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        found = self._lookup(cmd)
+        """ACK_MESSAGE: SUCCESS for any receipt of an offset the queue holds, as RocketMQ's; a current
+        receipt retires the message (its ack record stored first), a stale one changes nothing."""
+        found = self._receipt(cmd)
         if isinstance(found, RemotingCommand):
             return found
-        (group, topic, qid), st, offset, _f = found
-        del st.inflight[offset]
-        self._commit(group, topic, qid, st)
+        group, topic, qid, offset, pop_time = found
+        st = self.queues.get((group, topic, qid))
+        f = st.inflight.get(offset) if st is not None else None
+        if st is not None and f is not None and f.pop_time == pop_time:
+            del st.inflight[offset]
+            await self._done(group, topic, qid, [offset], pop_time)
+            self._commit(group, topic, qid, st)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def batch_ack(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -422,7 +532,8 @@ class PopProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"BatchAckMessageRequestBody is not JSON: {e}")
         if not isinstance(acks, list) or not acks:
             return cmd.response(ResponseCode.NO_MESSAGE, "no ack in the batch")
-        done = 0
+        if not self.loaded:
+            return cmd.response(ResponseCode.SYSTEM_BUSY, "pop state is being replayed from the revive topic, retry")
         for a in acks[:1024]:
             try:
                 f = _batch_entry(a)
@@ -433,6 +544,7 @@ class PopProcessor:
             st = self.queues.get((group, topic, qid))
             if st is None:
                 continue
+            done = []
             for i, byte in enumerate(bits[:4096]):
                 for k in range(8):
                     if byte >> k & 1:
@@ -440,7 +552,8 @@ class PopProcessor:
                         fl = st.inflight.get(off)
                         if fl is not None and fl.pop_time == pop_time:
                             del st.inflight[off]
-                            done += 1
+                            done.append(off)
+            await self._done(group, topic, qid, done, pop_time)
             self._commit(group, topic, qid, st)
         return cmd.response(ResponseCode.SUCCESS)
 
@@ -504,12 +617,19 @@ class PopProcessor:
         invisible = ext_int(cmd, "invisibleTime")
         if not 0 <= invisible <= 12 * 3600 * 1000:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"invisibleTime {invisible} out of range (0..12 h)")
-        found = self._lookup(cmd)
+        found = self._receipt(cmd)
         if isinstance(found, RemotingCommand):
             return found
-        _key, _st, _offset, f = found
+        group, topic, qid, offset, pop_time = found
+        st = self.queues.get((group, topic, qid))
+        f = st.inflight.get(offset) if st is not None else None
+        if st is None or f is None or f.pop_time != pop_time:
+            return cmd.response(ResponseCode.NO_MESSAGE, (
+                f"receipt of {topic}/{qid}/{offset} is no longer valid: the message was acked or handed out "
+                "again after its invisible time"))
         now = now_ms()
-        f.pop_time, f.invisible_until, f.invisible_time = now, now + invisible, invisible
+        f.pop_time, f.invisible_until, f.invisible_time, f.ck = now, now + invisible, invisible, -1
+        await self._checkpoint(group, topic, qid, st, [(offset, f)])  # the new receipt survives a restart
         revive = (cmd.ext.get("extraInfo") or "").split(" ")[3]
         return cmd.response(ResponseCode.SUCCESS, None, {
             "popTime": str(now), "invisibleTime": str(invisible), "reviveQid": revive})

@@ -31,6 +31,8 @@ def _values_problem(b: BrokerConfig) -> str:
     for key in ("timerMaxDelaySec", "timerFlushIntervalMs", "timerCongestNumEachSlot"):
         if getattr(b, key) <= 0:
             return f"broker.{key}: must be above 0 (got {getattr(b, key)})"
+    if not 1 <= b.reviveQueueNum <= 1024:
+        return f"broker.reviveQueueNum: 1..1024 queues of the revive topic (got {b.reviveQueueNum})"
     if b.mappedFileSizeTimerLog < 4096:
         return f"broker.mappedFileSizeTimerLog: at least 4096 bytes (got {b.mappedFileSizeTimerLog})"
     return ""

@@ -710,7 +710,7 @@ class MessagingService(sg.MessagingServiceServicer):
         etype = "SQL92" if expr.type == d.SQL else "TAG"
         ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(min(max(request.batch_size, 1), 32)),
                "invisibleTime": str(invisible), "pollTime": str(poll), "bornTime": str(int(time.time() * 1000)),
-               "initMode": "0", "expType": etype, "exp": expr.expression or "*",
+               "initMode": "1", "expType": etype, "exp": expr.expression or "*",
                "order": "true" if self._orderly(group) else "false"}
         resp = await self._call(peer, POP_MESSAGE, ext)
         st = from_remoting(resp)

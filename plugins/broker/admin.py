@@ -40,6 +40,24 @@ def _j(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def readable_record(ctx: ProcessorContext, services: Mapping[str, Any], conn: Connection, cmd: RemotingCommand,
+                    phys: int) -> bytes | RemotingCommand:
+    """The stored record at ``phys`` if the caller may SUB its topic, else the answer to give (not found,
+    unreadable, NO_PERMISSION): the topic is known only once read, so the ACL check comes here, before any
+    byte of it leaves (view-by-id, consume-directly)."""
+    rec = ctx.store.look_message_by_offset(phys)
+    if rec is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+    try:
+        name = decode_message(bytes(rec), decompress=False).topic
+    except MessageDecodeError as e:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
+    refused = access.check_after_read(services, conn.remote_addr[0], cmd, [access.read_of(name)])
+    if refused is not None:
+        return cmd.response(ResponseCode.NO_PERMISSION, refused)
+    return bytes(rec)
+
+
 def mq_map(entries: list[tuple[tuple[str, str, int], Any]]) -> str:
     """fastjson's ``Map<MessageQueue, V>``: object keys written unquoted."""
     parts = [
@@ -465,14 +483,5 @@ class AdminProcessor:
 
     async def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         phys = ext_int(cmd, "offset")
-        rec = self.ctx.store.look_message_by_offset(phys)
-        if rec is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
-        try:  # the topic is known only now: SUB on it before any byte leaves (issue #26)
-            name = decode_message(bytes(rec), decompress=False).topic
-        except MessageDecodeError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
-        refused = access.check_after_read(self._services, conn.remote_addr[0], cmd, [access.read_of(name)])
-        if refused is not None:
-            return cmd.response(ResponseCode.NO_PERMISSION, refused)
-        return cmd.response(body=bytes(rec))
+        rec = readable_record(self.ctx, self._services, conn, cmd, phys)
+        return rec if isinstance(rec, RemotingCommand) else cmd.response(body=rec)

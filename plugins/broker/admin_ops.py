@@ -14,11 +14,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rmq.plugins.broker.admin import _j, mq_map
+from rmq.plugins.broker.admin import _j, mq_map, readable_record
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
-from rmq.protocol.message import MessageDecodeError, decode_message, decode_offset_msg_id
+from rmq.protocol.message import decode_offset_msg_id
 from rmq.protocol.names import is_system_topic
 
 if TYPE_CHECKING:
@@ -283,16 +283,9 @@ class AdminOpsProcessor:
             _, _, phys = decode_offset_msg_id(msg_id)
         except ValueError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad msgId {msg_id[:64]!r}: {e}")
-        rec = b.store.look_message_by_offset(phys)
-        if rec is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
-        try:  # the message's topic is known only now: SUB on it before it is handed to anyone
-            name = decode_message(bytes(rec), decompress=False).topic
-        except MessageDecodeError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {e}")
-        refused = access.check_after_read(self._services, conn.remote_addr[0], cmd, [access.read_of(name)])
-        if refused is not None:
-            return cmd.response(ResponseCode.NO_PERMISSION, refused)
+        rec = readable_record(b, self._services, conn, cmd, phys)
+        if isinstance(rec, RemotingCommand):
+            return rec
         ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg_id, "brokerName": b.config.brokerName}
         topic = cmd.ext.get("topic") or ""
         tc = b.topics.get(topic) if topic else None

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 # the waits below read the loop's current brokers and bodies on purpose
 # ruff: noqa: B023
 
-MASTER_SERVICES = {"schedule", "timer", "transaction_check", "role_journal"}
+MASTER_SERVICES = {"schedule", "timer", "transaction_check", "pop_revive", "role_journal"}
 RETRY_DELAY_S = 8  # delay level 3, which a first send-back uses: longer than a switch takes
 
 

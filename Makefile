@@ -1,6 +1,7 @@
 # The two commands a newcomer needs (each does its own set-up on a fresh machine):
 #   make demo   rmqd on its embedded default + a short produce/consume demo
 #   make test   the whole test suite (lint, unit, integration with real rmqd processes, C++ client, Spark)
+#   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +9,7 @@ BIN     = $(VENV)/bin
 # the official RocketMQ 5 Python SDK (gRPC) for the compatibility tests, in a venv of its own
 VENV5  ?= .venv5
 
-.PHONY: demo test fuzz install install-test lint bench clean protos
+.PHONY: demo test faults fuzz install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +45,11 @@ lint: install-test
 test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -ra
+
+# The fault matrix (issue #27): every flow through every fault with real clients, then the matrix
+# (cells x pass/fail, counts, recovery time). `make test` runs its fast slice (unmarked cells).
+faults: install-test
+	$(BIN)/python -m pytest -q -ra -m faults --timeout=600 tests/faults
 
 # Same properties as in `make test` (profile rmq-quick), here with FUZZ_EXAMPLES examples each (profile
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.

@@ -1,0 +1,482 @@
+"""The fault matrix's library: clusters of real ``rmqd`` processes, the faults done to them, client
+workers in child processes, and a history per flow that judges RocketMQ's delivery contract.
+
+Why child processes for every client: a client must survive the fault without being restarted, and a
+C++ or gRPC client that hangs must be killable without taking pytest with it. Every worker prints one
+JSON object per line; the history keeps every send attempt with its answer and every delivery with
+its time, and ``History.judge`` checks: every acknowledged message delivered at least once, none
+before its time, none that must never be delivered, duplicates only where at-least-once allows them
+(after the fault, or after the listener failed), and delivery resumed after the fault (its recovery
+time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rmq.testing.daemon import RmqdProcess, free_port
+
+# Delay levels shortened (RocketMQ's are 1s 5s 10s 30s 1m ...) so retries and DLQ fit in a cell;
+# the level semantics (store time + the level's delay, retry level = 3 + reconsume times) are unchanged.
+DELAY_LEVELS = "1s 2s 3s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
+BROKER_BASE: dict[str, Any] = {
+    "mappedFileSizeCommitLog": 1024 * 1024,
+    "registerNameServerPeriod": 2000,
+    "messageDelayLevel": DELAY_LEVELS,
+    "transactionCheckInterval": 2000,  # RocketMQ: 60 s; a check after the producer died within a cell
+    "transactionTimeOut": 2000,
+    "timerPrecisionMs": 100,
+}
+
+
+# ----------------------------------------------------------------------------------------- workers
+class Worker:
+    """One client child process; its JSON lines are collected (with the time they were read)."""
+
+    def __init__(self, argv: list[str], log_path: Path, name: str) -> None:
+        self.name = name
+        self.lines: list[dict[str, Any]] = []
+        self.log_path = log_path
+        self._err = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                     text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = {"raw": line}
+            obj.setdefault("t", time.time())
+            self.lines.append(obj)
+
+    def events(self, ev: str) -> list[dict[str, Any]]:
+        return [ln for ln in list(self.lines) if ln.get("ev") == ev]
+
+    def wait(self, pred: Callable[[], Any], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                if pred():
+                    return
+                raise AssertionError(f"{self.name}: {what}: not reached in {timeout:g}s (exit {self.proc.poll()});"
+                                     f" last lines {self.lines[-3:]}; stderr: {self.stderr_tail()}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Ask the worker to finish ("stop" on stdin); kill it when it does not exit in time."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reader.join(5)
+        self._err.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def stderr_tail(self, n: int = 800) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+# ----------------------------------------------------------------------------------------- clusters
+@attrs.define
+class Cluster:
+    """Processes of one cell. ``brokers`` are the broker processes (one name, broker-a); the name
+    server runs alone so a broker fault never takes the routes away."""
+
+    kind: str
+    workdir: Path
+    ns: RmqdProcess
+    brokers: list[RmqdProcess]
+    controllers: list[RmqdProcess] = attrs.field(factory=list)
+    controller_ports: list[int] = attrs.field(factory=list)
+    all: list[RmqdProcess] = attrs.field(factory=list)
+
+    @property
+    def namesrv(self) -> str:
+        return self.ns.namesrv_addr
+
+    def alive(self, p: RmqdProcess) -> bool:
+        return p.proc is not None and p.proc.poll() is None
+
+    def master(self) -> RmqdProcess | None:
+        """The broker that takes writes now (controller mode: the elected one)."""
+        for b in self.brokers:
+            if not self.alive(b):
+                continue
+            t = runtime(b)
+            if t is None:
+                continue
+            if self.kind == "controller":
+                if t.get("controllerRole") == "MASTER":
+                    return b
+            elif t.get("brokerRole", "ASYNC_MASTER") != "SLAVE":
+                return b
+        return None
+
+    def grpc_endpoints(self) -> str:
+        return ";".join(b.grpc_endpoint for b in self.brokers)
+
+    def stop(self) -> None:
+        for p in reversed(self.all):
+            p.stop(timeout=10)
+
+
+def _admin(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5.0) -> Any:
+    import anyio
+
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.plugins.remoting_tcp import TcpRemotingClient
+    from rmq.protocol.command import RemotingCommand
+
+    async def go() -> Any:
+        async with TcpRemotingClient(RemotingConfig(name="faults")) as c:
+            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
+                                                                body), timeout)
+
+    return anyio.run(go)
+
+
+def runtime(p: RmqdProcess) -> dict[str, str] | None:
+    from rmq.protocol.codes import RequestCode
+
+    try:
+        r = _admin(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2)
+    except Exception:  # noqa: BLE001 - a broker that does not answer has no role now
+        return None
+    return json.loads(r.body)["table"] if r.code == 0 else None  # type: ignore[no-any-return]
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = pred()
+        except Exception:  # noqa: BLE001 - not yet
+            v = None
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout:g}s")
+        time.sleep(interval)
+
+
+def start_cluster(kind: str, workdir: Path, broker_extra: dict[str, Any] | None = None) -> Cluster:
+    """``single`` (one broker), ``classic`` (SYNC_MASTER + SLAVE), ``controller`` (1 controller, or 3
+    for ``controller3``, + 2 brokers in controller mode); returns once writes and replication work."""
+    started: list[RmqdProcess] = []
+
+    def start(p: RmqdProcess) -> RmqdProcess:
+        started.append(p)
+        return p.start()
+
+    try:
+        ns = start(RmqdProcess(workdir / "ns", broker=False))
+        base = {**BROKER_BASE, "namesrvAddr": ns.namesrv_addr, **(broker_extra or {})}
+        controllers: list[RmqdProcess] = []
+        ports: list[int] = []
+        if kind == "single":
+            brokers = [start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf=base))]
+        elif kind == "classic":
+            brokers = [start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"})),
+                       start(RmqdProcess(workdir / "b1", namesrv=False,
+                                         broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))]
+        elif kind in ("controller", "controller3"):
+            n = 3 if kind == "controller3" else 1
+            ports = [free_port() for _ in range(n)]
+            peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+            controllers = [start(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+                "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"),
+                "raftPassword": "fault-matrix-raft"}})) for i in range(n)]
+            conf = {**base, "enableControllerMode": True, "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports),
+                    "allAckInSyncStateSet": True, "controllerHeartBeatTimeoutMills": 3000,
+                    "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000,
+                    "haMaxTimeSlaveNotCatchup": 5000}
+            brokers = [start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf)) for i in range(2)]
+            kind = "controller"
+        else:
+            raise ValueError(kind)
+        c = Cluster(kind, workdir, ns, brokers, controllers, ports, started)
+        if kind == "classic":
+            wait_for(lambda: int((runtime(brokers[0]) or {}).get("haConnectionCount", 0)) >= 1, 30, "slave connected")
+        if kind == "controller":
+            def settled() -> bool:
+                m = c.master()
+                return m is not None and len(json.loads((runtime(m) or {})["syncStateSet"])) == 2
+            wait_for(settled, 60, "a master with both brokers in its SyncStateSet", 0.2)
+        return c
+    except BaseException:
+        for p in reversed(started):
+            p.stop(timeout=5)
+        raise
+
+
+def create_topic(c: Cluster, topic: str, queues: int = 4, order: bool = False) -> None:
+    """On the master (a slave gets it from there), then wait for its route at the name server."""
+    from rmq.protocol.codes import RequestCode
+
+    m = wait_for(c.master, 30, "a master")
+    r = _admin(m.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": str(order).lower()})
+    assert r.code == 0, r.remark
+    wait_for(lambda: _admin(c.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == 0, 10,
+             f"route of {topic}")
+
+
+def pull_all(c: Cluster, topic: str) -> list[str]:
+    """Every body of ``topic`` on the current master (or any live broker), from offset 0."""
+    from rmq.protocol.codes import RequestCode
+    from rmq.protocol.message import decode_message
+
+    b = c.master() or next((b for b in c.brokers if c.alive(b)), None)
+    if b is None:
+        return []
+    bodies: list[str] = []
+    for q in range(4):
+        offset = 0
+        while True:
+            r = _admin(b.broker_addr, RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "fault-matrix-audit", "topic": topic, "queueId": q, "queueOffset": offset,
+                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
+                "subVersion": 0, "expressionType": "TAG"})
+            if r.code != 0 or not r.body:
+                break
+            pos = 0
+            while pos < len(r.body):
+                size = int.from_bytes(r.body[pos:pos + 4], "big")
+                bodies.append(decode_message(r.body[pos:pos + size]).body.decode())
+                pos += size
+            offset = int(r.ext["nextBeginOffset"])
+    return bodies
+
+
+# ----------------------------------------------------------------------------------------- faults
+@attrs.define
+class Fault:
+    """A fault: the cluster it needs, what it does (``inject``), and how the cluster heals (``heal``).
+    ``hold`` seconds pass between the two, with the clients running."""
+
+    name: str
+    cluster: str
+    inject: Callable[[Cluster], Any]
+    heal: Callable[[Cluster, Any], None]
+    hold: float = 3.0
+
+
+def _kill_restart(which: Callable[[Cluster], RmqdProcess], graceful: bool = False) -> tuple[Any, Any]:
+    def inject(c: Cluster) -> RmqdProcess:
+        p = which(c)
+        if graceful:
+            p.stop()
+        else:
+            p.kill()
+        return p
+
+    def heal(c: Cluster, p: RmqdProcess) -> None:
+        p.start()
+
+    return inject, heal
+
+
+def _master(c: Cluster) -> RmqdProcess:
+    return wait_for(c.master, 30, "a master")  # type: ignore[no-any-return]
+
+
+def _slave(c: Cluster) -> RmqdProcess:
+    m = _master(c)
+    return next(b for b in c.brokers if b is not m)
+
+
+def _controller_leader(c: Cluster) -> RmqdProcess:
+    from rmq.protocol.codes import RequestCode
+
+    def leader() -> RmqdProcess | None:
+        for p, port in zip(c.controllers, c.controller_ports, strict=True):
+            if c.alive(p):
+                r = _admin(f"127.0.0.1:{port}", RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=2)
+                if r.code == 0 and r.ext.get("isLeader") == "true":
+                    return p
+        return None
+
+    return wait_for(leader, 30, "a controller leader", 0.2)  # type: ignore[no-any-return]
+
+
+def _failover_inject(c: Cluster) -> RmqdProcess:
+    old = _master(c)
+    old.kill()
+    wait_for(lambda: (m := c.master()) is not None and m is not old, 30, "a slave promoted", 0.2)
+    return old
+
+
+FAULTS: dict[str, Fault] = {}
+for _name, _cluster, (_inj, _heal) in (
+    ("sigkill", "single", _kill_restart(lambda c: c.brokers[0])),
+    ("graceful", "single", _kill_restart(lambda c: c.brokers[0], graceful=True)),
+    ("master_death", "classic", _kill_restart(_master)),
+    ("slave_death", "classic", _kill_restart(_slave)),
+    ("controller_leader_loss", "controller3", _kill_restart(_controller_leader)),
+):
+    FAULTS[_name] = Fault(_name, _cluster, _inj, _heal)
+FAULTS["controller_failover"] = Fault("controller_failover", "controller", _failover_inject,
+                                      lambda c, p: p.start())
+
+
+# ----------------------------------------------------------------------------------------- history
+@attrs.define
+class CellResult:
+    """One cell's figures, as the matrix prints them."""
+
+    flow: str
+    fault: str
+    passed: bool = False
+    acked: int = 0
+    delivered: int = 0
+    lost: int = 0
+    early: int = 0
+    forbidden: int = 0
+    dups: int = 0
+    bad_dups: int = 0
+    recovery_s: float | None = None
+    seconds: float = 0.0
+    problems: list[str] = attrs.field(factory=list)
+
+
+RESULTS: list[CellResult] = []  # filled by the matrix test, printed by its conftest's terminal summary
+
+
+class History:
+    """Every send attempt with its answer and every delivery with its time, for one flow.
+
+    A send line: ``{"ev": "send", "id", "t0" (before), "t" (answered), "ok", "not_before" (epoch s,
+    optional), "must": "deliver" | "never" | "any"}``. A delivery line: ``{"ev": "recv", "id", "t",
+    "result": "ok" | "fail" | "hold", "topic"}``."""
+
+    def __init__(self) -> None:
+        self.producers: list[Worker] = []
+        self.consumers: list[Worker] = []
+        self.extra_deliveries: list[dict[str, Any]] = []  # e.g. read from a DLQ by the harness
+
+    def sends(self) -> list[dict[str, Any]]:
+        return [ln for w in self.producers for ln in w.events("send")]
+
+    def deliveries(self) -> list[dict[str, Any]]:
+        return sorted([ln for w in self.consumers for ln in w.events("recv")] + self.extra_deliveries,
+                      key=lambda d: d["t"])
+
+    def must_deliver(self) -> set[str]:
+        return {s["id"] for s in self.sends() if s.get("ok") and s.get("must", "deliver") == "deliver"}
+
+    def never(self) -> set[str]:
+        return {s["id"] for s in self.sends() if s.get("must") == "never"}
+
+    def missing(self) -> set[str]:
+        got = {d["id"] for d in self.deliveries() if d.get("result", "ok") in ("ok", "dlq")}
+        return self.must_deliver() - got
+
+    def judge(self, flow: str, fault: str, fault_at: float, healed_at: float, *,
+              invisible_s: float | None = None, tolerance_s: float = 0.0) -> CellResult:
+        res = CellResult(flow, fault)
+        sends = self.sends()
+        dels = self.deliveries()
+        must = self.must_deliver()
+        res.acked = len(must)
+        never = self.never()
+        not_before = {s["id"]: s["not_before"] for s in sends if s.get("not_before")}
+        seen: dict[str, list[dict[str, Any]]] = {}
+        for d in dels:
+            seen.setdefault(d["id"], []).append(d)
+        done = {mid for mid, ds in seen.items() if any(d.get("result", "ok") in ("ok", "dlq") for d in ds)}
+        res.delivered = len(done & must)
+        res.lost = len(must - done)
+        res.forbidden = len(set(seen) & never)
+        for mid, ds in seen.items():
+            nb = not_before.get(mid)
+            if nb is not None and ds[0]["t"] < nb - tolerance_s:
+                res.early += 1
+            for prev, d in zip(ds, ds[1:], strict=False):
+                if prev.get("result") == "hold" and invisible_s is not None and d["t"] < prev["t"] + invisible_s - 0.5:
+                    res.early += 1  # a received, unacked message back before its invisible time
+                if prev.get("result") in ("fail", "hold") or d.get("result") == "dlq":
+                    continue  # a redelivery the client asked for
+                res.dups += 1
+                if d["t"] < fault_at:
+                    res.bad_dups += 1  # a duplicate before any fault: not at-least-once's doing
+        back = [d["t"] for d in dels if d["t"] >= healed_at]
+        if back:
+            res.recovery_s = round(min(back) - fault_at, 2)
+        sent_after = {s["id"] for s in sends if s.get("ok") and s.get("t0", s["t"]) >= healed_at}
+        resumed = bool(sent_after & done) or bool(sent_after and not (sent_after & must))
+        if res.lost:
+            res.problems.append(f"{res.lost} acknowledged never delivered, e.g. {sorted(must - done)[:5]}")
+        if res.early:
+            res.problems.append(f"{res.early} delivered before their time")
+        if res.forbidden:
+            res.problems.append(f"{res.forbidden} delivered that must never be, e.g. {sorted(set(seen) & never)[:5]}")
+        if res.bad_dups:
+            res.problems.append(f"{res.bad_dups} duplicates before the fault")
+        if res.recovery_s is None or not resumed:
+            res.problems.append("the flow did not resume after the fault (nothing sent after it was delivered)")
+        res.passed = not res.problems
+        return res
+
+
+def python_worker(script: Path, cfg: dict[str, Any], log_dir: Path, name: str,
+                  python: str = sys.executable) -> Worker:
+    """A worker running ``script`` with ``cfg`` (JSON) under ``python``."""
+    return Worker([python, str(script), json.dumps(cfg)], log_dir / f"{name}.log", name)
+
+
+SDK5_PYTHON = os.environ.get("RMQ_SDK5_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv5/bin/python"))
+
+
+def sdk5_python() -> str:
+    """The RocketMQ 5 Python SDK's interpreter: this tree's .venv5, else the main checkout's."""
+    for cand in (SDK5_PYTHON, "/work/main/.venv5/bin/python"):
+        if Path(cand).exists():
+            return cand
+    raise RuntimeError("no .venv5 with rocketmq-python-client (make install-test builds it)")
+
+
+def format_matrix(results: Iterable[CellResult]) -> str:
+    rows = list(results)
+    head = (f"{'flow':<16}{'fault':<24}{'':<6}{'acked':>7}{'deliv':>7}{'lost':>6}{'early':>6}{'never':>6}"
+            f"{'dups':>6}{'recov s':>9}{'cell s':>8}")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        rec = "-" if r.recovery_s is None else f"{r.recovery_s:.1f}"
+        out.append(f"{r.flow:<16}{r.fault:<24}{'PASS' if r.passed else 'FAIL':<6}{r.acked:>7}{r.delivered:>7}"
+                   f"{r.lost:>6}{r.early:>6}{r.forbidden:>6}{r.dups:>6}{rec:>9}{r.seconds:>8.1f}")
+        for p in r.problems[:3]:
+            out.append(f"{'':<22}- {p}")
+    n_ok = sum(r.passed for r in rows)
+    out.append(f"{n_ok}/{len(rows)} cells passed")
+    return "\n".join(out)

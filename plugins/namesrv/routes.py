@@ -234,7 +234,7 @@ class RouteInfoManager:
             added, removed = self._update_topics(broker_name, body.topics)
         elif acting_master is not None and broker_id == min(addrs):  # merged at every registration: cheap
             added, removed = self._update_topics(broker_name, body.topics, merge=True,
-                                                 perm_mask=~Perm.WRITE if acting_master else -1), []
+                                                 perm_mask=~Perm.WRITE if acting_master else -1)
         self.broker_live_table[broker_addr] = BrokerLive(
             now, body.data_version, conn, ha_server_addr, broker_name, cluster, broker_id
         )

@@ -194,3 +194,17 @@ def test_order_topic_conf_in_route() -> None:
                                                                    []), None, 0.0)
     assert rm.pickup_route("T", "b:2")["orderTopicConf"] == "b:2"
     assert "orderTopicConf" not in rm.pickup_route("T")
+
+
+def test_a_prime_slave_registering_again_is_answered_success() -> None:
+    """Seen in every fault-matrix cell's broker log ("register to namesrv failed: TypeError"): the merge
+    branch of a broker that sends enableActingMaster (a master with an unchanged dataVersion, a prime
+    slave always) returned (added, []) as ``added`` and the log line failed on it."""
+    from rmq.plugins.namesrv.routes import RegisterBody, RouteInfoManager
+
+    rm = RouteInfoManager()
+    body = RegisterBody(DataVersion(1, 1), [TopicConfigData("T", 2, 2, 6)], [])
+    rm.register_broker("C", "1.1.1.1:2", "b", 1, "", body, None, 0.0, acting_master=True)
+    grown = RegisterBody(DataVersion(1, 1), [TopicConfigData("T", 2, 2, 6), TopicConfigData("U", 2, 2, 6)], [])
+    rm.register_broker("C", "1.1.1.1:2", "b", 1, "", grown, None, 1.0, acting_master=True)
+    assert set(rm.topic_queue_table) >= {"T", "U"}

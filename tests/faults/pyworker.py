@@ -99,7 +99,7 @@ async def produce(cfg: dict[str, Any]) -> None:
                              "rollback": LocalTransactionState.ROLLBACK_MESSAGE,
                              "unknown": LocalTransactionState.UNKNOW}[outcome]
                     assert isinstance(p, TransactionProducer)
-                    r = (await p.send_in_transaction(msg, lambda m, a, s=state: s)).result
+                    r = (await p.send_in_transaction(msg, lambda m, a, s=state: s)).send_result
                     must = {"commit": "deliver", "rollback": "never"}.get(outcome, "check")
                     if outcome == "unknown":  # the checker of a later producer decides: even commit
                         must = "deliver" if i % 2 == 0 else "never"

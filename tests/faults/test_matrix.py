@@ -227,6 +227,7 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
     ctx = Ctx(cluster, F.History(), tmp_path, f"FM_{flow_name}", f"CG_{flow_name}")
     res = F.CellResult(flow_name, fault_name)
     fault_at = healed_at = 0.0
+    setup_error = ""
     try:
         F.create_topic(cluster, ctx.topic, order=flow.order)
         flow.begin(ctx)
@@ -257,6 +258,8 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
         except AssertionError:
             pass  # judged below
         flow.finish(ctx)
+    except AssertionError as e:  # no traffic before the fault, a worker that did not start: a failed cell
+        setup_error = str(e)[:300]
     finally:
         for w in reversed(ctx.workers):
             w.stop(10)
@@ -273,6 +276,9 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
         res.passed = not res.problems
     else:
         res.problems.append("nothing was sent")
+    if setup_error:
+        res.problems.append(setup_error)
+        res.passed = False
     res.seconds = round(time.time() - t_cell, 1)
     F.RESULTS.append(res)
     print(F.format_matrix([res]))

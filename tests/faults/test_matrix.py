@@ -150,7 +150,7 @@ def tx_second_producer(ctx: Ctx) -> None:
 
 def pop_begin(ctx: Ctx) -> None:
     _consumer_started(ctx.py("consumer", "simple", mode="simple", topic=ctx.topic, group=ctx.group,
-                             invisible_s=4, hold_mod=4))
+                             invisible_s=10, hold_mod=4))
     ctx.py("producer", "produce", mode="produce", topic=ctx.topic, group="PG_" + ctx.group, interval_ms=50)
 
 
@@ -164,7 +164,7 @@ def cpp_begin(ctx: Ctx) -> None:
 def grpc_begin(mode: str) -> Callable[[Ctx], None]:
     def begin(ctx: Ctx) -> None:
         _consumer_started(ctx.sdk5("consumer", f"sdk5-{mode}", mode=mode, topic=ctx.topic, group=ctx.group,
-                                   invisible_s=4, hold_mod=4 if mode == "simple" else 0))
+                                   invisible_s=10, hold_mod=4 if mode == "simple" else 0))
         ctx.sdk5("producer", "sdk5-produce", mode="produce", topic=ctx.topic, interval_ms=50)
     return begin
 
@@ -179,14 +179,15 @@ FLOWS: dict[str, Flow] = {f.name: f for f in (
     Flow("tx_rollback", tx_begin("mix")),
     Flow("tx_check", tx_begin("unknown"), before_fault=tx_producer_dies, after_heal=tx_second_producer),
     Flow("retry_dlq", retry_begin, finish=retry_finish, dlq_mod=7),
-    Flow("pop", pop_begin, invisible_s=4.0),
+    Flow("pop", pop_begin, invisible_s=10.0),
     Flow("request_reply", request_begin),
     Flow("grpc_push", grpc_begin("push")),
-    Flow("grpc_simple", grpc_begin("simple"), invisible_s=4.0),
+    Flow("grpc_simple", grpc_begin("simple"), invisible_s=10.0),
 )}
 FAST = {("normal", "sigkill"), ("retry_dlq", "sigkill"), ("delay", "sigkill")}
-# cells that wait on work in flight elsewhere (durable POP, confirmOffset): in `make faults`, not in the slice
-KNOWN_OPEN: set[tuple[str, str]] = set()
+# flows waiting on work in flight elsewhere: their failing cells stay in `make faults`, never in the slice
+KNOWN_OPEN = {"pop": "durable POP (#27 item 3): unacked receipts come back at once after a restart",
+              "grpc_simple": "durable POP (#27 item 3): unacked receipts come back at once after a restart"}
 
 
 def _cells() -> list[Any]:
@@ -276,6 +277,8 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
         res.passed = not res.problems
     else:
         res.problems.append("nothing was sent")
+    if res.problems and flow_name in KNOWN_OPEN:
+        res.problems.append(f"known open: {KNOWN_OPEN[flow_name]}")
     if setup_error:
         res.problems.append(setup_error)
         res.passed = False

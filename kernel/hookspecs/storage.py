@@ -234,6 +234,22 @@ class ReplicaLog(Protocol):
         """Forget the unfinished tail (a new HA connection restarts at ``max_phy_offset``)."""
         ...
 
+    @property
+    def confirm_offset(self) -> int:
+        """Controller mode (RocketMQ 5's confirmOffset): consume queues and index, hence every reader,
+        hold only records below it; ``max_phy_offset`` while nothing holds dispatch back."""
+        ...
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """Hold dispatch back at ``offset`` (a record boundary; clamped to the log), or None to dispatch
+        to the end (classic mode, a master whose SyncStateSet is itself or without
+        allAckInSyncStateSet). Idempotent; a raised offset dispatches at once. Persisted in the
+        checkpoint (``confirmPhyOffset``); a store started in controller mode begins from the stored
+        value clamped into its log, so a restart never shows more than was confirmed. While held
+        back, appends still reach the attached dispatchers as empty batches (replication ships on
+        them)."""
+        ...
+
     def topic_queues(self) -> dict[str, int]:
         """Topics that have queues in this store, with their highest queue id + 1: a replica promoted
         before its metadata sync copied a topic's config can still serve it."""

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - exercised where isal is absent
     from zlib import crc32
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus
-from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError
+from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError, parse_for_dispatch
 from rmq.protocol.common import MAGIC_MESSAGE
 
 if TYPE_CHECKING:
@@ -55,11 +55,38 @@ class Appender:
         self.n_put = self.n_failed = 0
 
     def rebuild_queue_table(self) -> None:
-        """Next queue offsets from the consume queues (after recovery)."""
+        """Next queue offsets from the consume queues (after recovery), and, in controller mode, from
+        the records the confirm offset still holds back from them (they own their queue offsets)."""
         tq: dict[str, dict[int, int]] = {}
         for cq in self.store.cqs:
             tq.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset
+        if self.store.reput.bound is not None:
+            self._undispatched(tq)
         self.tq = tq
+
+    def _undispatched(self, tq: dict[str, dict[int, int]]) -> None:
+        store = self.store
+        cl = store.commitlog
+        levels = store.config.delay_levels_ms()
+        offset = max(store.reput.offset, cl.min_offset)
+        while offset < cl.max_offset:
+            f = cl.file_for(offset)
+            if f is None:
+                return
+            reqs: list[Any] = []
+            pos, state = parse_for_dispatch(f.mm, offset - f.start, f.wrote, f.start, reqs, 4096, levels)
+            for r in reqs:
+                q = tq.setdefault(r.topic, {})
+                if r.consume_queue_offset >= q.get(r.queue_id, 0):
+                    q[r.queue_id] = r.consume_queue_offset + 1
+            if state == 1:
+                offset = f.end
+            elif state == 0 and reqs:
+                offset = f.start + pos
+            else:  # a corrupt range (skip it when recovery found it) or the end
+                offset = cl.holes.find(f.start + pos) if state == -1 else -1
+                if offset < 0:
+                    return
 
     # ------------------------------------------------------------------ measure
 

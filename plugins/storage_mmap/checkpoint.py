@@ -1,4 +1,4 @@
-"""The small metadata files: ``checkpoint`` (4096 bytes, three big-endian longs), the ``abort``/``lock``
+"""The small metadata files: ``checkpoint`` (4096 bytes, big-endian longs), the ``abort``/``lock``
 markers (§4.1-4.2) and the deleted-topic tombstones.
 
 The checkpoint is written with ``pwrite`` rather than through a mapping: a write that
@@ -6,6 +6,11 @@ finds no space then fails with ENOSPC instead of killing the process with SIGBUS
 and a store on a full disk keeps its times in memory until the file can be written.
 Its values only steer abnormal recovery (where replay starts), so a missing, short
 or implausible checkpoint costs a longer replay, never data: it reads as zeros.
+
+RocketMQ 5's layout: the three times, then ``masterFlushedOffset`` (24, kept as found) and
+``confirmPhyOffset`` (32): in controller mode the offset below which every SyncStateSet member
+held the log, clamped into the recovered log at start (a zero only holds dispatch back until
+the controller names a role).
 """
 
 from __future__ import annotations
@@ -27,15 +32,18 @@ _limited = RateLimitedLog(log, interval=30.0)
 
 CHECKPOINT_SIZE: Final = 4096
 _THREE: Final = struct.Struct(">qqq")
+_OFFSETS: Final = struct.Struct(">qq")  # masterFlushedOffset, confirmPhyOffset (RocketMQ 5, at 24)
 _FUTURE_SLACK_MS: Final = 24 * 3600 * 1000  # a checkpoint time past now + a day is not a time
 
 
 class Checkpoint:
-    """physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp; persisted only by :meth:`flush`."""
+    """physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset, confirmPhyOffset;
+    persisted only by :meth:`flush`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.physic_ts = self.logics_ts = self.index_ts = 0
+        self.master_flushed = self.confirm_phy = 0
         self._fd = -1
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -50,6 +58,8 @@ class Checkpoint:
                 self.physic_ts, self.logics_ts, self.index_ts = values
             else:
                 log.warning("%s: implausible times %s; ignored (recovery scans from the start)", path, values)
+            flushed, confirm = _OFFSETS.unpack_from(data, _THREE.size)
+            self.master_flushed, self.confirm_phy = max(flushed, 0), max(confirm, 0)
         elif data:
             log.warning("%s: checkpoint is %d bytes, expected %d; ignored", path, len(data), CHECKPOINT_SIZE)
         if len(data) != CHECKPOINT_SIZE:
@@ -69,7 +79,8 @@ class Checkpoint:
         """Write and force (blocking; fine on a worker thread). OSError when the disk refuses."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        page = _THREE.pack(self.physic_ts, self.logics_ts, self.index_ts) + bytes(CHECKPOINT_SIZE - 24)
+        page = (_THREE.pack(self.physic_ts, self.logics_ts, self.index_ts)
+                + _OFFSETS.pack(self.master_flushed, self.confirm_phy) + bytes(CHECKPOINT_SIZE - 40))
         if os.pwrite(self._fd, page, 0) != CHECKPOINT_SIZE:
             raise OSError(f"{self.path}: short write")
         if os.fstat(self._fd).st_size != CHECKPOINT_SIZE:

@@ -135,6 +135,8 @@ class LogicsFlusher:
             cq.flush_files(least)
         cp = self.store.checkpoint
         if cp is not None:
+            if self.store.reput.bound is None:  # everything is confirmed (RocketMQ 5's getConfirmOffset)
+                cp.confirm_phy = self.store.commitlog.max_offset
             if least == 0:  # only a thorough round vouches for every consume queue up to logics_ts
                 cp.logics_ts = max(cp.logics_ts, logics_ts)
             cp.physic_ts = max(cp.physic_ts, physic_ts)
@@ -175,4 +177,6 @@ class LogicsFlusher:
                 f.mf.sync()
         cp.physic_ts = max(cp.physic_ts, store.commitlog.last_flushed_ts)
         cp.logics_ts = max(cp.logics_ts, store.cqs.logics_ts)
+        if store.reput.bound is None:
+            cp.confirm_phy = store.commitlog.max_offset
         cp.flush()

@@ -9,6 +9,15 @@ just packed), so the loop does not re-parse bytes it has just written; anything 
 (recovery replay, a hand-off out of step) is parsed from the mapping. A test checks
 that both paths produce identical requests.
 
+Controller mode (RocketMQ 5's ``getReputEndOffset``): ``bound`` is the confirm offset, and
+records at or beyond it are not dispatched, so no consumer (pull, POP, gRPC, lite pull, a
+slave's reads) sees what a SyncStateSet member may still lack. ``None`` (every classic
+broker; a controller-mode master whose SyncStateSet is itself, or without
+allAckInSyncStateSet) dispatches to the log's end: the classic loop pays one ``is None``
+test per turn, nothing per record. While held back, each put still wakes the loop once
+so the attached dispatchers get an empty batch: the replication notifier ships the new
+bytes (a slave's ack is what moves the bound).
+
 Failures: the store's own dispatchers are retried until they take a batch (a full disk
 for their files refuses writes meanwhile, see the store's docstring); a third-party
 dispatcher that raises skips that batch only.
@@ -40,7 +49,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
 _first = operator.itemgetter(0)
+
+
+def _record_end(h: tuple[Any, ...]) -> int:
+    return h[0] + h[1]
+
 _REPLAY_LOG_BYTES = 64 * 1024 * 1024  # replays at least this long log their progress
+_HELD_HANDOFF_MAX = 65536  # hand-offs kept while dispatch is held back; beyond, the records are parsed later
 
 
 async def _asyncio_yield() -> None:
@@ -78,6 +93,8 @@ class ReputService:
         self.idle = False  # the loop sleeps: the next put must wake it
         self.dispatchers: list[CommitLogDispatcher] = []
         self.builtin: list[CommitLogDispatcher] = []
+        self.bound: int | None = None  # controller mode: the confirm offset (see the module docstring)
+        self._poked = 0  # log end the attached dispatchers last heard of while dispatch was held back
         self._wake: Any = None  # an Event, created by start (it needs a running loop)
         self._new_event: Any = anyio.Event
         self._yield: Any = anyio.lowlevel.checkpoint
@@ -102,6 +119,18 @@ class ReputService:
         self.idle = False
         self._wake.set()
 
+    def end(self) -> int:
+        """Where dispatch may go: the log's end, or the confirm offset below it."""
+        end = self.store.commitlog.max_offset
+        bound = self.bound
+        return end if bound is None or bound > end else bound
+
+    def set_bound(self, bound: int | None) -> None:
+        """A new confirm offset (None: none); a raised one wakes the loop."""
+        old, self.bound = self.bound, bound
+        if self._wake is not None and (bound is None or old is None or bound > old):
+            self.wake()
+
     def signal_progress(self) -> None:
         """Wake whoever waits for dispatch; free when nobody does (the usual case: once per reput turn)."""
         progress = self._progress
@@ -121,21 +150,21 @@ class ReputService:
         """Return once dispatch has consumed the commitlog up to ``offset`` (default: its end now)."""
         cl = self.store.commitlog
         target = cl.max_offset if offset is None else offset
-        while self.offset < target and self.offset < cl.max_offset:
+        while self.offset < target and self.offset < self.end():
             await self._progress_event().wait()
 
     async def wait_caught_up_or_stalled(self) -> None:
         store = self.store
-        while self.offset < store.commitlog.max_offset and not store._dispatch_error:
+        while self.offset < self.end() and not store._dispatch_error:
             await self._progress_event().wait()
 
     async def replay_at_start(self) -> None:
         """Replay dispatch before serving (queues complete at start), with progress lines for long
         replays; a replay stalled by a full disk does not hold the start: the store opens read-only."""
         start = self.offset
-        total = self.store.commitlog.max_offset - start
+        total = max(self.end() - start, 0)
         t0 = next_log = time.monotonic()
-        while self.offset < self.store.commitlog.max_offset and not self.store._dispatch_error:
+        while self.offset < self.end() and not self.store._dispatch_error:
             with anyio.move_on_after(1):
                 await self._progress_event().wait()
             if total >= _REPLAY_LOG_BYTES and time.monotonic() >= next_log + 2:
@@ -151,8 +180,19 @@ class ReputService:
 
     async def run(self) -> None:
         store = self.store
+        cl = store.commitlog
         while True:
-            if self.offset >= store.commitlog.max_offset:
+            end = cl.max_offset
+            bound = self.bound
+            if bound is not None and bound < end:
+                if self.offset >= bound:
+                    self._held(end)
+                    wake = self._wake = self._new_event()
+                    self.idle = True
+                    self.signal_progress()
+                    await wake.wait()
+                    continue
+            elif self.offset >= end:
                 wake = self._wake = self._new_event()
                 self.idle = True  # a put sets the event only when the loop sleeps
                 await wake.wait()
@@ -174,13 +214,26 @@ class ReputService:
             self.signal_progress()
             await self._yield()
 
+    def _held(self, end: int) -> None:
+        """Dispatch is held back at the confirm offset: tell the attached dispatchers (an empty batch)
+        that bytes were appended, and keep the hand-off list from growing without end."""
+        if end > self._poked:
+            self._poked = end
+            for d in self.dispatchers[len(self.builtin):]:
+                try:
+                    d.dispatch(())
+                except Exception:
+                    log.exception("dispatcher %r failed on an empty batch", d)
+        if len(self.handoff) > _HELD_HANDOFF_MAX:
+            self.handoff.clear()
+
     async def _once(self) -> None:
         cl = self.store.commitlog
         offset = self.offset
         if offset < cl.min_offset:
             offset = cl.min_offset
         if self.handoff:
-            reqs, end = self._handoff_requests(offset)
+            reqs, end = self._handoff_requests(offset, self.end())
             if reqs:
                 self.n_handoff += len(reqs)
                 await self._dispatch(reqs)
@@ -191,6 +244,10 @@ class ReputService:
             self.offset = cl.max_offset
             return
         limit = f.wrote
+        bound = self.bound
+        held = bound is not None and bound - f.start < limit
+        if held:
+            limit = bound - f.start  # type: ignore[operator]
         holes = cl.holes
         if holes:  # corrupt ranges found by recovery: parse up to the next one, then jump over it
             skip_to = holes.find(offset)
@@ -207,13 +264,16 @@ class ReputService:
             await self._dispatch(reqs)
         if state == 1:
             self.offset = f.end
+        elif state == -1 and held and pos < f.wrote:
+            self.offset = f.start + pos  # a record the confirm offset cuts (none should): wait for the rest
         elif state == -1:
             self.offset = self._resync(f, pos)
         else:
             self.offset = f.start + pos
 
-    def _handoff_requests(self, offset: int) -> tuple[list[Any], int]:
-        """Requests for the handed-off records starting at ``offset`` (none if they do not start there)."""
+    def _handoff_requests(self, offset: int, limit: int) -> tuple[list[Any], int]:
+        """Requests for the handed-off records starting at ``offset`` and ending by ``limit`` (none if
+        they do not start there)."""
         items = self.handoff
         fsize = self.store.commitlog.file_size
         if items[0][0] < offset:  # already dispatched by the parser
@@ -223,7 +283,11 @@ class ReputService:
         if items[0][0] != offset and not self._rolled(offset, items[0][0], fsize):
             return [], offset
         take = items[: self._batch]
-        del items[: self._batch]
+        if take[-1][0] + take[-1][1] > limit:  # held back by the confirm offset: only what ends by it
+            take = take[: bisect.bisect_right(take, limit, key=_record_end)]
+            if not take:
+                return [], offset
+        del items[: len(take)]
         reqs: list[Any] = []
         add = reqs.append
         decode, tags, req, levels = decode_properties, tags_code, DispatchRequest, self._levels

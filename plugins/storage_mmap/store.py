@@ -217,6 +217,19 @@ class MmapMessageStore:
     def reset_replica(self) -> None:
         self.replica.reset()
 
+    @property
+    def confirm_offset(self) -> int:
+        """``ReplicaLog.confirm_offset``: consume queues and index hold only records below it."""
+        return self.reput.end()
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """``ReplicaLog.set_confirm_offset``: hold dispatch back at ``offset`` (None: dispatch to the end)."""
+        if offset is not None:
+            offset = max(min(offset, self.commitlog.max_offset), 0)
+            if self.checkpoint is not None:
+                self.checkpoint.confirm_phy = offset
+        self.reput.set_bound(offset)
+
     def topic_queues(self) -> dict[str, int]:
         """``ReplicaLog.topic_queues``: every topic with a consume queue here, and its highest queue id + 1."""
         out: dict[str, int] = {}
@@ -257,6 +270,8 @@ class MmapMessageStore:
         if self.index is not None:
             self.index.truncate(offset)
         self.reput.offset = min(self.reput.offset, offset)
+        if self.reput.bound is not None and self.reput.bound > offset:
+            self.set_confirm_offset(offset)
         self.reput.handoff.clear()
         self.appender.rebuild_queue_table()
         self.replica.reset()
@@ -343,7 +358,7 @@ class MmapMessageStore:
         self._update_writable()
         with anyio.move_on_after(10, shield=True):
             await self.reput.wait_caught_up_or_stalled()
-        caught_up = self.reput.offset >= self.commitlog.max_offset
+        caught_up = self.reput.offset >= self.reput.end()  # a tail held back by the confirm offset is no fault
         self._tg.cancel_scope.cancel()
         try:
             # LIFO: the policy (final flush, shielded inside), the task group, then files and lock.
@@ -386,6 +401,12 @@ class MmapMessageStore:
             self.config.delay_levels_ms(),
             self._stale_span,
         )
+        if self.config.enableControllerMode:  # RocketMQ 5: the stored confirm offset, clamped into the log
+            cl, cp = self.commitlog, self.checkpoint
+            self.reput.bound = cp.confirm_phy = min(max(cp.confirm_phy, cl.min_offset), cl.max_offset)
+            if self.reput.bound < cl.max_offset:
+                log.info("store %s: confirm offset %d; records from there to %d wait for the SyncStateSet",
+                         self.root, self.reput.bound, cl.max_offset)
         self.appender.rebuild_queue_table()
         return abnormal
 
@@ -592,6 +613,7 @@ class MmapMessageStore:
             "flushed_offset": cl.flushed_where,
             "dispatched_offset": self.reput.offset,
             "dispatch_lag_bytes": cl.max_offset - self.reput.offset,
+            **({} if self.reput.bound is None else {"confirm_offset": self.reput.end()}),
             "dispatched_from_handoff": self.reput.n_handoff,
             "dispatched_from_parse": self.reput.n_parsed,
             "commitlog_files": len(cl.files),

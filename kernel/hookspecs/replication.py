@@ -68,6 +68,14 @@ class ReplicationService(Protocol):
         ``max_lag_ms`` and hold its current epoch (from ``epoch_start``): the SyncStateSet candidates."""
         ...
 
+    def set_sync_state_set(self, broker_ids: set[int] | None) -> None:
+        """Controller-mode master: the other SyncStateSet members; the store's confirm offset
+        (``ReplicaLog.set_confirm_offset``) follows the smallest offset they all acknowledged, and
+        every slave is told it. None: nothing bounds it (the set is the master alone, or
+        allAckInSyncStateSet is false, as RocketMQ 5.2+). Called on promotion (before the store
+        becomes writable) and on every SyncStateSet change."""
+        ...
+
     async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
         """Controller mode with allAckInSyncStateSet: True once every listed slave holds ``end_offset``,
         False after slaveTimeout."""

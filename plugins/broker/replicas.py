@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import MASTER, SLAVE, ConfigFile, RemotingConfig
+from rmq.kernel import MASTER, SLAVE, ConfigFile, RemotingConfig, ReplicaLog
 from rmq.plugins.broker.epochs import EpochFile, common_point, epoch_list
 from rmq.protocol.access import ADMIN, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -245,7 +245,7 @@ class ReplicasManager:
         ext = {"clusterName": self.cfg.brokerClusterName, "brokerAddr": self.broker.broker_addr,
                "brokerName": self.cfg.brokerName, "brokerId": str(self.broker_id),
                "epoch": str(self.epochs.last_epoch), "maxOffset": str(self.broker.store.max_phy_offset),
-               "confirmOffset": str(self.broker.store.max_phy_offset),
+               "confirmOffset": str(self.confirm_offset()),
                "heartbeatTimeoutMills": str(self.cfg.controllerHeartBeatTimeoutMills),
                "electionPriority": str(self.cfg.brokerElectionPriority)}
         for addr in self.addrs:
@@ -284,6 +284,7 @@ class ReplicasManager:
                                         set(body.get("syncStateSet") or []))
             elif self.role == "MASTER" and int(body.get("syncStateSetEpoch") or 0) > self.sss_epoch:
                 self.sss, self.sss_epoch = set(body.get("syncStateSet") or []), int(body["syncStateSetEpoch"])
+                self._bound_confirm()
             if self.role == "SLAVE":
                 await self._adopt_master_epochs()
 
@@ -308,6 +309,7 @@ class ReplicasManager:
             if r.code == 0:
                 log.info("sync state set of %s is now %s", self.cfg.brokerName, sorted(new))
                 self.sss, self.sss_epoch = new, int(r.ext.get("newSyncStateSetEpoch") or self.sss_epoch + 1)
+                self._bound_confirm()
             else:
                 log.info("sync state set change %s refused: code %d %s", sorted(new), r.code, r.remark or "")
 
@@ -351,11 +353,13 @@ class ReplicasManager:
         was = self.role
         if b.replication is not None:
             b.replication.set_role("SYNC_MASTER")
+        self.sss_epoch, self.sss = sss_epoch, sss or {self.broker_id}
+        self._bound_confirm()  # before the queues are taken: they hold what is confirmed
         await store.become_writable()
         b.adopt_stored_topics()
         self.epochs.truncate_from_epoch(epoch)
         self.epochs.append(epoch, store.max_phy_offset)
-        self.master_epoch, self.sss_epoch, self.sss = epoch, sss_epoch, sss or {self.broker_id}
+        self.master_epoch = epoch
         self.master_id, self.master_addr = self.broker_id, b.broker_addr
         self.role = "MASTER"
         self.fenced_reason = ""
@@ -364,6 +368,21 @@ class ReplicasManager:
         await self.kernel.change_role(MASTER, b)  # delay, timer, transaction checks... start here
         log.info("%s is MASTER of %s at epoch %d (was %s), log end %d", b.broker_addr, self.cfg.brokerName, epoch,
                  was, store.max_phy_offset)
+
+    def _bound_confirm(self) -> None:
+        """A master serves below the smallest offset every other SyncStateSet member acknowledged; its
+        whole log when the set is itself or allAckInSyncStateSet is false (RocketMQ 5.2+)."""
+        others = self.sss - {self.broker_id}
+        members = others if others and self.cfg.allAckInSyncStateSet else None
+        if self.broker.replication is not None:
+            self.broker.replication.set_sync_state_set(members)
+        elif isinstance(self.broker.store, ReplicaLog):
+            self.broker.store.set_confirm_offset(None)
+
+    def confirm_offset(self) -> int:
+        """What consumers may read up to (BrokerHeartbeatRequestHeader.confirmOffset)."""
+        store = self.broker.store
+        return store.confirm_offset if isinstance(store, ReplicaLog) else store.max_phy_offset
 
     async def _to_slave(self, master_id: int, master_addr: str, epoch: int) -> None:
         b = self.broker
@@ -437,6 +456,7 @@ class ReplicasManager:
             "masterEpoch": str(self.master_epoch),
             "syncStateSet": json.dumps(sorted(self.sss)),
             "syncStateSetEpoch": str(self.sss_epoch),
+            "confirmOffset": str(self.confirm_offset()),
             "controllerLeader": self.leader,
             **({"fenced": self.fenced_reason} if self.fenced_reason and self.role == "MASTER" else {}),
         }

@@ -7,7 +7,10 @@ of them stays aligned).
 Controller mode only: the slave first sends a 16-byte handshake with its broker id.
 
 Master → slave: frames ``[8 B physical offset][4 B body size][body]``; a body of size 0
-is a heartbeat. The decoder refuses what no master sends (a negative offset or size,
+is a heartbeat. Controller mode (after that handshake) adds ``[8 B confirmOffset]`` to
+every header, as AutoSwitchHA's TRANSFER header carries it: the slave serves only below
+``min(confirmOffset, its own end)``. (Neither side of a controller-mode link speaks the 4.x
+stream to a Java peer, which runs AutoSwitchHA: this is rmq's own controller-mode stream.) The decoder refuses what no master sends (a negative offset or size,
 a body over ``max_body``) with :class:`FrameError`, whose message names the fault; the
 connection then resets and nothing of the frame is applied.
 """
@@ -18,6 +21,7 @@ import struct
 from collections.abc import Iterator
 
 __all__ = [
+    "CONFIRM_HEADER",
     "HANDSHAKE",
     "HEADER",
     "REPORT",
@@ -35,6 +39,8 @@ REPORT = struct.Struct(">q")
 #: isAsyncLearner, slave broker id) so that its master knows which replica each connection is
 HANDSHAKE = struct.Struct(">ihhq")
 HEADER = struct.Struct(">qi")
+#: controller mode: offset, body size, the master's confirm offset
+CONFIRM_HEADER = struct.Struct(">qiq")
 #: a slave's read buffer in RocketMQ is 4 MiB; no master sends a body larger than that
 MAX_BODY = 4 * 1024 * 1024
 #: a master keeps at most this many unread report bytes (RocketMQ's read buffer is 1 MiB)
@@ -60,8 +66,9 @@ def decode_handshake(data: bytes) -> int:
     return int(broker_id)
 
 
-def encode_header(offset: int, size: int) -> bytes:
-    return HEADER.pack(offset, size)
+def encode_header(offset: int, size: int, confirm: int | None = None) -> bytes:
+    """A frame header; with ``confirm`` the controller-mode layout."""
+    return HEADER.pack(offset, size) if confirm is None else CONFIRM_HEADER.pack(offset, size, confirm)
 
 
 class ReportReader:
@@ -85,13 +92,16 @@ class ReportReader:
 
 
 class TransferDecoder:
-    """Slave side: feed received bytes, iterate ``(offset, body)`` frames (body ``b""`` = heartbeat)."""
+    """Slave side: feed received bytes, iterate ``(offset, body)`` frames (body ``b""`` = heartbeat).
+    ``confirm``: controller-mode headers; ``confirm_offset`` is then the newest frame's (-1 before one)."""
 
-    __slots__ = ("_buf", "max_body")
+    __slots__ = ("_buf", "_header", "confirm_offset", "max_body")
 
-    def __init__(self, max_body: int = MAX_BODY) -> None:
+    def __init__(self, max_body: int = MAX_BODY, confirm: bool = False) -> None:
         self._buf = bytearray()
         self.max_body = max_body
+        self._header = CONFIRM_HEADER if confirm else HEADER
+        self.confirm_offset = -1
 
     @property
     def buffered(self) -> int:
@@ -101,17 +111,23 @@ class TransferDecoder:
         buf = self._buf
         buf += data
         pos = 0
+        header = self._header
+        hsize = header.size
         try:
-            while len(buf) - pos >= 12:
-                offset, size = HEADER.unpack_from(buf, pos)
+            while len(buf) - pos >= hsize:
+                offset, size, *confirm = header.unpack_from(buf, pos)
                 if offset < 0:
                     raise FrameError(f"frame with negative offset {offset}")
                 if size < 0 or size > self.max_body:
                     raise FrameError(f"frame at offset {offset} announces {size} bytes (limit {self.max_body})")
-                if len(buf) - pos - 12 < size:
+                if confirm and confirm[0] < 0:
+                    raise FrameError(f"frame at offset {offset} with negative confirm offset {confirm[0]}")
+                if len(buf) - pos - hsize < size:
                     break
-                body = bytes(buf[pos + 12 : pos + 12 + size])
-                pos += 12 + size
+                body = bytes(buf[pos + hsize : pos + hsize + size])
+                pos += hsize + size
+                if confirm:
+                    self.confirm_offset = confirm[0]
                 yield offset, body
         finally:
             del buf[:pos]

@@ -26,6 +26,15 @@ to apply and says so.
 Failover (a controller promoting a slave) needs only ``set_role`` and
 ``update_master_address``: the transfer itself does not change.
 
+Confirm offset (controller mode; RocketMQ 5's ``AutoSwitchHAService.computeConfirmOffset``): a
+master told its SyncStateSet by ``set_sync_state_set`` holds its store's dispatch back at the
+smallest offset every other member acknowledged (acks of 0 do not count; a member with no
+connection leaves the value where it is; it never goes down while the master serves), and
+recomputes it on each ack from a member. Every frame header carries it (``frames``); a slave
+holds its own dispatch at ``min(confirmOffset, its log end)``, so a slave serves no more than
+its master confirmed. ``None`` (a SyncStateSet of the master alone, or allAckInSyncStateSet
+false, as 5.2+) dispatches to the end.
+
 Who is a slave: RocketMQ serves any peer that connects. With ``aclEnable`` or tls
 ``server.mode = enforcing`` (``guarded``), a peer must prove itself first: its address
 is in ``haWhiteRemoteAddresses`` or it presented a TLS client certificate that verified
@@ -184,6 +193,7 @@ class HAService:
         self.white = parse_white_list(config.haWhiteRemoteAddresses)
         self.refused = 0
         self.ports: dict[str, int] = {}  # the kernel's table of opened ports: the bound HA port goes in as "ha"
+        self.confirm_members: set[int] | None = None  # master: the other SyncStateSet members (see the docstring)
 
     # ------------------------------------------------------------------ ReplicationService
 
@@ -219,6 +229,30 @@ class HAService:
                     return False
         return True
 
+    def set_sync_state_set(self, broker_ids: set[int] | None) -> None:
+        """Controller-mode master: the other SyncStateSet members whose acks bound the confirm offset;
+        None: nothing bounds it (the set is the master alone, or allAckInSyncStateSet is false)."""
+        self.confirm_members = set(broker_ids) if broker_ids else None
+        self._update_confirm()
+
+    def _update_confirm(self) -> None:
+        members = self.confirm_members
+        if not self.handshake or self.role == "SLAVE":
+            return
+        log_ = self.log
+        if members is None:
+            log_.set_confirm_offset(None)
+            return
+        acks = {k.broker_id: k.ack_offset for k in self.links if k.broker_id in members and k.ack_offset >= 0}
+        if len(acks) < len(members):
+            return  # a member without a connection (or its first ack): the value stays (RocketMQ issue 6662)
+        old = log_.confirm_offset
+        new = min([self.store.max_phy_offset, *(a for a in acks.values() if a > 0)])
+        if new > old or old == self.store.max_phy_offset:
+            log_.set_confirm_offset(max(new, old))
+            if new > old:
+                self.notifier.poke()  # the writers tell the slaves at once
+
     def in_sync(self, max_lag_ms: int, epoch_start: int) -> set[int]:
         """Controller mode: slaves (by broker id) that acknowledged the whole log within ``max_lag_ms``
         and hold this master's current epoch."""
@@ -248,6 +282,9 @@ class HAService:
             return
         log.info("HA role %s -> %s", self.role, role)
         self.role = role
+        if role == "SLAVE" and self.handshake:  # serve no more than now until the new master confirms
+            self.confirm_members = None
+            self.log.set_confirm_offset(self.log.confirm_offset)
         if role == "SLAVE":
             if master_address:
                 self.update_master_address(master_address)
@@ -410,7 +447,8 @@ class HAService:
                     )
                     # tell a slave where this log ends: its header check then refuses to apply
                     with anyio.move_on_after(1):
-                        await stream.send(encode_header(master_max, 0))
+                        await stream.send(encode_header(master_max, 0,
+                                                        self.log.confirm_offset if self.handshake else None))
                     return "diverged log"
                 return f"acknowledged {offset}, beyond this master's end {master_max}"
             if link.request_offset < 0:
@@ -421,6 +459,8 @@ class HAService:
             if offset >= master_max:
                 link.caught_up = time.monotonic()
             self.replicated.advance(offset)
+            if self.confirm_members is not None and link.broker_id in self.confirm_members:
+                self._update_confirm()
 
     async def _transfer(self, stream: SocketStream, link: SlaveLink, scope: anyio.CancelScope) -> None:
         await link.reported.wait()
@@ -431,8 +471,11 @@ class HAService:
         else:
             nxt = link.request_offset
         last_write = time.monotonic()
+        confirm = sent_confirm = None  # controller mode: the confirm offset now, and as the slave last heard it
         try:
             while True:
+                if self.handshake:
+                    confirm = self.log.confirm_offset
                 data = self.log.read_commitlog(nxt, self.batch)
                 if data is None:
                     _limited.error(
@@ -444,16 +487,18 @@ class HAService:
                     break
                 if data:
                     with anyio.fail_after(self.housekeeping):
-                        await stream.send(encode_header(nxt, len(data)) + data)
+                        await stream.send(encode_header(nxt, len(data), confirm) + data)
                     nxt += len(data)
                     link.sent_offset = nxt
                     last_write = time.monotonic()
+                    sent_confirm = confirm
                     continue
                 idle = time.monotonic() - last_write
-                if idle >= self.heartbeat:
+                if idle >= self.heartbeat or confirm != sent_confirm:
                     with anyio.fail_after(self.housekeeping):
-                        await stream.send(encode_header(nxt, 0))
+                        await stream.send(encode_header(nxt, 0, confirm))
                     last_write = time.monotonic()
+                    sent_confirm = confirm
                     continue
                 await self.notifier.wait(self.heartbeat - idle)
         except TimeoutError:
@@ -500,7 +545,7 @@ class HAService:
             self.diverged = ""
             self.master_connected = True
             log.info("HA connected to master %s; this log ends at %d", addr, self.store.max_phy_offset)
-            decoder = TransferDecoder(max(self.batch, 4 * 1024 * 1024))
+            decoder = TransferDecoder(max(self.batch, 4 * 1024 * 1024), confirm=self.handshake)
             if self.handshake:
                 await stream.send(encode_handshake(max(self.identity, 0)))
             await self._report(stream)
@@ -555,6 +600,10 @@ class HAService:
             except (FrameError, ReplicaError) as e:
                 _limited.error("bad-frame", "HA: refused data from the master: %s; reconnecting", e)
                 return f"refused data: {e}"
+            if decoder.confirm_offset >= 0:  # serve only what the master confirmed (and this log holds)
+                confirm = min(decoder.confirm_offset, self.store.max_phy_offset)
+                if confirm != self.log.confirm_offset:
+                    self.log.set_confirm_offset(confirm)
             if moved and self.store.max_phy_offset > self.slave_reported:
                 with anyio.fail_after(self.housekeeping):
                     await self._report(stream)

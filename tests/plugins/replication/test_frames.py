@@ -43,6 +43,21 @@ def test_transfer_decoder_frames_and_limits() -> None:
         list(TransferDecoder(100).feed(encode_header(0, -1)))
 
 
+def test_controller_mode_headers_carry_the_confirm_offset() -> None:
+    """After the controller-mode handshake every header adds the master's confirmOffset (AutoSwitchHA's
+    TRANSFER header carries it too); the decoder keeps the newest one."""
+    assert encode_header(5, 3, 4) == struct.pack(">qiq", 5, 3, 4)
+    d = TransferDecoder(max_body=100, confirm=True)
+    assert d.confirm_offset == -1
+    stream = encode_header(0, 3, 0) + b"abc" + encode_header(3, 0, 3)
+    got = []
+    for i in range(len(stream)):
+        got += [(off, body, d.confirm_offset) for off, body in d.feed(stream[i : i + 1])]
+    assert got == [(0, b"abc", 0), (3, b"", 3)] and d.buffered == 0
+    with pytest.raises(FrameError, match="negative confirm offset"):
+        list(TransferDecoder(100, confirm=True).feed(encode_header(0, 0, -1)))
+
+
 @fuzz_settings()
 @given(st.binary(max_size=4096), st.lists(st.integers(1, 64), min_size=1, max_size=20))
 def test_fuzz_transfer_decoder(data: bytes, cuts: list[int]) -> None:

@@ -53,8 +53,11 @@ def recover_store(
     scan_all: bool,
     delay_levels: Sequence[int],
     stale_span: int,
+    held_from: int = -1,
 ) -> tuple[int, dict[str, Any]]:
-    """Blocking (worker thread). Returns (where dispatch replays from, a summary for ``stats()``)."""
+    """Blocking (worker thread). Returns (where dispatch replays from, a summary for ``stats()``).
+    ``held_from``: controller mode's stored confirm offset; queues that end at or past it are not
+    behind, their records wait for it (no repair is reported)."""
     t0 = time.monotonic()
     commitlog.load()
     cqs.load()  # found, not mapped: each queue is mapped below, one at a time, and parked again
@@ -137,6 +140,8 @@ def recover_store(
         elif firsts.get((topic, qid), (-1, -1))[0] > first_qoff >= 0 and first_phys < firsts[(topic, qid)][1]:
             cq.drop_all(f"lost its first units (the commitlog has offset {first_qoff} at {first_phys})")
             need(first_phys, f"consume queue {cq.name}: {cq.damage}")
+        elif cq.max_phys < last_end and 0 <= held_from <= cq.max_phys:
+            reput = min(reput, max(cq.max_phys, cl_min))  # the rest waits for the confirm offset
         elif cq.max_phys < last_end:
             need(cq.max_phys, f"consume queue {cq.name}: behind its records (ends at {cq.max_phys})")
     if index is not None:

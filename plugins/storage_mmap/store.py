@@ -400,6 +400,7 @@ class MmapMessageStore:
             verify_all(self.options, self.commitlog),
             self.config.delay_levels_ms(),
             self._stale_span,
+            self.checkpoint.confirm_phy if self.config.enableControllerMode else -1,
         )
         if self.config.enableControllerMode:  # RocketMQ 5: the stored confirm offset, clamped into the log
             cl, cp = self.commitlog, self.checkpoint

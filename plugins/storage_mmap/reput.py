@@ -217,7 +217,7 @@ class ReputService:
     def _held(self, end: int) -> None:
         """Dispatch is held back at the confirm offset: tell the attached dispatchers (an empty batch)
         that bytes were appended, and keep the hand-off list from growing without end."""
-        if end > self._poked:
+        if end != self._poked:  # (a truncated log may end below the last value)
             self._poked = end
             for d in self.dispatchers[len(self.builtin):]:
                 try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -26,32 +25,18 @@ from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess
+from rmq.testing.faults import Worker as ChildWorker
 
 WORKER = Path(__file__).with_name("cppworker.py")
 
 
-class Worker:
-    """One C++ client process; its JSON lines are collected by a reader thread."""
+class Worker(ChildWorker):
+    """One C++ client process (cppworker.py); its JSON lines are collected by the base's reader thread."""
 
     def __init__(self, cfg: dict[str, Any], log_dir: Path) -> None:
         self.cfg = cfg
-        self.lines: list[dict[str, Any]] = []
-        self.log_path = log_dir / f"cpp-{cfg['mode']}-{id(self):x}.log"
-        self._err = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(cfg)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.lines.append(json.loads(line))
-            except ValueError:
-                self.lines.append({"raw": line})
+        super().__init__([sys.executable, str(WORKER), json.dumps(cfg)],
+                         log_dir / f"cpp-{cfg['mode']}-{id(self):x}.log", f"C++ {cfg['mode']} worker")
 
     def messages(self) -> list[dict[str, Any]]:
         return [ln["msg"] for ln in list(self.lines) if "msg" in ln]
@@ -61,18 +46,6 @@ class Worker:
 
     def has(self, key: str) -> bool:
         return any(key in ln for ln in list(self.lines))
-
-    def wait(self, pred: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if pred():
-                return
-            if self.proc.poll() is not None and not pred():
-                break
-            time.sleep(0.05)
-        if not pred():
-            raise AssertionError(f"{what}: not reached in {timeout:g}s (worker exit {self.proc.poll()}); "
-                                 f"last lines {self.lines[-3:]}; stderr: {self.stderr_tail()}")
 
     def finish(self, timeout: float) -> list[dict[str, Any]]:
         """Wait for a self-terminating worker (produce/pull) and return its lines."""
@@ -84,34 +57,6 @@ class Worker:
                                  f"last lines {self.lines[-3:]}") from None
         self._reader.join(5)
         return list(self.lines)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """Ask a push worker to shut its consumer down; kill it when it does not exit in time."""
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write("stop\n")
-                self.proc.stdin.flush()
-                self.proc.stdin.close()
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._reader.join(5)
-        self._err.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-
-    def stderr_tail(self, n: int = 800) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
 
 
 @pytest.fixture

@@ -112,10 +112,11 @@ class Backend:
 
     def csrf_valid(self, token: str, user: str) -> bool:
         nonce, sep, mac = token.partition(".")
-        return bool(sep and nonce and len(token) < 200) and hmac.compare_digest(mac, self._csrf_mac(nonce, user))
+        return bool(sep and nonce and len(token) < 200) and hmac.compare_digest(
+            mac.encode("utf-8", "surrogatepass"), self._csrf_mac(nonce, user).encode())  # bytes: any text
 
     def _csrf_mac(self, nonce: str, user: str) -> str:
-        digest = hmac.new(self._csrf_key, f"{nonce}\0{user}".encode(), hashlib.sha256).digest()
+        digest = hmac.new(self._csrf_key, f"{nonce}\0{user}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     async def broker_addr(self, admin: Admin, offset_id: str) -> str:

@@ -163,7 +163,7 @@ class Gate:
         if not _date_ok(stamp, time.time() if now is None else now):
             raise Refused(C.UNAUTHORIZED, "x-mq-date-time is malformed or more than 15 minutes from the server's clock")
         want = hmac.new(acct.secret_key.encode(), stamp.encode(), hashlib.sha1).hexdigest()
-        if not hmac.compare_digest(want, sig.lower()):
+        if not hmac.compare_digest(want.encode(), sig.lower().encode("utf-8", "surrogatepass")):  # bytes: any text
             raise Refused(C.UNAUTHORIZED, f"signature check failed for access key {ak}")
         return acct.access_key, acct.secret_key
 

@@ -316,7 +316,9 @@ class MessagingService(sg.MessagingServiceServicer):
         """The POP receipt's fields of a handle this broker issued for this group and topic, else None
         (forged, altered, another group's or topic's, or from before a restart)."""
         handle, _, mac = sealed.rpartition(" ")
-        if not handle or len(mac) != 32 or not hmac.compare_digest(self._mac(group, topic, handle), mac):
+        # bytes: compare_digest raises TypeError on str with non-ASCII characters (a peer chooses them)
+        given = mac.encode("utf-8", "surrogatepass")
+        if not handle or len(mac) != 32 or not hmac.compare_digest(self._mac(group, topic, handle).encode(), given):
             return None
         return self._handle_parts(handle)
 

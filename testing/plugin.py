@@ -9,17 +9,35 @@ a test asks for a fixture.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import shutil
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
 
 from rmq.testing.daemon import RmqdProcess
 
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Remember whether a test's call passed, so its daemons' stores can go with it."""
+    report = yield
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+    return report
+
 
 @pytest.fixture
-def rmqd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RmqdProcess]]:
-    """Start rmqd processes (namesrv + broker by default); all are stopped at teardown."""
+def rmqd_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., RmqdProcess]]:
+    """Start rmqd processes (namesrv + broker by default); all are stopped at teardown.
+
+    A passed test's stores are removed at once (each commitlog segment is reserved whole, so a
+    suite's worth would fill a shared disk); a failed test's stay for reading.
+    """
     started: list[RmqdProcess] = []
 
     def start(**kwargs: Any) -> RmqdProcess:
@@ -30,6 +48,9 @@ def rmqd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     yield start
     for proc in reversed(started):
         proc.stop()
+    if request.node.stash.get(_PASSED, False):
+        for proc in started:
+            shutil.rmtree(proc.workdir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -34,14 +34,7 @@ and the contract of each Protocol are documented in ``rmq.kernel.hookspecs.<conc
 plugins import only from here, exactly as a third party's would.
 """
 
-from rmq.kernel.config import (
-    BrokerConfig,
-    ConfigError,
-    NamesrvConfig,
-    RootConfig,
-    load_config,
-    rmq_home,
-)
+from rmq.kernel.config import ConfigError, RootConfig, load_config, rmq_home
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
 from rmq.kernel.hookspecs.broker import BrokerContext, PutStage
 from rmq.kernel.hookspecs.dispatch import CommitLogDispatcher
@@ -80,7 +73,6 @@ from rmq.kernel.watermark import Watermark
 
 __all__ = [
     "AllocateStrategy",
-    "BrokerConfig",
     "BrokerContext",
     "CommitLogDispatcher",
     "ConfigError",
@@ -103,7 +95,6 @@ __all__ = [
     "MessageQueue",
     "MessageRecord",
     "MessageStore",
-    "NamesrvConfig",
     "NoOptions",
     "PersistedTable",
     "PluginError",

@@ -81,7 +81,7 @@ async def _run(config: RootConfig) -> None:
 
 def _exposure(config: RootConfig) -> str:
     """What the start-up line says about who can reach this daemon."""
-    hosts = sorted({c.listenHost for c in (config.namesrv, config.controller, config.broker) if c is not None})
+    hosts = sorted({getattr(config, role).listenHost for role in config.roles()})
     if config.source == EMBEDDED and all(h.startswith("127.") for h in hosts):
         return (f"; embedded default: listening on {', '.join(hosts)} only "
                 "(give a --config, or --set <role>.listenHost=0.0.0.0, to serve other hosts)")

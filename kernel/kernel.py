@@ -58,18 +58,16 @@ class Kernel:
     @classmethod
     def for_client(cls, selection: dict[str, list[str]] | None = None) -> Kernel:
         """The small kernel a client builds: transport, allocation strategies and filters only."""
-        from rmq.kernel.config import ALL_ALLOCATORS
+        from rmq.kernel.config import BASE_SELECTION
 
-        sel = {"remoting": ["tcp"], "allocation": list(ALL_ALLOCATORS), "filters": ["tag", "sql92", "class"]}
-        sel.update(selection or {})
+        sel = {**BASE_SELECTION, **(selection or {})}
         kernel = cls(RootConfig())
         kernel.plugins = pmod.load_selected(kernel.pm, sel, lambda ns, name: {})
         return kernel
 
     def _check_required(self) -> None:
         sel = self.config.selected()
-        required = ["remoting", "processors"] + (["storage", "flush"] if self.config.broker else [])
-        for ns in required:
+        for ns in self.config.required():
             if not sel.get(ns):
                 raise pmod.PluginError(
                     f"namespace rmq.{ns} is empty but required by the enabled roles; "

@@ -1,6 +1,6 @@
 """The one local-address probe: what peers would reach this host by.
 
-Brokers write it into message ids (``brokerIP1`` unset) and clients into client ids
+Brokers write it into message ids (when no address is configured) and clients into client ids
 and UNIQ_KEYs; both ask here, once per process. A UDP ``connect`` picks the route and
 sends no packet; hosts without a route fall back to their name's address, then loopback.
 """

@@ -29,7 +29,7 @@ from rmq.protocol.names import validate_topic
 from rmq.protocol.record import HEADERS
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
+    from rmq.roles import BrokerConfig
 
 __all__ = [
     "SCHEDULE_TOPIC",

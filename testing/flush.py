@@ -19,9 +19,9 @@ from typing import ClassVar
 import anyio
 import pytest
 
-from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
 from rmq.kernel.watermark import Watermark
+from rmq.roles import BrokerConfig
 
 
 class CountingFlushable:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from rmq.kernel.markers import hookspec
 
 if TYPE_CHECKING:
-    from rmq.kernel.config import BrokerConfig
     from rmq.kernel.hookspecs.remoting import Connection
     from rmq.kernel.hookspecs.storage import MessageStore
     from rmq.kernel.kernel import Kernel
@@ -39,10 +38,11 @@ class BrokerContext(Protocol):
     All members are read on the event loop; none blocks. ``store`` is open for the
     whole life of an extension's lifespan. ``broker_addr`` is the address clients
     use; ``config_dir`` holds the broker's metadata files (write yours there with
-    ``rmq.kernel.metafile.ConfigFile``).
+    ``rmq.kernel.metafile.ConfigFile``). ``config`` is the ``[broker]`` table (``rmq.roles.BrokerConfig``:
+    the kernel knows no role's keys, so it is typed ``Any`` here).
     """
 
-    config: BrokerConfig
+    config: Any
     config_dir: Path
     store: MessageStore
     delay_levels: list[int]

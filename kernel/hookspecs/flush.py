@@ -1,6 +1,6 @@
 """Flush: when appended commitlog bytes are forced to disk.
 
-Bundled: ``async`` (flushDiskType=ASYNC_FLUSH: every 500 ms if >= 4 dirty pages,
+Bundled: ``async`` (RocketMQ's ASYNC_FLUSH: every 500 ms if >= 4 dirty pages,
 everything every 10 s) and ``sync`` (SYNC_FLUSH: group commit, a put waits for
 the fdatasync that covers it; many puts share one).
 """
@@ -74,12 +74,12 @@ def rmq_flush_make_policy(kernel: Kernel, store: Flushable, config: Any) -> Flus
     """Build the flush policy of ``store``.
 
     Called once by the store's owner (the broker) after building the store and before
-    entering it; the result is handed to the store with ``store.attach(flush_policy=...)``. ``config`` is the broker config
-    (flushIntervalCommitLog, flushCommitLogLeastPages, syncFlushTimeout...).
+    entering it; the result is handed to the store with ``store.attach(flush_policy=...)``. ``config`` is the ``[broker]``
+    table (``rmq.roles.BrokerConfig``: its flush intervals, pages and timeouts).
     Return None to defer to the next plugin.
 
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, services).
     - ``store``: the ``Flushable`` store to flush.
-    - ``config``: the broker's ``BrokerConfig`` (flush intervals, pages, timeouts).
+    - ``config``: the ``[broker]`` table (``rmq.roles.BrokerConfig``).
     """

@@ -23,7 +23,7 @@ class ReplicationService(Protocol):
 
     ``async with service:`` runs it. ``wait_replicated(end_offset)`` is awaited
     by SYNC_MASTER puts: True once a slave acknowledged ``end_offset``, False after
-    slaveTimeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
+    the broker's slave timeout (FLUSH_SLAVE_TIMEOUT); it must return promptly with False when no
     slave is connected (SLAVE_NOT_AVAILABLE is decided by ``slave_available``).
 
     Commit notification: a service exposes ``replicated: Watermark`` (bytes up to N
@@ -72,13 +72,13 @@ class ReplicationService(Protocol):
         """Controller-mode master: the other SyncStateSet members; the store's confirm offset
         (``ReplicaLog.set_confirm_offset``) follows the smallest offset they all acknowledged, and
         every slave is told it. None: nothing bounds it (the set is the master alone, or
-        allAckInSyncStateSet is false, as RocketMQ 5.2+). Called on promotion (before the store
+        the broker does not ask every member to acknowledge, as RocketMQ 5.2+ by default). Called on promotion (before the store
         becomes writable) and on every SyncStateSet change."""
         ...
 
     async def wait_acked_by(self, broker_ids: set[int], end_offset: int) -> bool:
-        """Controller mode with allAckInSyncStateSet: True once every listed slave holds ``end_offset``,
-        False after slaveTimeout."""
+        """Controller mode, every SyncStateSet member acknowledging: True once every listed slave holds
+        ``end_offset``, False after the broker's slave timeout."""
         ...
 
     def stats(self) -> dict[str, object]:

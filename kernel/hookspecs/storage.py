@@ -34,7 +34,7 @@ class MessageStore(Protocol):
     :meth:`attach`, and only then enters it. A store never calls those hooks itself, so it
     works the same embedded, in a test, or under a broker. With nothing attached a store
     still works: its own dispatchers (queues, key index) always run, and it flushes by a
-    small built-in policy (``flushDiskType`` decides whether puts wait).
+    small built-in policy (the broker's flush type decides whether puts wait).
 
     Commit notification: ``durable`` is a ``Watermark`` of commitlog bytes known to be on
     this disk, advanced after every flush (see ``FlushPolicy``); a durable put returns
@@ -75,14 +75,14 @@ class MessageStore(Protocol):
         ``dispatchers`` run after the store's own, in the given order, for every record
         (replayed ones included). ``flush_policy`` replaces the built-in one; the store
         enters and leaves it. ``store_host`` is the STOREHOST written into records (8-byte
-        IPv4 or 20-byte IPv6 form; default: ``brokerIP1``/``listenPort`` of the config).
+        IPv4 or 20-byte IPv6 form; default: the broker's advertised address and port).
         Each call replaces what it names and keeps the rest. Only ``store_host`` may be
         attached again while the store runs (a broker on an ephemeral port learns its
         port after the store opened); later records carry it. Anything else after the
         store started raises ``RuntimeError``; a wrong-length host ``ValueError``.
 
         ``on_forced_clean``: a store whose retention deletes data before it expires
-        (RocketMQ's forced clean, disk over ``diskSpaceCleanForciblyRatio``) calls it after
+        (RocketMQ's forced clean, the disk over its forced-clean ratio) calls it after
         the pass with ``{(topic, queue id): (min offset before, min offset after)}`` for
         every queue whose minimum moved, so the owner can say which consumer groups lost
         how many unconsumed messages. Called on the event loop; it must not block or raise.
@@ -242,8 +242,8 @@ class ReplicaLog(Protocol):
 
     def set_confirm_offset(self, offset: int | None) -> None:
         """Hold dispatch back at ``offset`` (a record boundary; clamped to the log), or None to dispatch
-        to the end (classic mode, a master whose SyncStateSet is itself or without
-        allAckInSyncStateSet). Idempotent; a raised offset dispatches at once. Persisted in the
+        to the end (classic mode, a master whose SyncStateSet is itself or that does
+        not wait for every member). Idempotent; a raised offset dispatches at once. Persisted in the
         checkpoint (``confirmPhyOffset``); a store started in controller mode begins from the stored
         value clamped into its log, so a restart never shows more than was confirmed. While held
         back, appends still reach the attached dispatchers as empty batches (replication ships on
@@ -271,12 +271,14 @@ class ReplicaLog(Protocol):
 def rmq_storage_make_store(kernel: Kernel, config: Any) -> MessageStore | None:
     """Build the broker's message store.
 
-    Called once, when the broker role starts. ``config`` is the broker's
-    ``BrokerConfig`` (store path, segment sizes, flush type, retention...). Return a
+    Called once, when the broker role starts. ``config`` is the ``[broker]`` table,
+    ``rmq.roles.BrokerConfig``: RocketMQ's store settings live in it, as they do in
+    ``broker.conf`` (store path, segment sizes, flush type, retention...); ``Any`` here
+    because the kernel knows no role's keys. Return a
     store not yet entered, or None to let the next plugin decide. Bundled impls are
     ``trylast`` so an installed third-party store selected in TOML wins.
 
     Arguments:
     - ``kernel``: the running ``Kernel`` (config, hook relay, services).
-    - ``config``: the broker's ``BrokerConfig`` (store paths, sizes, flush, retention).
+    - ``config``: the ``[broker]`` table (``rmq.roles.BrokerConfig``).
     """

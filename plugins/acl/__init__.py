@@ -32,8 +32,9 @@ from rmq.protocol.access import ADMIN, AUTHORIZER, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig, Connection, Kernel, ProcessorRegistry
+    from rmq.kernel import Connection, Kernel, ProcessorRegistry
     from rmq.protocol.command import RemotingCommand
+    from rmq.roles import BrokerConfig
 
 __all__ = ["AclFile", "PlainAccessValidator", "PlainAclPlugin", "acl_path"]
 

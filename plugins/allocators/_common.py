@@ -80,7 +80,8 @@ class StrategyPlugin:
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self._where = f"{NAMESPACE}:{self.strategy_name}"
-        structure_options(self.options_cls, options, self._where)  # fail at start-up, not at first use
+        # fail at start-up, not at first use; kept as ``options`` for ``rmqd config``
+        self.options = structure_options(self.options_cls, options, self._where)
         self._defaults = dict(options or {})
         self.registry: StrategyRegistry | None = None
 

@@ -1,7 +1,7 @@
 """The bundled ``broker`` processors plugin: RocketMQ's Broker role.
 
 Entry point ``rmq.processors: broker``. Runs when the config has a ``[broker]``
-section: opens the store chosen under ``[plugins] storage``, serves the client
+section (its keys and start-up rules: ``rmq.roles.BrokerConfig``): opens the store chosen under ``[plugins] storage``, serves the client
 protocol on ``listenHost:listenPort`` and registers with the name servers. It
 also contributes the long-poll notifier to the store's dispatchers. Its own options
 (``[plugin.processors.broker]``, :class:`BrokerOptions`) are the bounds RocketMQ lacks.
@@ -18,7 +18,6 @@ import attrs
 from rmq.kernel import MASTER, hookimpl, structure_options
 from rmq.plugins.broker.controller import BrokerController
 from rmq.plugins.broker.pop_revive import pop_revive
-from rmq.plugins.broker.section import BrokerSection
 
 if TYPE_CHECKING:
     from rmq.kernel import CommitLogDispatcher, Kernel, MessageStore, ProcessorRegistry
@@ -42,8 +41,6 @@ class BrokerOptions:
 
 
 class BrokerPlugin:
-    config_class = BrokerSection  # the [broker] table with RocketMQ's start-up rules (brokerRole, brokerId, ...)
-
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: BrokerOptions = structure_options(BrokerOptions, options)
         self.controller: BrokerController | None = None

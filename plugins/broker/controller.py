@@ -55,14 +55,8 @@ from rmq.protocol.common import waits_for_store
 from rmq.protocol.message import host_bytes
 
 if TYPE_CHECKING:
-    from rmq.kernel import (
-        BrokerConfig,
-        Connection,
-        Kernel,
-        MessageStore,
-        RemotingServer,
-        ReplicationService,
-    )
+    from rmq.kernel import Connection, Kernel, MessageStore, RemotingServer, ReplicationService
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -23,7 +23,7 @@ from rmq.protocol.codes import ResponseCode
 from rmq.protocol.names import printable, require_group
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -21,7 +21,8 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig, Kernel, RemotingClient
+    from rmq.kernel import Kernel, RemotingClient
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

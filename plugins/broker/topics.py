@@ -47,7 +47,7 @@ from rmq.protocol.names import (
 )
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from rmq.kernel import NoOptions, RemotingConfig, hookimpl, structure_options
-from rmq.plugins.controller.section import ControllerConfig
 from rmq.plugins.controller.service import ControllerService
 from rmq.protocol.ports import check_bindable
+from rmq.roles import ControllerConfig
 
 if TYPE_CHECKING:
     from rmq.kernel import Kernel, ProcessorRegistry
@@ -31,8 +31,6 @@ log = logging.getLogger("rmq.controller")
 
 
 class ControllerPlugin:
-    config_class = ControllerConfig  # the [controller] table, structured by the kernel with this class
-
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         structure_options(NoOptions, options, "plugin.processors.controller")
         self.service: ControllerService | None = None

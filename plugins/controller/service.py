@@ -35,7 +35,7 @@ from rmq.protocol.jsonbody import loads
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, Kernel, ProcessorRegistry, RemotingClient
-    from rmq.plugins.controller.section import ControllerConfig
+    from rmq.roles import ControllerConfig
 
 log = logging.getLogger("rmq.controller")
 

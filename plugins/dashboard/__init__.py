@@ -24,11 +24,11 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from rmq.kernel import ConfigError, NoOptions, hookimpl, structure_options
+from rmq.kernel import NoOptions, hookimpl, structure_options
 from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
@@ -43,6 +43,11 @@ EMBEDDED = "<embedded default>"  # the kernel's name for the no-config source
 
 @attrs.define(frozen=True)
 class DashboardConfig:
+    """The ``[dashboard]`` table, declared to the kernel by the entry point ``rmq.sections: dashboard``."""
+
+    embedded: ClassVar[dict[str, Any]] = {}  # rmqd's no-config default: the dashboard on 127.0.0.1:8080
+    when_absent: ClassVar[str] = "no dashboard"  # what ``rmqd config`` says of a config without the table
+
     listenPort: int = 8080  # 0 = off
     listenHost: str = "127.0.0.1"
     #: Host header values served ("name" any port, "name:port" that port); empty = loopback names with
@@ -53,6 +58,11 @@ class DashboardConfig:
     keepAliveTimeout: float = 5.0  # seconds an idle kept-alive connection is held
     maxConnections: int = 64  # connections beyond it are answered 503 and closed
     maxHeaderBytes: int = 16384  # request line + headers
+
+    @classmethod
+    def from_table(cls, table: Any) -> DashboardConfig:
+        """How the kernel structures the table: ``structure_dashboard``'s checks and messages."""
+        return structure_dashboard(table)
 
 
 _NUMBERS: dict[str, tuple[type, float, float]] = {
@@ -150,14 +160,7 @@ class DashboardPlugin:
 
     @hookimpl
     def rmq_configure(self, kernel: Kernel) -> None:
-        root = kernel.config
-        doc = getattr(root, "dashboard", None)
-        if doc is None:
-            return
-        try:
-            self.config = structure_dashboard(doc)
-        except ValueError as e:
-            raise ConfigError(f"{root.source}: dashboard: {e}") from None
+        self.config = kernel.config.dashboard  # structured by the kernel with DashboardConfig (None: no table)
 
     @hookimpl
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:

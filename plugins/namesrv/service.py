@@ -31,7 +31,8 @@ from rmq.protocol.tomledit import TomlEditError, set_keys
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from rmq.kernel import Connection, NamesrvConfig, ProcessorRegistry, RemotingServer
+    from rmq.kernel import Connection, ProcessorRegistry, RemotingServer
+    from rmq.roles import NamesrvConfig
 
 log = logging.getLogger("rmq.namesrv")
 

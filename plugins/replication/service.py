@@ -68,7 +68,8 @@ from rmq.plugins.replication.frames import (
 from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig, MessageStore, ReplicaLog
+    from rmq.kernel import MessageStore, ReplicaLog
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.ha")
 _limited = RateLimitedLog(log, interval=60.0)

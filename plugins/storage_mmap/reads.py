@@ -16,10 +16,11 @@ from rmq.protocol.common import MAGIC_MESSAGE, Prop
 from rmq.protocol.record import HEAD2
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig, MessageFilter
+    from rmq.kernel import MessageFilter
     from rmq.plugins.storage_mmap.commitlog import CommitLog
     from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
     from rmq.plugins.storage_mmap.index import IndexService
+    from rmq.roles import BrokerConfig
 
 _MIN = -(1 << 63)
 

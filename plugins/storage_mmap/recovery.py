@@ -30,12 +30,12 @@ from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig
     from rmq.plugins.storage_mmap.checkpoint import Checkpoint
     from rmq.plugins.storage_mmap.commitlog import CommitLog
     from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
     from rmq.plugins.storage_mmap.index import IndexService
     from rmq.plugins.storage_mmap.options import MmapOptions
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.store")
 

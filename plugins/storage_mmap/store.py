@@ -68,7 +68,8 @@ from rmq.protocol.record import HEAD2
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
 
 if TYPE_CHECKING:
-    from rmq.kernel import BrokerConfig, CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
+    from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
+    from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)

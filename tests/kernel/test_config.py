@@ -116,7 +116,8 @@ def test_set_overrides_are_typed_by_field(tmp_path: Path) -> None:
         load_config(None, ["broker.listenPort"])
     cfg = load_config(None, ["proxy.grpcServerPort=0", 'tls.server.mode="disabled"'])
     assert cfg.proxy.grpcServerPort == 0 and cfg.tls == {"server": {"mode": "disabled"}}
-    with pytest.raises(ConfigError, match="unknown section 'nope'; sections: namesrv, broker, controller, proxy"):
+    with pytest.raises(ConfigError, match="unknown section 'nope'; sections: namesrv, controller, broker, dashboard, "
+                                          "proxy, tls, plugins, plugin, log$"):
         load_config(None, ["nope.x=1"])
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import rmq.plugins.broker as broker_pkg
-from rmq.kernel.config import BrokerConfig
 from rmq.plugins.broker.context import ProcessorContext
 from rmq.plugins.broker.controller import BrokerController
+from rmq.roles import BrokerConfig
 from rmq.testing import make_kernel
 
 PROCESSORS = ("send", "pull", "consumer", "admin")

@@ -351,12 +351,13 @@ async def test_dead_letters_resend_and_clients_online(dash: tuple[RmqdProcess, s
 def test_the_table_selects_the_dashboard(tmp_path: Path) -> None:
     """Served with a [dashboard] table (the embedded default has one), off without; --set reaches it."""
     from rmq.kernel import load_config
+    from rmq.plugins.dashboard import DashboardConfig
 
-    assert load_config(None).dashboard == {}
-    assert load_config(None, ["dashboard.listenPort=0"]).dashboard == {"listenPort": 0}
+    assert load_config(None).dashboard == DashboardConfig()  # structured by the kernel with the plugin's class
+    assert load_config(None, ["dashboard.listenPort=0"]).dashboard == DashboardConfig(listenPort=0)
     assert "dashboard" in load_config(None).selected()["processors"]
     f = tmp_path / "rmqd.toml"
     f.write_text("[broker]\n")
     assert load_config(f).dashboard is None
     f.write_text("[broker]\n[dashboard]\nlistenHost = \"::1\"\n")
-    assert load_config(f).dashboard == {"listenHost": "::1"}
+    assert load_config(f).dashboard == DashboardConfig(listenHost="::1")

@@ -10,13 +10,13 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageRecord, PutStatus
 from rmq.kernel.watermark import Watermark
 from rmq.plugins.flush import AsyncFlushPlugin, AsyncFlushPolicy, SyncFlushPlugin, SyncFlushPolicy
 from rmq.plugins.storage_mmap import MmapStoragePlugin
+from rmq.roles import BrokerConfig
 from rmq.testing import make_kernel
 from rmq.testing.storage import attach_from_hooks
 

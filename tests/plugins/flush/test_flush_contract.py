@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rmq.kernel.config import BrokerConfig
 from rmq.kernel.hookspecs.flush import FlushPolicy
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
+from rmq.roles import BrokerConfig
 from rmq.testing.flush import CountingFlushable, FlushPolicyContract
 
 

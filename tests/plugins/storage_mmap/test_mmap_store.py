@@ -452,7 +452,7 @@ async def test_reput_hands_batches_not_single_records(
 @pytest.mark.anyio
 async def test_builtin_dispatchers_run_with_nothing_attached(tmp_path: Path) -> None:
     """Standalone (no kernel hooks called, nothing attached): queues, index and flushing still work."""
-    from rmq.kernel.config import BrokerConfig
+    from rmq.roles import BrokerConfig
 
     store = MmapMessageStore(BrokerConfig(storePathRootDir=str(tmp_path), flushDiskType="SYNC_FLUSH"))
     store.disk_usage_probe = lambda: 0.1

@@ -1,8 +1,8 @@
-"""The ``[controller]`` table: RocketMQ 5's controller settings, declared by the plugin that reads them.
+"""The ``[controller]`` table: RocketMQ 5's controller settings, its peer list and its Raft password rule.
 
-The kernel structures a role's table with the class its plugin names as ``config_class`` and
-refuses start-up with the line ``problem()`` returns; so the controller's keys, its peer list
-parsing and its Raft password rule live here, not in the kernel.
+Declared to the kernel by the entry point ``rmq.sections: controller``: the kernel structures the
+table with this class and refuses start-up with the line ``problem()`` returns. Read by the
+``controller`` processors plugin (the kernel's default for the role).
 """
 
 from __future__ import annotations

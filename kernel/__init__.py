@@ -4,7 +4,7 @@ A plugin is a module (or class instance) with ``@hookimpl`` functions named afte
 the hook specs, published under an entry point group ``rmq.<concern>``::
 
     # pyproject.toml of your distribution
-    [project.entry-points."rmq.allocators"]
+    [project.entry-points."rmq.allocation"]
     nearest = "my_pkg.nearest:plugin"
 
     # my_pkg/nearest.py
@@ -12,7 +12,7 @@ the hook specs, published under an entry point group ``rmq.<concern>``::
     from rmq.kernel import AllocateStrategy, MessageQueue, hookimpl, structure_options
 
     @attrs.define
-    class Options:              # the plugin's own table: [plugin.allocators.nearest]
+    class Options:              # the plugin's own table: [plugin.allocation.nearest]
         zone: str = ""
 
     class Nearest:
@@ -21,17 +21,18 @@ the hook specs, published under an entry point group ``rmq.<concern>``::
 
     class Plugin:
         def __init__(self, options=None):
-            self.options = structure_options(Options, options)   # strict, "did you mean" errors
+            self.options = structure_options(Options, options)   # strict errors; `rmqd config` shows it
         @hookimpl
-        def rmq_allocate_register_strategies(self, registry):
-            registry.register(Nearest())
+        def rmq_allocation_register_strategies(self, registry):
+            registry.register("nearest", lambda **kw: Nearest())
 
     plugin = Plugin
 
-and selected in ``rmqd.toml`` (``[plugins] allocators = ["nearest"]``). The hook specs
+and selected in ``rmqd.toml`` (``[plugins] allocation = ["nearest"]``). The hook specs
 and the contract of each Protocol are documented in ``rmq.kernel.hookspecs.<concern>``;
+the roles' tables (``[broker]`` and the others) are ``rmq.roles``, not the kernel's;
 ``rmq.testing`` has the contract test suites a plugin's tests subclass. The bundled
-plugins import only from here, exactly as a third party's would.
+plugins import the kernel only from here (and no other plugin), exactly as a third party's would.
 """
 
 from rmq.kernel.config import ConfigError, RootConfig, load_config, rmq_home

@@ -48,7 +48,7 @@ class BrokerConfig:
     listenPort: int = 10911
     listenHost: str = "0.0.0.0"
     maxConnections: int = 4096  # accepted connections held at once; more are closed at accept
-    allowRemoteAdmin: bool = False  # state-changing admin requests from non-loopback peers (until ACL)
+    allowRemoteAdmin: bool = False  # state-changing admin requests from non-loopback peers (aclEnable: the ACL decides)
     namesrvAddr: str = ""  # "" with an embedded namesrv = that one
     registerBrokerTimeoutMills: int = 6_000
     registerNameServerPeriod: int = 30_000

@@ -47,3 +47,12 @@ def test_the_default_selection_comes_from_the_roles() -> None:
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert chosen & literals == set(ROLE_SECTIONS) & chosen  # a role's own name is the kernel's to know
     assert cfg.selected()["processors"][:2] == ["namesrv", "broker"]
+
+
+def test_the_roles_import_no_plugin() -> None:
+    """Every plugin may import ``rmq.roles``, so the roles import no plugin (and the kernel no role)."""
+    roles = KERNEL.parent / "roles"
+    found = [f"{p.name}: {node.module}" for d in (roles, KERNEL) for p in d.rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text("utf-8"))) if isinstance(node, ast.ImportFrom)
+             and (node.module or "").startswith("rmq.plugins" if d == roles else "rmq.roles")]
+    assert found == []

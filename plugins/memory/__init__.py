@@ -9,14 +9,15 @@ in the put, so a message is readable as soon as its put returns. Nothing survive
 the process; retention is a no-op, and ``durable`` follows every put (RAM is this
 store's disk), so nothing waits on it. ``attach`` takes dispatchers and a store host;
 an attached flush policy is accepted and ignored (there is nothing to flush). Topic names are checked by the shared
-``RecordWriter`` (RocketMQ's rule), so both stores refuse the same names.
+``RecordWriter`` (RocketMQ's rule), so both stores refuse the same names, and what a pull
+or a lookup answers is ``rmq.protocol.storeread``'s, as in the mmap store.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import (
@@ -40,6 +41,7 @@ from rmq.protocol.recordwriter import (
     message_tags_code,
     record_properties,
 )
+from rmq.protocol.storeread import StoreReads, pull_scan_units
 
 if TYPE_CHECKING:
     from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
@@ -57,7 +59,7 @@ class _Queue:
         self.times: list[int] = []
 
 
-class MemoryMessageStore:
+class MemoryMessageStore(StoreReads):
     """In-memory ``MessageStore`` (tests, embedding, broker development)."""
 
     def __init__(self, config: Any, kernel: Any = None) -> None:
@@ -74,7 +76,7 @@ class MemoryMessageStore:
         self._buf = bytearray(64 * 1024)
         self._running = False
         self._index = bool(config.messageIndexEnable)
-        self._n_put = self._n_put_failed = self._n_get = 0
+        self._n_put = self._n_put_failed = 0
         self.queue_guard: Callable[[str, int], str | None] | None = None  # see MmapMessageStore.queue_guard
 
     def attach(
@@ -229,31 +231,13 @@ class MemoryMessageStore:
         with memoryview(self.log) as mv:
             return mv[phys : phys + size].tobytes()
 
-    def get_messages(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        message_filter: MessageFilter | None = None,
-        max_bytes: int = 256 * 1024,
-    ) -> GetResult:
-        self._n_get += 1
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[_Queue, int, int] | None:
         q = self.queues.get(topic, {}).get(queue_id)
-        if q is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        mx = len(q.phys)
-        if mx == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, mx)
-        if offset < 0:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, 0, 0, mx)
-        if offset == mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, 0, mx)
-        if offset > mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, 0, 0, mx)
-        scan_units = -(-max(16000, max_count * 20) // 20)
-        stop = min(mx, offset + scan_units)
+        return None if q is None else (q, 0, len(q.phys))
+
+    def _pull(self, q: _Queue, offset: int, max_count: int, message_filter: MessageFilter | None,
+              max_bytes: int, mn: int, mx: int) -> GetResult:
+        stop = min(mx, offset + pull_scan_units(max_count))
         messages: list[bytes] = []
         qoffs: list[int] = []
         total = 0
@@ -275,12 +259,11 @@ class MemoryMessageStore:
         status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, i, 0, mx, messages, qoffs, total)
 
-    def get_max_offset(self, topic: str, queue_id: int) -> int:
-        q = self.queues.get(topic, {}).get(queue_id)
-        return len(q.phys) if q is not None else 0
+    def _span(self, commit_log_offset: int) -> tuple[bytearray, int, int]:
+        return self.log, commit_log_offset, len(self.log)
 
-    def get_min_offset(self, topic: str, queue_id: int) -> int:
-        return 0
+    def _key_candidates(self, topic: str, key: str, max_num: int, begin: int, end: int) -> Iterable[int]:
+        return reversed(self.keys.get(f"{topic}#{key}", ()))
 
     def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         q = self.queues.get(topic, {}).get(queue_id)
@@ -296,36 +279,11 @@ class MemoryMessageStore:
             return len(times) - 1
         return i if times[i] - timestamp < timestamp - times[i - 1] else i - 1
 
-    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
-        return self.get_store_time(topic, queue_id, 0)
-
     def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
         q = self.queues.get(topic, {}).get(queue_id)
         if q is None or not 0 <= offset < len(q.times):
             return -1
         return q.times[offset]
-
-    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        if not 0 <= commit_log_offset <= len(self.log) - 91:
-            return None
-        size = int.from_bytes(self.log[commit_log_offset : commit_log_offset + 4], "big", signed=True)
-        if size < 91 or commit_log_offset + size > len(self.log):
-            return None
-        return self._record(commit_log_offset, size)
-
-    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
-        out: list[bytes] = []
-        max_num = min(max_num, self.config.maxMsgsNumBatch)
-        for phys in reversed(self.keys.get(f"{topic}#{key}", ())):
-            if len(out) >= max_num:
-                break
-            rec = self.look_message_by_offset(phys)
-            if rec is None:
-                continue
-            ts = int.from_bytes(rec[68:76] if rec[39] & 0x10 else rec[56:64], "big", signed=True)
-            if begin <= ts <= end:
-                out.append(rec)
-        return out
 
     def delete_topics(self, topics: Sequence[str]) -> None:
         """As the mmap store: names that are not valid topics are ignored (puts refuse them too)."""
@@ -342,7 +300,7 @@ class MemoryMessageStore:
             "store": "memory",
             "puts": self._n_put,
             "put_failures": self._n_put_failed,
-            "gets": self._n_get,
+            "gets": self.n_get,
             "max_phy_offset": len(self.log),
             "min_phy_offset": 0,
             "consume_queues": sum(len(t) for t in self.queues.values()),

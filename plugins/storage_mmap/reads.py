@@ -1,4 +1,5 @@
-"""Reads of the mmap store: pulls, offsets by time, store times, lookups by offset and by key.
+"""Reads of the mmap store: pulls, offsets by time, store times, lookups by offset and by key
+(what both stores share of these is ``rmq.protocol.storeread``; this is the mmap half).
 
 Nothing here writes or awaits: every read slices the mappings directly (a pull response is
 the stored bytes), so a read costs page faults at most and never blocks the loop on I/O.
@@ -7,84 +8,53 @@ Missing, expired or corrupt data reads as RocketMQ's statuses, never as an excep
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import GetResult, GetStatus
-from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError, record_properties, store_timestamp_at
+from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, record_properties, store_timestamp_at
 from rmq.plugins.storage_mmap.consume_queue import INT_MAX, UNIT, UNIT_SIZE
-from rmq.protocol.common import MAGIC_MESSAGE, Prop
-from rmq.protocol.record import HEAD2
+from rmq.protocol.storeread import StoreReads, pull_scan_units
 
 if TYPE_CHECKING:
     from rmq.kernel import MessageFilter
     from rmq.plugins.storage_mmap.commitlog import CommitLog
-    from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
+    from rmq.plugins.storage_mmap.consume_queue import ConsumeQueue
     from rmq.plugins.storage_mmap.index import IndexService
+    from rmq.plugins.storage_mmap.queue_table import ConsumeQueueTable
     from rmq.roles import BrokerConfig
 
 _MIN = -(1 << 63)
 
 
-class StoreReader:
-    """The read half of ``MessageStore`` over a store's commitlog, consume queues and index."""
+class StoreReader(StoreReads):
+    """The mmap store's read primitives and its own reads (store times, offsets by time) over its
+    commitlog, consume queues and index; the rest of the read contract is ``StoreReads``'."""
 
-    def __init__(
-        self, config: BrokerConfig, commitlog: CommitLog, cqs: ConsumeQueueTable, index: IndexService | None
-    ) -> None:
-        self.config = config
-        self.commitlog = commitlog
-        self.cqs = cqs
-        self.index = index
-        self.n_get = self.n_found = self.n_hit = 0
+    config: BrokerConfig
+    commitlog: CommitLog
+    cqs: ConsumeQueueTable
+    index: IndexService | None
 
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, int, int] | None:
+        cq = self.cqs.get(topic, queue_id)
+        return None if cq is None else (cq, cq.min_offset, cq.max_offset)
 
-    def get_messages(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        message_filter: MessageFilter | None = None,
-        max_bytes: int = 256 * 1024,
-    ) -> GetResult:
-        """See ``MessageStore.get_messages``; then the mapped queues are trimmed (none is in use)."""
-        result = self._get_messages(topic, queue_id, offset, max_count, message_filter, max_bytes)
+    def _pull(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None,
+              max_bytes: int, mn: int, mx: int) -> GetResult:
+        """Then the mapped queues are trimmed (none is in use now)."""
+        result = self._scan(cq, offset, max_count, message_filter, max_bytes, mn, mx)
         cqs = self.cqs
         if len(cqs.mapped) > cqs.max_mapped:
             cqs.trim()
         return result
 
-    def _get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        message_filter: MessageFilter | None,
-        max_bytes: int,
-    ) -> GetResult:
-        self.n_get += 1
-        cq = self.cqs.get(topic, queue_id)
-        if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        mn = cq.min_offset
-        mx = cq.max_offset
-        if mx == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, mn, mx)
-        if offset < mn:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, mn, mn, mx)
-        if offset == mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, mn, mx)
-        if offset > mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, mn if mn == 0 else mx, mn, mx)
+    def _scan(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None,
+              max_bytes: int, mn: int, mx: int) -> GetResult:
         sl = cq.slice(offset)
         if sl is None:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), mn, mx)
         cqf, pos, wpos = sl
-        scan = max(16000, max_count * UNIT_SIZE)
-        scan = -(-scan // UNIT_SIZE) * UNIT_SIZE
-        units = cqf.mm[pos : min(wpos, pos + scan)]
+        units = cqf.mm[pos : min(wpos, pos + pull_scan_units(max_count) * UNIT_SIZE)]
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[bytes] = []
         qoffs: list[int] = []
@@ -128,17 +98,7 @@ class StoreReader:
             i = len(units) // UNIT_SIZE
         if messages:
             status = GetStatus.FOUND
-            self.n_found += len(messages)
-            self.n_hit += 1
         return GetResult(status, offset + i, mn, mx, messages, qoffs, total)
-
-    def get_max_offset(self, topic: str, queue_id: int) -> int:
-        cq = self.cqs.get(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def get_min_offset(self, topic: str, queue_id: int) -> int:
-        cq = self.cqs.get(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
 
     def _store_time_of(self, phys: int, size: int) -> int:
         f = self.commitlog.file_for(phys)
@@ -158,12 +118,6 @@ class StoreReader:
         if u is None:
             return -1
         return self._store_time_of(u[0], u[1])
-
-    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
-        cq = self.cqs.get(topic, queue_id)
-        if cq is None:
-            return -1
-        return self.get_store_time(topic, queue_id, cq.min_offset)
 
     def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """Binary search of store times (§2.3). The file is chosen by the store time of its last unit
@@ -230,39 +184,16 @@ class StoreReader:
             return cq.min_offset
         return max(cq.min_offset, (f.start + pos) // UNIT_SIZE)
 
-    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+    def _span(self, commit_log_offset: int) -> tuple[Any, int, int] | None:
         cl = self.commitlog
         f = cl.file_for(commit_log_offset)
         if f is None or (cl.holes and cl.holes.find(commit_log_offset) >= 0):
             return None
-        p = commit_log_offset - f.start
-        if p < 0 or p + RECORD_OVERHEAD > f.wrote:
-            return None
-        size, magic = HEAD2.unpack_from(f.mm, p)
-        if magic != MAGIC_MESSAGE or size < RECORD_OVERHEAD or p + size > f.wrote:
-            return None
-        return f.mm[p : p + size]
+        return f.mm, commit_log_offset - f.start, f.wrote
 
-    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
-        """Index lookup, then each candidate re-checked against its record's topic, keys and store time."""
-        if self.index is None or max_num <= 0:
+    def _key_candidates(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Index times are seconds from the index file's begin: the window is widened here and the
+        records are checked exactly by ``StoreReads.query_by_key``."""
+        if self.index is None:
             return []
-        max_num = min(max_num, self.config.maxMsgsNumBatch)
-        # index times are truncated to seconds from the file's begin: widen, then filter exactly
-        cands = self.index.query(f"{topic}#{key}", max(4 * max_num, 64), begin - 1000, end)
-        out: list[bytes] = []
-        for phys in cands:
-            rec = self.look_message_by_offset(phys)
-            if rec is None:
-                continue
-            try:
-                rtopic, props = record_properties(rec, 0)
-            except RecordError:
-                continue
-            if rtopic != topic or not begin <= store_timestamp_at(rec, 0) <= end:
-                continue
-            if props.get(Prop.UNIQ_KEY) == key or key in props.get(Prop.KEYS, "").split(" "):
-                out.append(rec)
-                if len(out) >= max_num:
-                    break
-        return out
+        return self.index.query(f"{topic}#{key}", max(4 * max_num, 64), begin - 1000, end)

@@ -25,22 +25,49 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rmq.plugins.storage_mmap.checkpoint import Checkpoint
 from rmq.plugins.storage_mmap.cq_verify import verify_queue
 from rmq.plugins.storage_mmap.scan import indexed_keys_at
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
-    from rmq.plugins.storage_mmap.checkpoint import Checkpoint
     from rmq.plugins.storage_mmap.commitlog import CommitLog
-    from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueTable
     from rmq.plugins.storage_mmap.index import IndexService
     from rmq.plugins.storage_mmap.options import MmapOptions
+    from rmq.plugins.storage_mmap.queue_table import ConsumeQueueTable
+    from rmq.plugins.storage_mmap.store import MmapMessageStore
     from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.store")
 
 REPAIRS_LOGGED = 20  # rebuilt queues named one line each; the rest are counted in the summary
 KEY_WALK = 100_000  # records walked looking for one the index should hold (a missing index file)
+
+
+def load_and_recover(store: MmapMessageStore) -> bool:
+    """Blocking part of a store's start-up (worker thread): §4.3 steps 1-4. True after a crash."""
+    abnormal = (store.root / "abort").exists()
+    store.checkpoint = Checkpoint(store.root / "checkpoint")
+    store.reput.offset, store.recovery = recover_store(
+        store.config,
+        store.commitlog,
+        store.cqs,
+        store.index,
+        store.checkpoint,
+        abnormal,
+        verify_all(store.options, store.commitlog),
+        store.config.delay_levels_ms(),
+        store._stale_span,
+        store.checkpoint.confirm_phy if store.config.enableControllerMode else -1,
+    )
+    if store.config.enableControllerMode:  # RocketMQ 5: the stored confirm offset, clamped into the log
+        cl, cp = store.commitlog, store.checkpoint
+        store.reput.bound = cp.confirm_phy = min(max(cp.confirm_phy, cl.min_offset), cl.max_offset)
+        if store.reput.bound < cl.max_offset:
+            log.info("store %s: confirm offset %d; records from there to %d wait for the SyncStateSet",
+                     store.root, store.reput.bound, cl.max_offset)
+    store.appender.rebuild_queue_table()
+    return abnormal
 
 
 def recover_store(

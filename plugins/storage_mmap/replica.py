@@ -14,6 +14,9 @@ Two rules keep a slave's log as trustworthy as a master's:
   PHYSICALOFFSET field equal to where the record lands, the body CRC, and a blank filler
   that ends exactly at its segment's end (a master with another mappedFileSizeCommitLog
   is caught here). A bad chunk raises :class:`ReplicaError` and leaves the log as it was.
+
+:class:`ReplicaLogMixin` is the store's ``ReplicaLog`` face over :class:`Replica`, the
+confirm offset and ``truncate`` (a replica's tail its new master lacks).
 """
 
 from __future__ import annotations
@@ -23,10 +26,18 @@ from typing import TYPE_CHECKING
 from zlib import crc32
 
 from rmq.kernel import ReplicaError
+from rmq.plugins.storage_mmap import truncate
 from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE
 from rmq.protocol.record import HEAD2, HEADERS, MIN_RECORD, born_host_width, store_host_width
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rmq.plugins.storage_mmap.append import Appender
+    from rmq.plugins.storage_mmap.checkpoint import Checkpoint
+    from rmq.plugins.storage_mmap.commitlog import CommitLog
+    from rmq.plugins.storage_mmap.queue_table import ConsumeQueueTable
+    from rmq.plugins.storage_mmap.reput import ReputService
     from rmq.plugins.storage_mmap.store import MmapMessageStore
 
 _OVERHEAD_MAX = 64 * 1024  # room for topic, properties and hosts above maxMessageSize
@@ -192,3 +203,65 @@ class Replica:
         reput = store.reput
         if reput.idle:
             reput.wake()
+
+
+class ReplicaLogMixin:
+    """``ReplicaLog`` for ``MmapMessageStore``: what HA and the controller's role changes call."""
+
+    root: Path
+    commitlog: CommitLog
+    cqs: ConsumeQueueTable
+    checkpoint: Checkpoint | None
+    reput: ReputService
+    appender: Appender
+    replica: Replica
+    _running: bool
+    _closed_reason: str
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
+        """``ReplicaLog.read_commitlog``: raw bytes for a slave (see ``Replica.read``)."""
+        return self.replica.read(offset, max_bytes)
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
+        """``ReplicaLog.append_replicated``: apply a master's bytes; returns where the next chunk starts."""
+        if not self._running:
+            raise ReplicaError(f"store {self.root} is not running: {self._closed_reason or 'stopped'}")
+        return self.replica.append(offset, data)
+
+    @property
+    def replica_next_offset(self) -> int:
+        return self.replica.next_offset
+
+    def reset_replica(self) -> None:
+        self.replica.reset()
+
+    @property
+    def confirm_offset(self) -> int:
+        """``ReplicaLog.confirm_offset``: consume queues and index hold only records below it."""
+        return self.reput.end()
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """``ReplicaLog.set_confirm_offset``: hold dispatch back at ``offset`` (None: dispatch to the end)."""
+        if offset is not None:
+            offset = max(min(offset, self.commitlog.max_offset), 0)
+            if self.checkpoint is not None:
+                self.checkpoint.confirm_phy = offset
+        self.reput.set_bound(offset)
+
+    def topic_queues(self) -> dict[str, int]:
+        """``ReplicaLog.topic_queues``: every topic with a consume queue here, and its highest queue id + 1."""
+        out: dict[str, int] = {}
+        for cq in self.cqs:
+            out[cq.topic] = max(out.get(cq.topic, 0), cq.queue_id + 1)
+        return out
+
+    async def become_writable(self) -> None:
+        """``ReplicaLog.become_writable``: a replica turned master continues its own log (queue offsets
+        from what the replicated records put into the queues)."""
+        await self.reput.wait_dispatched()
+        self.appender.rebuild_queue_table()
+        self.replica.reset()
+
+    async def truncate_log(self, offset: int) -> int:
+        """``ReplicaLog.truncate_log``: see ``truncate.truncate_log``."""
+        return await truncate.truncate_log(self, offset)  # type: ignore[arg-type]

@@ -1,9 +1,11 @@
 """``MmapMessageStore``: RocketMQ 4.9's on-disk store (commitlog, consume queues, index, checkpoint).
 
-This module is the facade and the lifecycle; the services live beside it: ``append``
-(the put path), ``reput`` (dispatch of new records), ``reads`` (pulls and lookups),
-``retention`` (disk guards, expired files), ``recovery`` (start-up), ``flushing`` (the
-flush policy used when the owner attached none).
+This module is the facade, the put path's gate and the lifecycle; the services live beside
+it: ``append`` (the put path), ``reput`` (dispatch of new records), ``reads`` (pulls and
+lookups, on ``rmq.protocol.storeread``), ``replica`` (the ``ReplicaLog`` face: HA's raw
+bytes, the confirm offset) with ``truncate`` (cutting the log back), ``admin`` (topic
+deletion and the admin codes' capabilities), ``retention`` (disk guards, expired files),
+``recovery`` (start-up), ``flushing`` (the flush policy used when the owner attached none).
 
 Start-up (``async with store``) follows reference §4.3: load, recover consume queues,
 recover the commitlog (normal, or from the checkpoint after a crash), truncate what
@@ -41,45 +43,43 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
-from rmq.kernel import GetResult, MessageRecord, PutResult, PutStatus, RateLimitedLog, ReplicaError, Watermark
+from rmq.kernel import MessageRecord, PutResult, PutStatus, Watermark
 from rmq.plugins.storage_mmap import retention
+from rmq.plugins.storage_mmap.admin import StoreAdminMixin
 from rmq.plugins.storage_mmap.append import Appender
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
 from rmq.plugins.storage_mmap.commitlog import CommitLog
-from rmq.plugins.storage_mmap.consume_queue import ConsumeQueueDispatcher, ConsumeQueueTable
 from rmq.plugins.storage_mmap.flushing import DefaultFlushPolicy, LogicsFlusher
 from rmq.plugins.storage_mmap.index import IndexDispatcher, IndexService
 from rmq.plugins.storage_mmap.mapped_file import full_remark
 from rmq.plugins.storage_mmap.options import MmapOptions
+from rmq.plugins.storage_mmap.queue_table import ConsumeQueueDispatcher, ConsumeQueueTable
 from rmq.plugins.storage_mmap.reads import StoreReader
-from rmq.plugins.storage_mmap.recovery import recover_store, verify_all
-from rmq.plugins.storage_mmap.replica import Replica
+from rmq.plugins.storage_mmap.recovery import load_and_recover
+from rmq.plugins.storage_mmap.replica import Replica, ReplicaLogMixin
 from rmq.plugins.storage_mmap.reput import ReputService
-from rmq.protocol.common import MAGIC_BLANK, MAGIC_MESSAGE, waits_for_store
-from rmq.protocol.names import is_system_topic, validate_topic
-from rmq.protocol.record import HEAD2
+from rmq.protocol.common import waits_for_store
 from rmq.protocol.recordwriter import RecordWriter, default_store_host
 
 if TYPE_CHECKING:
-    from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook, MessageFilter
+    from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook
     from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.store")
-_limited = RateLimitedLog(log, interval=30.0)
 
 _OK = PutStatus.PUT_OK
 DiskProbe = Callable[[], float]
 QueueGuard = Callable[[str, int], "str | None"]
 
 
-class MmapMessageStore:
+class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
     """See the module docstring. Public extras beyond ``MessageStore``: ``store_host`` (read-only;
     ``attach(store_host=...)`` sets it), ``disk_usage_probe`` (settable), ``on_forced_clean``
     (settable, optional: called with ``{(topic, queue): (old min offset, new min offset)}`` after a
@@ -134,7 +134,6 @@ class MmapMessageStore:
         self.reput = ReputService(self)
         self.appender = Appender(self)
         self._append = self.appender.append  # bound once: the put path's hottest call
-        self.reader = StoreReader(config, self.commitlog, self.cqs, self.index)
         self.replica = Replica(self)
         self._sync = False
         self.holds_answers = False  # put_message_nowait may return durable_at (SYNC_FLUSH)
@@ -199,86 +198,6 @@ class MmapMessageStore:
     def dispatched_offset(self) -> int:
         return self.reput.offset
 
-    # ------------------------------------------------------------------ ReplicaLog (HA)
-
-    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
-        """``ReplicaLog.read_commitlog``: raw bytes for a slave (see ``replica.Replica.read``)."""
-        return self.replica.read(offset, max_bytes)
-
-    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
-        """``ReplicaLog.append_replicated``: apply a master's bytes; returns where the next chunk starts."""
-        if not self._running:
-            raise ReplicaError(f"store {self.root} is not running: {self._closed_reason or 'stopped'}")
-        return self.replica.append(offset, data)
-
-    @property
-    def replica_next_offset(self) -> int:
-        return self.replica.next_offset
-
-    def reset_replica(self) -> None:
-        self.replica.reset()
-
-    @property
-    def confirm_offset(self) -> int:
-        """``ReplicaLog.confirm_offset``: consume queues and index hold only records below it."""
-        return self.reput.end()
-
-    def set_confirm_offset(self, offset: int | None) -> None:
-        """``ReplicaLog.set_confirm_offset``: hold dispatch back at ``offset`` (None: dispatch to the end)."""
-        if offset is not None:
-            offset = max(min(offset, self.commitlog.max_offset), 0)
-            if self.checkpoint is not None:
-                self.checkpoint.confirm_phy = offset
-        self.reput.set_bound(offset)
-
-    def topic_queues(self) -> dict[str, int]:
-        """``ReplicaLog.topic_queues``: every topic with a consume queue here, and its highest queue id + 1."""
-        out: dict[str, int] = {}
-        for cq in self.cqs:
-            out[cq.topic] = max(out.get(cq.topic, 0), cq.queue_id + 1)
-        return out
-
-    async def become_writable(self) -> None:
-        """``ReplicaLog.become_writable``: a replica turned master continues its own log (queue offsets
-        from what the replicated records put into the queues)."""
-        await self.reput.wait_dispatched()
-        self.appender.rebuild_queue_table()
-        self.replica.reset()
-
-    async def truncate_log(self, offset: int) -> int:
-        """``ReplicaLog.truncate_log``: cut the commitlog (and the queues and index built from it) back
-        to ``offset``; returns how many bytes went. For a replica whose tail its new master lacks."""
-        cl = self.commitlog
-        if offset >= cl.max_offset:
-            return 0
-        if offset < cl.min_offset:
-            raise ReplicaError(f"cannot truncate to {offset}: the log starts at {cl.min_offset}")
-        f = cl.file_for(offset) if offset < cl.max_offset else None
-        if f is not None and offset != f.start:  # the cut must fall on a record boundary
-            pos = offset - f.start
-            total, magic = HEAD2.unpack_from(f.mm, pos) if pos + 8 <= f.wrote else (0, 0)
-            if magic not in (MAGIC_MESSAGE, MAGIC_BLANK):
-                raise ReplicaError(f"cannot truncate to {offset}: no record starts there")
-        await self.reput.wait_dispatched()
-        removed = cl.max_offset - offset
-        cl._truncate(offset, False, self._stale_span, None)
-        cl._prealloc.discard_after(cl.files[-1].end if cl.files else offset - offset % cl.file_size)
-        cl.tail = (offset, cl.tail[1])
-        cl.flushed_where = min(cl.flushed_where, offset)
-        cl.holes.drop_above(offset)
-        for cq in self.cqs:
-            cq.truncate_phys(offset)
-        if self.index is not None:
-            self.index.truncate(offset)
-        self.reput.offset = min(self.reput.offset, offset)
-        if self.reput.bound is not None and self.reput.bound > offset:
-            self.set_confirm_offset(offset)
-        self.reput.handoff.clear()
-        self.appender.rebuild_queue_table()
-        self.replica.reset()
-        log.warning("store %s: commitlog truncated to offset %d (%d bytes removed)", self.root, offset, removed)
-        return removed
-
     def flush(self, least_pages: int) -> int:
         """``Flushable.flush``: blocking, for a worker thread (the caller advances ``durable``)."""
         return self.commitlog.flush(least_pages)
@@ -300,7 +219,7 @@ class MmapMessageStore:
             stack.callback(self._lock.release)
             stack.callback(self._close_files)
             t0 = time.monotonic()
-            abnormal = await anyio.to_thread.run_sync(self._load_and_recover)
+            abnormal = await anyio.to_thread.run_sync(load_and_recover, self)
             self.durable.advance(self.commitlog.flushed_where)
             self.dispatchers = [*self.builtin_dispatchers, *self._attached]
             self.reput.dispatchers, self.reput.builtin = self.dispatchers, self.builtin_dispatchers
@@ -386,31 +305,6 @@ class MmapMessageStore:
             if self.checkpoint is not None:
                 self.checkpoint.close()
                 self.checkpoint = None
-
-    def _load_and_recover(self) -> bool:
-        """Blocking part of start-up (worker thread): §4.3 steps 1-4 (see ``recovery``). True after a crash."""
-        abnormal = (self.root / "abort").exists()
-        self.checkpoint = Checkpoint(self.root / "checkpoint")
-        self.reput.offset, self.recovery = recover_store(
-            self.config,
-            self.commitlog,
-            self.cqs,
-            self.index,
-            self.checkpoint,
-            abnormal,
-            verify_all(self.options, self.commitlog),
-            self.config.delay_levels_ms(),
-            self._stale_span,
-            self.checkpoint.confirm_phy if self.config.enableControllerMode else -1,
-        )
-        if self.config.enableControllerMode:  # RocketMQ 5: the stored confirm offset, clamped into the log
-            cl, cp = self.commitlog, self.checkpoint
-            self.reput.bound = cp.confirm_phy = min(max(cp.confirm_phy, cl.min_offset), cl.max_offset)
-            if self.reput.bound < cl.max_offset:
-                log.info("store %s: confirm offset %d; records from there to %d wait for the SyncStateSet",
-                         self.root, self.reput.bound, cl.max_offset)
-        self.appender.rebuild_queue_table()
-        return abnormal
 
     # ------------------------------------------------------------------ put
 
@@ -510,95 +404,6 @@ class MmapMessageStore:
         """One retention pass (§6): see ``retention``. Returns commitlog segments deleted."""
         return await retention.clean_expired_files(self, force)
 
-    # ------------------------------------------------------------------ reads (see ``reads``)
-
-    def get_messages(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        message_filter: MessageFilter | None = None,
-        max_bytes: int = 256 * 1024,
-    ) -> GetResult:
-        return self.reader.get_messages(group, topic, queue_id, offset, max_count, message_filter, max_bytes)
-
-    def get_max_offset(self, topic: str, queue_id: int) -> int:
-        return self.reader.get_max_offset(topic, queue_id)
-
-    def get_min_offset(self, topic: str, queue_id: int) -> int:
-        return self.reader.get_min_offset(topic, queue_id)
-
-    def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
-        return self.reader.get_store_time(topic, queue_id, offset)
-
-    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
-        return self.reader.get_earliest_store_time(topic, queue_id)
-
-    def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        return self.reader.get_offset_by_time(topic, queue_id, timestamp)
-
-    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        return self.reader.look_message_by_offset(commit_log_offset)
-
-    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
-        return self.reader.query_by_key(topic, key, max_num, begin, end)
-
-    # ------------------------------------------------------------------ admin
-
-    def delete_topics(self, topics: Sequence[str]) -> None:
-        """Forget the topics' queues and remove their directories, confined to the store: a name
-        that is not a valid topic is ignored (logged), whatever it contains. Records already in
-        the commitlog never bring a deleted topic's queues back (see ``ConsumeQueueTable``)."""
-        at = self.commitlog.max_offset
-        for t in topics:
-            if self.cqs.delete_topic(t, at):
-                self.appender.tq.pop(t, None)
-            else:
-                _limited.warning("delete-topic", "delete_topics: ignored, %s", validate_topic(t))
-
-    # optional capabilities the broker's admin codes use (QUERY_CONSUME_QUEUE, CLEAN_EXPIRED_CONSUMEQUEUE,
-    # DELETE_EXPIRED_COMMITLOG); a store without them answers those codes with an error
-
-    def consume_queue_units(self, topic: str, queue_id: int, index: int,
-                            count: int) -> tuple[int, int, list[tuple[int, int, int]]] | None:
-        """(min offset, max offset, up to ``count`` units (phys, size, tag hash) from ``index``)."""
-        cq = self.cqs.get(topic, queue_id)
-        if cq is None:
-            return None
-        lo, hi = cq.min_offset, cq.max_offset
-        units = []
-        for off in range(max(index, lo), min(index + max(count, 0), hi)):
-            u = cq.unit(off)
-            if u is not None:
-                units.append(u)
-        self.cqs.trim()
-        return lo, hi, units
-
-    def clean_expired_consume_queues(self, keep: Iterable[str] = ()) -> int:
-        """Remove topics (other than ``keep`` and system ones) whose queues hold no live entry: each
-        queue's last unit points below the commitlog's first byte. Returns topics removed."""
-        cl_min = self.commitlog.min_offset
-        spared = set(keep)
-        by_topic: dict[str, bool] = {}
-        for cq in self.cqs:
-            if cq.topic in spared or is_system_topic(cq.topic):
-                continue
-            last = cq.unit(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
-            expired = cq.max_offset > 0 and (last is None or last[0] < cl_min)
-            by_topic[cq.topic] = by_topic.get(cq.topic, True) and expired
-            self.cqs.trim()
-        gone = [t for t, expired in by_topic.items() if expired]
-        if gone:
-            log.info("clean expired consume queues: %s", ", ".join(gone[:20]))
-            self.delete_topics(gone)
-        return len(gone)
-
-    async def delete_expired_now(self) -> int:
-        """One retention pass now whatever ``deleteWhen`` says; files younger than fileReservedTime stay."""
-        return await retention.clean_expired_files(self, manual=True)
-
     def stats(self) -> dict[str, Any]:
         cl = self.commitlog
         return {
@@ -607,9 +412,9 @@ class MmapMessageStore:
             "puts": self.appender.n_put,
             "put_bytes": cl.max_offset - self._start_offset,
             "put_failures": self.appender.n_failed,
-            "gets": self.reader.n_get,
-            "get_messages": self.reader.n_found,
-            "found_gets": self.reader.n_hit,
+            "gets": self.n_get,
+            "get_messages": self.n_found,
+            "found_gets": self.n_hit,
             "min_phy_offset": cl.min_offset,
             "max_phy_offset": cl.max_offset,
             "flushed_offset": cl.flushed_where,

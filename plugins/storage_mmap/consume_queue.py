@@ -1,21 +1,12 @@
 """Consume queues: per (topic, queue) arrays of 20-byte units pointing into the commitlog (reference §2).
 
-Files are created lazily, named by the byte offset of their first unit, and grow
-their disk reservation a chunk at a time (never a write into unreserved bytes: see
-``mapped_file``). Units are written by :class:`ConsumeQueueDispatcher` from the reput
-loop, one batch per loop turn; the duplicate guards make replays harmless.
-
-Paths: a topic name comes from clients, so a queue directory is only ever built by
-``confined_path`` (and removed by ``remove_confined``) after the name passes
-RocketMQ's topic rule; loading skips directories that fail either.
-
-Lazy mapping (issue #26): a store may hold tens of thousands of queues, far more than it
-may keep open (a descriptor and a mapping per file). A queue's files are mapped when it is
-first read or written (``files``), and :meth:`ConsumeQueueTable.trim` unmaps idle, flushed
-queues (least recently used first, a clock) once more than ``max_mapped`` are mapped; a
-parked queue keeps its bounds (``max_offset``, ``min_offset``, ``max_phys``), so offsets
-are answered without mapping it. ``trim`` runs only where no file of a queue is in use:
-between queues at start-up, after a dispatch batch, after a read, each flush round.
+This module is one queue: the unit format, writing units (with the duplicate and gap
+guards), reading them, and the queue's own recovery and retention. Its files are created
+lazily, named by the byte offset of their first unit, and grow their disk reservation a
+chunk at a time (never a write into unreserved bytes: see ``mapped_file``); they are mapped
+on first use and parked again by the table (``lazy_queue``, ``queue_table``). A parked
+queue keeps its bounds (``max_offset``, ``min_offset``, ``max_phys``), so offsets are
+answered without mapping it. The start-up check against the commitlog is ``cq_verify``.
 
 Holes: a unit ``(0, 2147483647, 0)`` (RocketMQ's own filler for the units before a
 queue's first file) marks a queue offset whose record is gone: corrupt and skipped
@@ -26,23 +17,19 @@ filler, and no offset is ever given to two messages.
 from __future__ import annotations
 
 import logging
-import mmap
-import os
-import resource
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from rmq.kernel import ConfinementError, DispatchRequest, RateLimitedLog, confined_path, remove_confined
-from rmq.plugins.storage_mmap.checkpoint import Tombstones
-from rmq.plugins.storage_mmap.file_queue import MappedFileQueue, has_data
-from rmq.plugins.storage_mmap.mapped_file import MappedFile, list_segments, offset_name
+from rmq.kernel import RateLimitedLog
+from rmq.plugins.storage_mmap.file_queue import has_data
+from rmq.plugins.storage_mmap.lazy_queue import _FILES, LazyFileQueue, no_readahead
+from rmq.plugins.storage_mmap.mapped_file import MappedFile
 from rmq.plugins.storage_mmap.scan import MIN_RECORD
-from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
-    from rmq.plugins.storage_mmap.commitlog import Holes
+    from rmq.plugins.storage_mmap.queue_table import ConsumeQueueTable
 
 log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
@@ -54,20 +41,6 @@ BLANK_UNIT: Final = UNIT.pack(0, INT_MAX, 0)
 RESERVE_CHUNK: Final = 64 * 1024  # disk reserved ahead of the write position of a queue file
 
 
-_FILES = MappedFileQueue.files  # the slot under ConsumeQueue's lazy ``files`` property
-Parked = tuple[int, Path, int, int, int, bool]  # start, path, wrote, flushed, reserved, first_in_queue
-
-
-def _no_readahead(mf: MappedFile) -> MappedFile:
-    """A queue file is mostly a sparse tail: a fault's readahead would fill megabytes of page cache
-    with its zeros (3 ms and 6 MB a queue at start-up, measured) for the few units read."""
-    try:
-        mf.mm.madvise(mmap.MADV_RANDOM)
-    except (AttributeError, OSError):
-        pass
-    return mf
-
-
 def cq_file_size(configured: int) -> int:
     """RocketMQ rounds the configured size up to a whole number of units."""
     return -(-configured // UNIT_SIZE) * UNIT_SIZE
@@ -77,15 +50,15 @@ def _is_blank(phys: int, size: int) -> bool:
     return phys == 0 and size == INT_MAX
 
 
-class ConsumeQueue(MappedFileQueue):
+class ConsumeQueue(LazyFileQueue):
     """One queue's unit files. Offsets in the API are queue offsets (unit numbers); the byte
-    stream underneath is a :class:`MappedFileQueue`.
+    stream underneath is a lazily mapped :class:`MappedFileQueue`.
 
     ``damage`` is set by loading/recovery when the queue had to be cut short (why); the
     store then replays dispatch from the end of its last good unit to rebuild the rest.
     """
 
-    __slots__ = ("topic", "queue_id", "min_logic", "max_phys", "table", "damage", "parked", "used")
+    __slots__ = ("topic", "queue_id", "min_logic", "max_phys", "damage")
 
     def __init__(
         self,
@@ -95,124 +68,16 @@ class ConsumeQueue(MappedFileQueue):
         file_size: int,
         table: ConsumeQueueTable | None = None,
     ) -> None:
-        super().__init__(directory, file_size)
+        super().__init__(directory, file_size, table)
         self.topic = topic
         self.queue_id = queue_id
         self.min_logic = 0  # byte position of the first unit still pointing at the commitlog
         self.max_phys = 0  # end (offset + size) of the last unit's record: the duplicate guard
-        self.table = table
         self.damage = ""
-        self.parked: list[Parked] | None = None  # the files while unmapped (``files`` maps them again)
-        self.used = False  # read or written since the last ``trim`` looked (the clock's bit)
 
     @property
     def name(self) -> str:
         return f"{self.topic}/{self.queue_id}"
-
-    # ------------------------------------------------------------------ lazy mapping
-
-    @property  # type: ignore[override]
-    def files(self) -> list[MappedFile]:
-        """The queue's mapped files, mapped now if the queue was parked."""
-        if self.parked is not None:
-            self._unpark()
-        self.used = True
-        return _FILES.__get__(self)  # type: ignore[no-any-return]
-
-    @files.setter
-    def files(self, value: list[MappedFile]) -> None:
-        _FILES.__set__(self, value)
-
-    @property
-    def mapped(self) -> bool:
-        return self.parked is None
-
-    def _unpark(self) -> None:
-        parked = self.parked
-        assert parked is not None
-        opened: list[MappedFile] = []
-        try:
-            for _start, path, wrote, flushed, reserved, first in parked:
-                mf = _no_readahead(MappedFile.open(path, self.file_size, reserve=0))
-                mf.wrote, mf.flushed, mf.first_in_queue = wrote, flushed, first
-                mf.reserved = max(mf.reserved, reserved)
-                opened.append(mf)
-        except BaseException:
-            for mf in opened:
-                mf.close()
-            raise
-        _FILES.__set__(self, opened)
-        self.parked = None
-        if self.table is not None:
-            self.table.mapped[self] = None
-
-    def park(self) -> None:
-        """Unmap the files (they stay on disk and in the page cache; ``files`` maps them again). The
-        caller makes sure none of them is in use; ``flush_files`` still forces what is unflushed."""
-        if self.parked is not None:
-            return
-        files: list[MappedFile] = _FILES.__get__(self)
-        self.parked = [(f.start, f.path, f.wrote, f.flushed, f.reserved, f.first_in_queue) for f in files]
-        for f in files:
-            f.close()
-        _FILES.__set__(self, [])
-        if self.table is not None:
-            self.table.mapped.pop(self, None)
-
-
-    @property
-    def end_offset(self) -> int:
-        parked = self.parked
-        if parked is not None:
-            return parked[-1][0] + parked[-1][2] if parked else 0
-        return MappedFileQueue.end_offset.__get__(self)  # type: ignore[attr-defined,no-any-return]
-
-    def flush_files(self, least_pages: int) -> None:
-        """As ``MappedFileQueue.flush_files``. Runs on a flush thread, which must never map a queue:
-        a parked queue's unflushed files (parked before a flush reached them: their pages are in the
-        page cache) are forced through a plain descriptor."""
-        parked = self.parked
-        if parked is None:
-            for f in list(_FILES.__get__(self)):  # never ``self.files``: that would map a queue parked meanwhile
-                if f.wrote > f.flushed and (least_pages <= 0 or f.wrote >= f.size
-                                            or f.wrote // 4096 - f.flushed // 4096 >= least_pages):
-                    w = f.wrote
-                    try:
-                        f.sync()
-                    except OSError:  # closed (parked, deleted) meanwhile: the parked state flushes it
-                        continue
-                    f.flushed = w
-            return
-        for i, (start, path, wrote, flushed, reserved, first) in enumerate(list(parked)):
-            if wrote > flushed and (least_pages <= 0 or wrote >= self.file_size
-                                    or wrote // 4096 - flushed // 4096 >= least_pages):
-                try:
-                    fd = os.open(path, os.O_RDWR)
-                except OSError:  # deleted meanwhile (retention, delete_topics)
-                    continue
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-                parked[i] = (start, path, wrote, wrote, reserved, first)  # an orphan list if mapped meanwhile
-
-    def close(self) -> None:
-        if self.parked is None:
-            for f in _FILES.__get__(self):
-                f.close()
-            if self.table is not None:
-                self.table.mapped.pop(self, None)
-
-    def destroy(self) -> None:
-        if self.parked is not None:
-            for p in self.parked:
-                p[1].unlink(missing_ok=True)
-            self.parked = None
-            _FILES.__set__(self, [])
-        else:
-            MappedFileQueue.destroy(self)
-        if self.table is not None:
-            self.table.mapped.pop(self, None)
 
     # ------------------------------------------------------------------ files
 
@@ -221,37 +86,16 @@ class ConsumeQueue(MappedFileQueue):
         (wrong size, a gap, a name that is no multiple of the file size) and every file after it
         are deleted and the queue is marked for rebuilding: consume queues are derived data, the
         commitlog has it all."""
-        parked: list[Parked] = []
-        prev_end: int | None = None
-        paths = list_segments(self.dir)
-        for n, path in enumerate(paths):
-            start = int(path.name)
-            problem = ""
-            if start % self.file_size:
-                problem = (f"name is not a multiple of mappedFileSizeConsumeQueue {self.file_size} "
-                           "(was the file size changed?)")
-            elif prev_end is not None and start != prev_end:
-                problem = f"file {offset_name(prev_end)} is missing before it"
-            else:
-                try:
-                    st = os.stat(path)
-                except OSError as e:
-                    problem = f"cannot stat it ({e})"
-                else:
-                    if st.st_size != self.file_size:
-                        problem = f"file is {st.st_size} bytes, expected {self.file_size}"
-            if problem:
-                self.damage = f"{path}: {problem}"
-                for later in paths[n:]:
-                    later.unlink(missing_ok=True)
-                break
-            parked.append((start, path, self.file_size, self.file_size, 0, False))
-            prev_end = start + self.file_size
+        problem, good, bad = self.check_segments(fix_size=False, size_name="mappedFileSizeConsumeQueue")
+        if problem:
+            self.damage = problem
+            for later in bad:
+                later.unlink(missing_ok=True)
         _FILES.__set__(self, [])
-        self.parked = parked
+        self.parked = [(int(p.name), p, self.file_size, self.file_size, 0, False) for p in good]
 
     def _new_file(self, start: int) -> MappedFile:
-        return _no_readahead(self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size)))
+        return no_readahead(self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size)))
 
     @property
     def max_offset(self) -> int:
@@ -487,181 +331,3 @@ class ConsumeQueue(MappedFileQueue):
         if deleted:
             self.correct_min_offset(phys_min)
         return deleted
-
-
-class ConsumeQueueTable:
-    """All consume queues of a store, by topic then queue id.
-
-    ``deleted`` remembers, per deleted topic, the commitlog offset at deletion
-    (persisted in ``tombstones``): records below it never recreate the topic's queues,
-    neither by a replay nor by the start-up rebuild of missing queues.
-    """
-
-    def __init__(
-        self, root: Path, file_size: int, tombstones: Path | None = None, max_mapped: int = 4096
-    ) -> None:
-        self.root = root
-        self.file_size = cq_file_size(file_size)
-        self.queues: dict[str, dict[int, ConsumeQueue]] = {}
-        self.mapped: dict[ConsumeQueue, None] = {}  # mapped queues, in the clock's order
-        self.max_mapped = mapped_bound(max_mapped)
-        self.logics_ts = 0  # store time of the last unit written (checkpoint logicsMsgTimestamp)
-        self.holes: Holes | None = None
-        self.tombstones = Tombstones(tombstones)
-        self.deleted = self.tombstones.deleted  # the same dict, kept up to date by ``tombstones``
-
-    def load(self) -> None:
-        """Map every queue; skip (with a warning) directories that are not valid topics or that
-        resolve outside the store, and symlinked queue directories."""
-        self.tombstones.load()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            log.warning("%s: cannot create the consume-queue directory (%s)", self.root, e)
-            return
-        for tdir in sorted(self.root.iterdir()):
-            if not tdir.is_dir():
-                continue
-            bad = validate_topic(tdir.name)
-            if bad is not None or tdir.is_symlink():
-                log.warning("%s: skipped (%s)", tdir, bad or "a symlink; the store creates none")
-                continue
-            for qdir in sorted(tdir.iterdir()):
-                if not (qdir.is_dir() and qdir.name.lstrip("-").isdigit()):
-                    continue
-                try:
-                    path = confined_path(self.root, tdir.name, qdir.name)
-                except ConfinementError as e:
-                    log.warning("%s: skipped (%s)", qdir, e)
-                    continue
-                if qdir.is_symlink():
-                    log.warning("%s: skipped (a symlink; the store creates none)", qdir)
-                    continue
-                cq = ConsumeQueue(tdir.name, int(qdir.name), path, self.file_size, self)
-                cq.load()  # parked: found, not mapped
-                self.queues.setdefault(tdir.name, {})[cq.queue_id] = cq
-
-    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        t = self.queues.get(topic)
-        return t.get(queue_id) if t is not None else None
-
-    def create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue, made (in memory; files come with the first unit) after checking the name.
-
-        ``ConfinementError`` for a name that is not a valid topic or would leave the store.
-        """
-        t = self.queues.get(topic)
-        cq = t.get(queue_id) if t is not None else None
-        if cq is None:
-            bad = validate_topic(topic)
-            if bad is not None:
-                raise ConfinementError(bad)
-            path = confined_path(self.root, topic, str(queue_id))
-            cq = ConsumeQueue(topic, queue_id, path, self.file_size, self)
-            self.queues.setdefault(topic, {})[queue_id] = cq
-            self.mapped[cq] = None
-        return cq
-
-    def trim(self) -> int:
-        """Park idle queues while more than ``max_mapped`` are mapped: oldest first, a queue used
-        since the last look gets a second chance (unflushed units are flushed later from the
-        parked state). Call only where no queue's file is in use. Returns how many were parked."""
-        over = len(self.mapped) - self.max_mapped
-        if over <= 0:
-            return 0
-        target = over + self.max_mapped // 8  # a margin: not a trim at every call once at the bound
-        parked = 0
-        mapped = self.mapped
-        for cq in list(mapped):
-            if parked >= target:
-                break
-            if cq.used:
-                cq.used = False
-                del mapped[cq]
-                mapped[cq] = None
-                continue
-            cq.park()
-            parked += 1
-        return parked
-
-    def __iter__(self) -> Iterator[ConsumeQueue]:
-        for t in list(self.queues.values()):
-            yield from list(t.values())
-
-    def max_phys(self) -> int:
-        return max((cq.max_phys for cq in self), default=0)
-
-    def delete_topic(self, topic: str, at_offset: int = -1) -> bool:
-        """Forget a topic's queues and remove its directory (confined); False for a name that is
-        not a valid topic (nothing is touched). ``at_offset`` >= 0 records a tombstone."""
-        if validate_topic(topic) is not None:
-            return False
-        t = self.queues.pop(topic, None)
-        if t:
-            for cq in t.values():
-                cq.destroy()
-        try:
-            remove_confined(self.root, topic)
-        except (ConfinementError, OSError) as e:
-            log.warning("delete topic %s: directory not removed (%s)", topic, e)
-        if at_offset >= 0:
-            self.tombstones.add(topic, at_offset)
-        return True
-
-    def prune_tombstones(self, phys_min: int) -> None:
-        self.tombstones.prune(phys_min)
-
-    def close(self) -> None:
-        for cq in list(self.mapped):
-            cq.close()
-        self.mapped.clear()
-
-
-def mapped_bound(wanted: int) -> int:
-    """How many queues may be mapped at once: ``wanted``, but at most an eighth of the descriptors
-    this process may open (a mapped file holds two: its own and the one ``mmap`` duplicates), so
-    queues alone never take more than a quarter of them."""
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
-        soft = resource.RLIM_INFINITY
-    if soft == resource.RLIM_INFINITY:
-        return max(1, wanted)
-    return max(1, min(wanted, soft // 8))
-
-
-class ConsumeQueueDispatcher:
-    """Builds consume-queue units from dispatched records (NOT and COMMIT transaction types only)."""
-
-    def __init__(self, table: ConsumeQueueTable) -> None:
-        self.table = table
-
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
-        queues = self.table.queues
-        last_ts = 0
-        for r in requests:
-            tx = r.sys_flag & 0xC
-            if tx == 4 or tx == 12:  # prepared / rollback
-                continue
-            t = queues.get(r.topic)
-            cq = t.get(r.queue_id) if t is not None else None
-            if cq is None:
-                cq = self._create(r)
-                if cq is None:
-                    continue
-            cq.put(r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset)
-            last_ts = r.store_timestamp
-        if last_ts:
-            self.table.logics_ts = last_ts
-
-    def _create(self, r: DispatchRequest) -> Any:
-        """A new queue for ``r``, or None when the record must not make one (deleted topic, bad name)."""
-        table = self.table
-        gone = table.deleted.get(r.topic)
-        if gone is not None and r.commit_log_offset < gone:
-            return None
-        try:
-            return table.create(r.topic, r.queue_id)
-        except ConfinementError as e:
-            _limited.warning("cq-name", "record at %d not queued: %s", r.commit_log_offset, e)
-            return None

@@ -38,11 +38,21 @@ class MappedFileQueue:
     def load_segments(self, *, reserve: int | None, fix_size: bool, size_name: str) -> tuple[str, list[Path]]:
         """Map the directory's segments in order, each marked written and flushed to its end.
 
-        Stops at the first segment that does not fit the sequence (a name that is no
-        multiple of ``file_size``, a gap, a wrong length unless ``fix_size`` resizes it,
-        logged) and returns ``("<path>: <why>", [that segment, every later one])``;
-        ``("", [])`` when all fit. ``size_name`` is the config key named in the reason.
+        Stops at the first segment that does not fit the sequence (see :meth:`check_segments`)
+        and returns ``("<path>: <why>", [that segment, every later one])``; ``("", [])`` when all fit.
         """
+        problem, good, bad = self.check_segments(fix_size=fix_size, size_name=size_name)
+        for path in good:
+            mf = MappedFile.open(path, self.file_size, reserve=reserve)
+            mf.wrote = mf.flushed = self.file_size
+            self.files.append(mf)
+        return problem, bad
+
+    def check_segments(self, *, fix_size: bool, size_name: str) -> tuple[str, list[Path], list[Path]]:
+        """``(why, segments that fit, the first one that does not and every later one)`` of the
+        directory, mapping nothing. A segment does not fit for a name that is no multiple of
+        ``file_size``, a gap before it, or a wrong length unless ``fix_size`` resizes it (logged);
+        ``size_name`` is the config key named in the reason (``why`` is "" when all fit)."""
         prev_end: int | None = None
         paths = list_segments(self.dir)
         for n, path in enumerate(paths):
@@ -53,24 +63,20 @@ class MappedFileQueue:
             elif prev_end is not None and start != prev_end:
                 problem = f"file {offset_name(prev_end)} is missing before it"
             else:
-                actual = path.stat().st_size
+                try:
+                    actual = path.stat().st_size
+                except OSError as e:
+                    actual, problem = self.file_size, f"cannot stat it ({e})"
                 if actual != self.file_size and fix_size:
-                    log.warning(
-                        "%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
-                        path,
-                        actual,
-                        self.file_size,
-                    )
+                    log.warning("%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
+                                path, actual, self.file_size)
                     os.truncate(path, self.file_size)
                 elif actual != self.file_size:
                     problem = f"file is {actual} bytes, expected {self.file_size}"
             if problem:
-                return f"{path}: {problem}", paths[n:]
-            mf = MappedFile.open(path, self.file_size, reserve=reserve)
-            mf.wrote = mf.flushed = self.file_size
-            self.files.append(mf)
+                return f"{path}: {problem}", paths[:n], paths[n:]
             prev_end = start + self.file_size
-        return "", []
+        return "", paths, []
 
     # ------------------------------------------------------------------ offsets
 
@@ -133,9 +139,7 @@ class MappedFileQueue:
         """Force written bytes of every segment to disk (blocking: a worker thread). With
         ``least_pages`` > 0 a segment waits until that many 4 KiB pages are dirty or it is full."""
         for f in list(self.files):
-            if f.wrote > f.flushed and (
-                least_pages <= 0 or f.wrote >= f.size or f.wrote // 4096 - f.flushed // 4096 >= least_pages
-            ):
+            if flush_due(f.wrote, f.flushed, f.size, least_pages):
                 w = f.wrote
                 try:
                     f.sync()
@@ -151,6 +155,12 @@ class MappedFileQueue:
         for f in self.files:
             f.destroy()
         self.files = []
+
+
+def flush_due(wrote: int, flushed: int, size: int, least_pages: int) -> bool:
+    """Whether a segment with these marks is flushed now: anything unflushed when ``least_pages`` <= 0,
+    else once that many 4 KiB pages are dirty or the segment is full."""
+    return wrote > flushed and (least_pages <= 0 or wrote >= size or wrote // 4096 - flushed // 4096 >= least_pages)
 
 
 def data_extents(f: MappedFile, pos: int) -> Iterator[tuple[int, int]]:

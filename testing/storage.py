@@ -393,6 +393,18 @@ class MessageStoreContract:
             assert store.query_by_key(self.topic, "nope", 10, 0, 2**62) == []
 
     @pytest.mark.anyio
+    async def test_lookup_by_offset_finds_records_only_where_they_start(self, tmp_path: Path) -> None:
+        """Admin lookups and transaction checks hand in offsets from clients: any other offset reads
+        as None, never as bytes that happen to look like a size (the QUEUEOFFSET field of message
+        100, read as TOTALSIZE, says 100)."""
+        async with self.make_store(tmp_path) as store:
+            res = await self._fill(store, 101)
+            at = res[100].wrote_offset
+            assert decode_record(store.look_message_by_offset(at))["queue_offset"] == 100
+            for off in (at + 24, at + 4, at + 1, -1, store.max_phy_offset, store.max_phy_offset + 10**9):
+                assert store.look_message_by_offset(off) is None, off
+
+    @pytest.mark.anyio
     async def test_third_party_dispatcher_receives_batches(self, tmp_path: Path) -> None:
         rec = RecordingDispatcher()
         async with self.make_store(tmp_path, dispatchers=[rec]) as store:

@@ -177,7 +177,8 @@ class DashboardPlugin:
     async def _serve(self, kernel: Kernel, broker: BrokerContext, cfg: DashboardConfig) -> AsyncIterator[None]:
         import uvicorn
 
-        from rmq.plugins.dashboard.app import Backend, make_app
+        from rmq.plugins.dashboard.app import make_app
+        from rmq.plugins.dashboard.backend import Backend
         from rmq.plugins.dashboard.guard import guarded_protocol
 
         try:

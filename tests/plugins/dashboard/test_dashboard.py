@@ -275,7 +275,7 @@ def test_changes_only_from_loopback_without_acl() -> None:
     """Without ACL the dashboard, a loopback peer of the broker, lends no admin rights to remote browsers."""
     from types import SimpleNamespace
 
-    from rmq.plugins.dashboard.app import Backend, Refused
+    from rmq.plugins.dashboard.backend import Backend, Refused
 
     def backend(**cfg: Any) -> Backend:
         conf = {"aclEnable": False, "allowRemoteAdmin": False, **cfg}

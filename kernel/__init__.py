@@ -65,7 +65,7 @@ from rmq.kernel.model import (
     PutStatus,
     record_of,
 )
-from rmq.kernel.net import local_ipv4
+from rmq.kernel.net import check_bindable, local_ipv4
 from rmq.kernel.options import NoOptions, structure_options
 from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.plugin_manager import PluginError
@@ -121,6 +121,7 @@ __all__ = [
     "hookspec",
     "load_config",
     "rmq_home",
+    "check_bindable",
     "local_ipv4",
     "record_of",
     "remove_confined",

@@ -20,7 +20,9 @@ import anyio
 
 from rmq import __version__
 from rmq.kernel.config import EMBEDDED, NAMESPACES, ConfigError, RootConfig, dump_config, load_config
+from rmq.kernel.net import port_holder
 from rmq.kernel.plugin_manager import PluginError, describe
+from rmq.protocol.ports import BindError
 
 log = logging.getLogger("rmq.daemon")
 
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(_run, config, backend="asyncio", backend_options=backend_options)
         return 0
     except (ConfigError, PluginError) as e:
+        if isinstance(e, BindError) and e.in_use:  # who holds the port, when /proc tells
+            e = e.held_by(port_holder(e.port), os.getpid())
         print(f"rmqd: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

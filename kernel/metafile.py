@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,11 @@ class ConfigFile:
                 log.warning("loaded %s from its backup %s", self.path.name, candidate)
             return doc
         return None
+
+    def edit(self, change: Callable[[str], str]) -> None:
+        """Blocking: rewrite the file with ``change`` applied to its text (a user's config file a runtime
+        change is written back to, as RocketMQ rewrites its properties file); OSError when it cannot."""
+        self.write(change(self.path.read_text(encoding="utf-8")))
 
     def write(self, text: str) -> None:
         """Blocking write (call from a worker thread for periodic flushes)."""

@@ -1,21 +1,19 @@
-"""Write changed settings back into a user's TOML file, line by line, keeping everything else.
+"""Changed settings written into the text of a user's TOML file, line by line, keeping everything else.
 
 RocketMQ rewrites its properties file when an admin changes a setting at run time; rmq does the same
 to the rmqd TOML file, but only touches the lines of the keys that changed (comments, order and the
-other tables stay as the user wrote them). The result is parsed back before it replaces the file:
-a file this editor cannot change safely (the table written inline, a dotted key) is left alone and
-the caller is told why.
+other tables stay as the user wrote them). :func:`edit` parses its result back: a text this editor
+cannot change safely (the table written inline, a dotted key) is refused and the caller is told why.
+Text in, text out: reading and replacing the file is the caller's (``rmq.kernel.ConfigFile.edit``).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
-from pathlib import Path
 from typing import Any
 
-__all__ = ["TomlEditError", "set_keys", "toml_value"]
+__all__ = ["TomlEditError", "edit", "render", "toml_value"]
 
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
 
@@ -73,27 +71,17 @@ def render(text: str, table: str, changes: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def set_keys(path: str | Path, table: str, changes: dict[str, Any]) -> None:
-    """Set the keys in ``[table]`` of the TOML file at ``path``; atomic, verified by parsing back."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TomlEditError(f"cannot read {path}: {e.strerror or e}") from None
+def edit(text: str, table: str, changes: dict[str, Any]) -> str:
+    """``text`` with the keys in ``[table]`` set, verified by parsing it back; TomlEditError when the
+    result would not parse or would not hold the changes (then nothing should be written)."""
     new = render(text, table, changes)
     try:
         doc = tomllib.loads(new)
     except tomllib.TOMLDecodeError as e:
-        raise TomlEditError(f"{path}: the edit would not parse ({e}); left unchanged") from None
+        raise TomlEditError(f"the edit would not parse ({e}); left unchanged") from None
     got = doc.get(table) if isinstance(doc.get(table), dict) else {}
     wrong = [k for k, v in changes.items() if got.get(k) != v]
     if wrong:
-        raise TomlEditError(f"{path}: cannot set {', '.join(wrong)} in [{table}] safely (inline table or dotted "
+        raise TomlEditError(f"cannot set {', '.join(wrong)} in [{table}] safely (inline table or dotted "
                             "keys?); left unchanged")
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, path)
-    except (OSError, UnicodeError) as e:
-        tmp.unlink(missing_ok=True)
-        raise TomlEditError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
+    return new

@@ -11,11 +11,14 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
+from rmq.kernel import ConfigFile
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol import access
@@ -25,7 +28,7 @@ from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
-from rmq.protocol.tomledit import TomlEditError, set_keys
+from rmq.protocol.tomledit import TomlEditError, edit
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection
@@ -448,8 +451,9 @@ class AdminProcessor:
         log.info("UPDATE_BROKER_CONFIG from %s: %s", conn.remote_addr[0], ", ".join(f"{k}={v}" for k, v in changes.items()))
         if changes and b.config_file:  # as RocketMQ rewrites broker.properties: the change survives a restart
             try:
-                await anyio.to_thread.run_sync(set_keys, b.config_file, "broker", changes)
-            except TomlEditError as e:
+                await anyio.to_thread.run_sync(ConfigFile(Path(b.config_file)).edit,
+                                               partial(edit, table="broker", changes=changes))
+            except (TomlEditError, OSError) as e:
                 log.warning("UPDATE_BROKER_CONFIG applied but not persisted: %s", e)
                 return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()

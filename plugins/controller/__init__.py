@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import NoOptions, RemotingConfig, hookimpl, structure_options
+from rmq.kernel import NoOptions, RemotingConfig, check_bindable, hookimpl, structure_options
 from rmq.plugins.controller.service import ControllerService
-from rmq.protocol.ports import check_bindable
 from rmq.roles import ControllerConfig
 
 if TYPE_CHECKING:

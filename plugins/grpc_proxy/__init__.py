@@ -24,9 +24,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq.kernel import ConfigError, hookimpl, make_handler, structure_options
+from rmq.kernel import ConfigError, check_bindable, hookimpl, make_handler, structure_options
 from rmq.plugins.grpc_proxy.renew import GrpcOptions
-from rmq.protocol.ports import bind_error, check_bindable
+from rmq.protocol.ports import bind_error
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry

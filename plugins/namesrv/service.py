@@ -6,12 +6,14 @@ import logging
 import struct
 import time
 import zlib
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 
-from rmq.kernel import RateLimitedLog
+from rmq.kernel import ConfigFile, RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rmq.plugins.namesrv.routes import (
     PERM_READ,
@@ -26,11 +28,9 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
-from rmq.protocol.tomledit import TomlEditError, set_keys
+from rmq.protocol.tomledit import TomlEditError, edit
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from rmq.kernel import Connection, ProcessorRegistry, RemotingServer
     from rmq.roles import NamesrvConfig
 
@@ -147,8 +147,9 @@ class NamesrvService:
                  ", ".join(f"{k}={v}" for k, v in changes.items()))
         if changes and self.config_file:  # as RocketMQ persists namesrv.properties
             try:
-                await anyio.to_thread.run_sync(set_keys, self.config_file, "namesrv", changes)
-            except TomlEditError as e:
+                await anyio.to_thread.run_sync(ConfigFile(Path(self.config_file)).edit,
+                                               partial(edit, table="namesrv", changes=changes))
+            except (TomlEditError, OSError) as e:
                 log.warning("UPDATE_NAMESRV_CONFIG applied but not persisted: %s", e)
                 return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()

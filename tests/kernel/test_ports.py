@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rmq.kernel.config import dump_config, load_config
-from rmq.protocol.ports import port_holder
+from rmq.kernel.net import port_holder
 from rmq.testing.daemon import RmqdProcess, free_port, write_toml
 
 

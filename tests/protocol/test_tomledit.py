@@ -1,5 +1,6 @@
 """Runtime config changes written back into the user's TOML: only the changed lines move, the rest
-(comments, order, other tables) stays; what cannot be edited safely is refused and left unchanged."""
+(comments, order, other tables) stays; what cannot be edited safely is refused and left unchanged.
+The text edit is ``rmq.protocol.tomledit``; the file is rewritten by ``rmq.kernel.ConfigFile.edit``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.protocol.tomledit import TomlEditError, render, set_keys
+from rmq.kernel import ConfigFile
+from rmq.protocol.tomledit import TomlEditError, edit, render
 
 TEXT = """# my broker
 [namesrv]
@@ -29,8 +31,10 @@ level = "INFO"
 def test_changed_lines_only(tmp_path: Path) -> None:
     f = tmp_path / "rmqd.toml"
     f.write_text(TEXT)
-    set_keys(f, "broker", {"traceOn": False, "maxMessageSize": 1024, "regionId": 'quo"te'})
+    ConfigFile(f).edit(lambda text: edit(text, "broker", {"traceOn": False, "maxMessageSize": 1024,
+                                                          "regionId": 'quo"te'}))
     out = f.read_text()
+    assert (tmp_path / "rmqd.toml.bak").read_text() == TEXT  # RocketMQ's persist protocol keeps the old file
     assert out.startswith("# my broker\n[namesrv]") and "# a comment in the table" in out
     assert 'brokerName = "b1"   # the name' in out and "traceOn = false" in out
     doc = tomllib.loads(out)
@@ -40,17 +44,18 @@ def test_changed_lines_only(tmp_path: Path) -> None:
 
 
 def test_new_table_and_refusals(tmp_path: Path) -> None:
-    f = tmp_path / "a.toml"
-    f.write_text("[namesrv]\nlistenPort = 1\n")
-    set_keys(f, "broker", {"traceOn": True})
-    assert tomllib.loads(f.read_text())["broker"] == {"traceOn": True}
+    assert tomllib.loads(edit("[namesrv]\nlistenPort = 1\n", "broker", {"traceOn": True}))["broker"] == {
+        "traceOn": True}
+    with pytest.raises(TomlEditError, match="left unchanged"):
+        edit('broker = { brokerName = "x" }\n', "broker", {"traceOn": True})
     g = tmp_path / "b.toml"
     g.write_text('broker = { brokerName = "x" }\n')
-    with pytest.raises(TomlEditError, match="left unchanged"):
-        set_keys(g, "broker", {"traceOn": True})
-    assert g.read_text() == 'broker = { brokerName = "x" }\n'
-    with pytest.raises(TomlEditError, match="cannot read"):
-        set_keys(tmp_path / "missing.toml", "broker", {"traceOn": True})
+    with pytest.raises(TomlEditError):
+        ConfigFile(g).edit(lambda text: edit(text, "broker", {"traceOn": True}))
+    assert g.read_text() == 'broker = { brokerName = "x" }\n' and not (tmp_path / "b.toml.tmp").exists()
+    with pytest.raises(FileNotFoundError):
+        ConfigFile(tmp_path / "missing.toml").edit(lambda text: edit(text, "broker", {"traceOn": True}))
+    assert not (tmp_path / "missing.toml").exists()
 
 
 values = st.one_of(st.booleans(), st.integers(-(2**62), 2**62), st.text(max_size=20))

@@ -40,7 +40,7 @@ from rmq.protocol.command import RemotingCommand, RemotingError
 from rmq.protocol.dispatch import Router
 from rmq.protocol.message import UniqIdGenerator
 from rmq.protocol.names import printable
-from rmq.protocol.tls import client_context
+from rmq.protocol.tls import ClientTls
 
 if TYPE_CHECKING:
     from rmq.kernel.hookspecs.remoting import Connection, RemotingClient
@@ -196,8 +196,8 @@ class ClientInstance:
         await stack.__aenter__()
         try:
             o = self.options
-            tls = client_context(verify=o.tls_verify, ca=o.tls_ca or "", cert=o.tls_cert or "",
-                                 key=o.tls_key or "") if o.tls else None
+            tls = ClientTls(verify=o.tls_verify, ca=o.tls_ca or "", cert=o.tls_cert or "",
+                            key=o.tls_key or "") if o.tls else None  # the transport makes the context
             cfg = RemotingConfig(name=self.name, connect_timeout=o.request_timeout, tls_client=tls)
             remoting = self.kernel.hook.rmq_remoting_make_client(
                 kernel=self.kernel, config=cfg, handler=self._router.dispatch

@@ -56,8 +56,9 @@ class RemotingConfig:
     max_connections: int = 4096  # server: connections held at once; the next ones are closed at accept
     name: str = "remoting"  # for log lines: "namesrv", "broker", "client"
     key: str = ""  # server: the setting that chose ``port`` ("broker.listenPort"), named if it cannot be bound
-    # TLS. server: a ``rmq.kernel.tls.ServerTls`` (mode disabled/permissive/enforcing + context), None = plain;
-    # client: an ``ssl.SSLContext`` to connect with, None = plain
+    # TLS. server: what ``rmq_remoting_tls`` returns (``mode`` disabled/permissive/enforcing, ``context()``),
+    # None = plain; client: an ``ssl.SSLContext``, or an ``rmq.protocol.tls.ClientTls`` the transport builds
+    # one from, None = plain
     tls_server: Any = None
     tls_client: Any = None
 
@@ -179,4 +180,23 @@ def rmq_remoting_make_client(
     - ``kernel``: the running ``Kernel`` (config, hook relay, services).
     - ``config``: a ``RemotingConfig`` (bind address or client settings, frame limit).
     - ``handler``: the request handler every decoded request is given to.
+    """
+
+
+@hookspec(firstresult=True)
+def rmq_remoting_tls(kernel: Kernel) -> Any:
+    """The daemon's TLS as the transport built it from the ``[tls]`` table; None: this plugin has none.
+
+    Called by every other component that listens or connects with TLS (the HA port, the gRPC
+    endpoint), at start-up, as often as it likes (the result is built once), so one process
+    serves one certificate and reads certificate files in one place: the transport's. The
+    result has ``config`` (an ``rmq.protocol.tls.TlsConfig``), ``mode``, ``context()`` (the
+    server ``ssl.SSLContext``, None when no certificate can be had; blocking the first time in
+    test mode, which makes a throwaway certificate), ``client_context()`` (rmqd's outgoing
+    connections) and ``pem()`` (``(certificate chain, key, trusted client CAs or None)`` PEM
+    bytes for servers that take bytes, as grpcio does; None when no certificate can be had).
+    A malformed table raises ``ConfigError``.
+
+    Arguments:
+    - ``kernel``: the running ``Kernel`` (its config holds the ``[tls]`` table).
     """

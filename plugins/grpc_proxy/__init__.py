@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import ConfigError, check_bindable, hookimpl, make_handler, structure_options
@@ -58,28 +57,16 @@ class GrpcProxyPlugin:
         return self._run(kernel, broker, port)
 
     @staticmethod
-    def _tls_mode(kernel: Kernel) -> Any:
-        from rmq.protocol.tls import structure_tls
-
-        return structure_tls(getattr(kernel.config, "tls", None) or {})
-
-    @staticmethod
     def _credentials(tls: Any) -> Any:
-        """Server credentials from ``[tls]`` (the configured certificate, else test mode's self-signed one)."""
+        """Server credentials from the transport's certificate (the configured one, else test mode's)."""
         import grpc
 
-        from rmq.protocol.tls import self_signed
-
-        if tls.server_cert_path:
-            cert, key = Path(tls.server_cert_path).expanduser(), Path(tls.server_key_path).expanduser()
-        else:
-            pair = self_signed()
-            if pair is None:
-                return None
-            cert, key = Path(pair[0]), Path(pair[1])
-        roots = Path(tls.server_trust_cert_path).expanduser().read_bytes() if tls.server_trust_cert_path else None
-        need = tls.server_need_client_auth == "require"
-        return grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())], root_certificates=roots,
+        pem = tls.pem()
+        if pem is None:
+            return None
+        chain, key, roots = pem
+        need = tls.config.server_need_client_auth == "require"
+        return grpc.ssl_server_credentials([(key, chain)], root_certificates=roots,
                                            require_client_auth=need and roots is not None)
 
     @asynccontextmanager
@@ -108,7 +95,8 @@ class GrpcProxyPlugin:
         namesrv_addrs = getattr(broker, "namesrv_addrs", None)
         if namesrv_addrs is not None:  # routes over every broker of a topic, as the proxy's local mode
             svc.routes = RouteView(namesrv_addrs)
-        tls = self._tls_mode(kernel)
+        tls = kernel.hook.rmq_remoting_tls(kernel=kernel)  # the transport's TLS; None: plaintext only
+        mode = tls.mode if tls is not None else "disabled"
         servers: list[Any] = []
 
         def new_server() -> Any:
@@ -120,12 +108,12 @@ class GrpcProxyPlugin:
         front: PermissiveFront | None = None
         check_bindable(KEY, listen, port)  # grpcio reports a failed bind without its errno
         server = new_server()
-        if tls.server_mode == "enforcing":
+        if mode == "enforcing":
             creds = await anyio.to_thread.run_sync(self._credentials, tls)
             if creds is None:
-                raise ConfigError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or the openssl tool")
+                raise ConfigError("gRPC endpoint: TLS enforcing needs tls.server.certPath/keyPath or test mode")
             bound = server.add_secure_port(f"{listen}:{port}", creds)
-        elif tls.server_mode == "disabled":
+        elif mode == "disabled":
             bound = server.add_insecure_port(f"{listen}:{port}")
         else:
             plain = server.add_insecure_port("127.0.0.1:0")
@@ -153,7 +141,7 @@ class GrpcProxyPlugin:
                 bind_error(e, KEY, listen, port)
         kernel.ports["grpc"] = bound
         self.service, self.port = svc, bound
-        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d (TLS %s)", listen, bound, tls.server_mode)
+        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d (TLS %s)", listen, bound, mode)
         try:
             async with kernel.background(svc.renewer.run):
                 yield

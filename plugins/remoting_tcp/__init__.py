@@ -15,19 +15,14 @@ from rmq.kernel import ConfigError, hookimpl, structure_options
 from rmq.plugins.remoting_tcp.client import TcpRemotingClient
 from rmq.plugins.remoting_tcp.connection import TcpConnection
 from rmq.plugins.remoting_tcp.server import TcpRemotingServer
+from rmq.plugins.remoting_tcp.tls import ServerTls, check_files, context_for
 from rmq.protocol.command import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
 )
-from rmq.protocol.tls import (
-    ServerTls,
-    TlsConfig,
-    TlsConfigError,
-    client_context_for,
-    structure_tls,
-)
+from rmq.protocol.tls import ClientTls, TlsConfigError, structure_tls
 
 if TYPE_CHECKING:
     from rmq.kernel import RemotingConfig, RequestHandler
@@ -69,8 +64,7 @@ class TcpRemotingPlugin:
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: TcpOptions = structure_options(TcpOptions, options)
-        self._tls_cfg: TlsConfig | None = None
-        self._server_tls: ServerTls | None = None
+        self._tls_built: ServerTls | None = None
 
     def _apply(self, config: RemotingConfig) -> RemotingConfig:
         changes: dict[str, Any] = {}
@@ -80,27 +74,33 @@ class TcpRemotingPlugin:
             changes["idle_timeout"] = float(self.options.idle_timeout)
         return attrs.evolve(config, **changes) if changes else config
 
-    def _tls(self, kernel: Any) -> TlsConfig | None:
+    def _tls(self, kernel: Any) -> ServerTls | None:
         """The daemon's ``[tls]`` table, checked once (a bad one refuses start-up with one line)."""
         root = getattr(kernel, "config", None)
         doc = getattr(root, "tls", None)
         if doc is None:
             return None
-        if self._tls_cfg is None:
+        if self._tls_built is None:
             try:
-                self._tls_cfg = structure_tls(doc)
-                self._server_tls = ServerTls(self._tls_cfg) if self._tls_cfg.server_mode != "disabled" else None
+                cfg = structure_tls(doc)
+                check_files(cfg)
+                self._tls_built = ServerTls(cfg)
             except TlsConfigError as e:
                 raise ConfigError(f"{root.source}: tls: {e}") from None
-        return self._tls_cfg
+        return self._tls_built
+
+    @hookimpl(trylast=True)
+    def rmq_remoting_tls(self, kernel: Any) -> ServerTls | None:
+        return self._tls(kernel)
 
     @hookimpl(trylast=True)
     def rmq_remoting_make_server(
         self, kernel: Any, config: RemotingConfig, handler: RequestHandler
     ) -> TcpRemotingServer:
         config = self._apply(config)
-        if self._tls(kernel) is not None and config.tls_server is None and self._server_tls is not None:
-            config = attrs.evolve(config, tls_server=self._server_tls)
+        tls = self._tls(kernel)
+        if tls is not None and config.tls_server is None and tls.mode != "disabled":
+            config = attrs.evolve(config, tls_server=tls)
         return TcpRemotingServer(config, handler)
 
     @hookimpl(trylast=True)
@@ -109,6 +109,8 @@ class TcpRemotingPlugin:
     ) -> TcpRemotingClient:
         config = self._apply(config)
         tls = self._tls(kernel)
-        if config.tls_client is None and tls is not None and tls.enable:  # rmqd's own outgoing connections
-            config = attrs.evolve(config, tls_client=client_context_for(tls))
+        if isinstance(config.tls_client, ClientTls):  # settings (rmq.client): the transport makes the context
+            config = attrs.evolve(config, tls_client=context_for(config.tls_client))
+        elif config.tls_client is None and tls is not None and tls.config.enable:  # rmqd's own outgoing connections
+            config = attrs.evolve(config, tls_client=tls.client_context())
         return TcpRemotingClient(config, handler, kernel=kernel)

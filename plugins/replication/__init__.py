@@ -39,7 +39,6 @@ from rmq.plugins.replication.frames import (
     encode_report,
 )
 from rmq.plugins.replication.service import DataNotifier, HAService
-from rmq.protocol.tls import ServerTls, client_context_for, structure_tls
 
 __all__ = [
     "DataNotifier",
@@ -85,16 +84,16 @@ class HaReplicationPlugin:
             raise PluginError(f"broker.{e}") from None
         svc.guarded = bool(config.aclEnable)
         svc.ports = kernel.ports
-        tls_doc = getattr(kernel.config, "tls", None)
+        tls = kernel.hook.rmq_remoting_tls(kernel=kernel)  # the transport's contexts and certificate
         client_certs = False
-        if tls_doc:
-            tls = structure_tls(tls_doc)  # already checked by the remoting plugin at start-up
-            if tls.server_mode == "enforcing":
-                svc.tls_server = ServerTls(tls).context()
+        if tls is not None:
+            cfg = tls.config
+            if cfg.server_mode == "enforcing":
+                svc.tls_server = tls.context()
                 svc.guarded = True
-                client_certs = tls.server_need_client_auth != "none" and bool(tls.server_trust_cert_path)
-            if tls.enable:
-                svc.tls_client = client_context_for(tls)
+                client_certs = cfg.server_need_client_auth != "none" and bool(cfg.server_trust_cert_path)
+            if cfg.enable:
+                svc.tls_client = tls.client_context()
         if svc.guarded and not svc.white and not client_certs:
             log.warning("HA port: aclEnable or tls enforcing, but neither haWhiteRemoteAddresses nor verified TLS "
                         "client certificates (server.need.client.auth with server.trustCertPath): no slave can be "

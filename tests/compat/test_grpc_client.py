@@ -260,8 +260,8 @@ def test_tls_on_the_grpc_port_when_enforcing(rmqd_factory: Any, compat: Any, tmp
 
     from rmq.kernel.hookspecs.remoting import RemotingConfig
     from rmq.plugins.remoting_tcp import TcpRemotingClient
+    from rmq.plugins.remoting_tcp.tls import client_context
     from rmq.protocol.command import RemotingCommand
-    from rmq.protocol.tls import client_context
 
     async def mk() -> None:
         async with TcpRemotingClient(RemotingConfig(name="g5tls", tls_client=client_context())) as c:

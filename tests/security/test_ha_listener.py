@@ -23,11 +23,11 @@ import pytest
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.plugins.replication.frames import FrameError, TransferDecoder
 from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
-from rmq.protocol.tls import client_context
 from rmq.testing.daemon import RmqdProcess, eventually
 
 SEG = 1024 * 1024

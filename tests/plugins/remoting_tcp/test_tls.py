@@ -1,8 +1,8 @@
 """TLS on the remoting ports against real rmqd processes: permissive (TLS and plaintext on one port,
 RocketMQ's default, with a test-mode self-signed certificate), enforcing (plaintext refused), a
 configured certificate verified by the client, client certificates required, disabled (a TLS
-hello refused), and rmqd's own broker-to-name-server connection over TLS. Certificates are made
-at run time with openssl."""
+hello refused), and rmqd's own broker-to-name-server connection over TLS. The tests' PKI is made at
+run time with openssl; rmqd's own test-mode certificate needs no tool."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from rmq.client import Message, Producer, PullConsumer, PullStatus
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand, RemotingError
-from rmq.protocol.tls import client_context
 from rmq.testing.daemon import RmqdProcess
 
 pytestmark = pytest.mark.anyio
@@ -113,6 +113,41 @@ async def test_disabled_refuses_tls_and_broker_registers_over_tls(rmqd_factory: 
             b.stop()
     finally:
         ns.stop()
+
+
+async def test_test_mode_certificate_needs_no_openssl_tool(tmp_path: Path) -> None:
+    """The permissive default's throwaway certificate is made in-process: an rmqd with no ``openssl`` on
+    its PATH still answers a TLS client, and leaves no key file in its temporary directory."""
+    empty, tmp = tmp_path / "bin", tmp_path / "tmp"
+    empty.mkdir()
+    tmp.mkdir()
+    proc = RmqdProcess(tmp_path / "d", env={"PATH": str(empty), "TMPDIR": str(tmp)}).start()
+    try:
+        assert (await ping(proc.broker_addr, client_context())).code == 0
+        await ping(proc.namesrv_addr, client_context())  # an answer over TLS (the code is the broker's)
+        assert list(tmp.iterdir()) == []
+    finally:
+        proc.stop()
+    assert sum("serving a throwaway self-signed certificate" in ln for ln in proc.log_lines()) == 1
+
+
+def test_the_transport_hands_its_tls_to_other_listeners() -> None:
+    """``rmq_remoting_tls``: the HA port and the gRPC endpoint get the transport's contexts and the same
+    test-mode certificate, as PEM for grpcio."""
+    from cryptography import x509
+
+    from rmq.plugins.remoting_tcp import TcpRemotingPlugin
+    from rmq.testing import make_kernel
+
+    kernel = make_kernel([TcpRemotingPlugin()], {"broker": {}, "tls": {"enable": True}})
+    tls = kernel.hook.rmq_remoting_tls(kernel=kernel)
+    assert tls is kernel.hook.rmq_remoting_tls(kernel=kernel) and tls.mode == "permissive" and tls.config.enable
+    assert isinstance(tls.context(), ssl.SSLContext) and isinstance(tls.client_context(), ssl.SSLContext)
+    pem = tls.pem()
+    assert pem is not None and pem[2] is None
+    cert = x509.load_pem_x509_certificate(pem[0])
+    assert cert.subject.rfc4514_string() == "CN=rmq-test-mode"
+    assert pem == tls.pem()  # made once per process
 
 
 def test_bad_tls_settings_refuse_start(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import anyio
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
+from rmq.plugins.remoting_tcp.tls import client_context
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
-from rmq.protocol.tls import client_context
 from rmq.testing.daemon import RmqdProcess, eventually
 
 from .conftest import SEG, send_ext

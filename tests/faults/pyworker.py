@@ -6,7 +6,8 @@ client lives through the whole fault without a restart.
 
 Modes:
   produce  {"namesrv","topic","group","kind": normal|ordered|delay|timer|request|tx,"interval_ms",
-            "delay_level","delay_s","tx": "commit"|"mix"|"unknown", "request_timeout_s"}
+            "delay_level","delay_s","tx": "commit"|"mix"|"unknown", "request_timeout_s", "first", "count"}
+            (bodies are "<topic>-<i>" from i = first: a second producer of a flow gives its own ids)
   push     {"namesrv","topic","group","orderly","fail_always_mod","fail_once_mod","max_reconsume","reply"}
   simple   {"namesrv","topic","group","invisible_s","hold_mod"}
   checker  {"namesrv","group"}  -- a transaction producer that only answers the broker's checks
@@ -72,8 +73,8 @@ async def produce(cfg: dict[str, Any]) -> None:
         p = Producer(cfg["group"], cfg["namesrv"], **FAST)
     async with p, anyio.create_task_group() as tg:
         tg.start_soon(wait_stop, stop)
-        i = 0
-        while not stop.is_set() and i < int(cfg.get("count", 10**9)):
+        i = first = int(cfg.get("first", 0))
+        while not stop.is_set() and i < first + int(cfg.get("count", 10**9)):
             body = f"{cfg['topic']}-{i}"
             msg = Message(cfg["topic"], body)
             rec: dict[str, Any] = {"ev": "send", "id": body, "i": i}

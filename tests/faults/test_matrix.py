@@ -144,8 +144,9 @@ def tx_producer_dies(ctx: Ctx) -> None:
 
 
 def tx_second_producer(ctx: Ctx) -> None:
+    """Halves of its own ids (from 100000), so only a check after the fault can deliver them."""
     ctx.py("producer", "tx2", mode="produce", topic=ctx.topic, group="PG_" + ctx.group, kind="tx", tx="unknown",
-           interval_ms=50)
+           interval_ms=50, first=100_000)
 
 
 def pop_begin(ctx: Ctx) -> None:

@@ -224,7 +224,8 @@ class TransactionCheckService:
             props = half.properties
             checks = int(props.get(Prop.TRANSACTION_CHECK_TIMES) or 0)
             if checks >= self.max_checks or start_ms - half.born_timestamp > self.reserved_ms:
-                await self._discard(half)
+                if not await self._discard(half):
+                    break  # not stored elsewhere: the next pass starts at this half again
                 i += 1
                 continue
             age = start_ms - half.born_timestamp if props.get(Prop.TRAN_PREPARED_QUEUE_OFFSET) else (
@@ -240,15 +241,15 @@ class TransactionCheckService:
                     i += 1  # the original half was settled: this immunity copy retires with it
                     continue
                 if age < immune_ms:  # not to be asked yet: park a copy at the end, look further
-                    if original is None:
-                        await self._put_back(half, checks, {Prop.TRAN_PREPARED_QUEUE_OFFSET: str(half.queue_offset)})
-                    else:
-                        await self._put_back(half, checks)
+                    extra = {Prop.TRAN_PREPARED_QUEUE_OFFSET: str(half.queue_offset)} if original is None else None
+                    if (await self._put_back(half, checks, extra)).status is not PutStatus.PUT_OK:
+                        break  # no copy parked: this half must stay ahead of the committed offset
                     i += 1
                     continue
             elif 0 <= age < self.timeout_ms:
                 break  # too young; later halves are younger still
-            await self._check(half, checks + 1)
+            if not await self._check(half, checks + 1):
+                break  # as RocketMQ, a half that could not be put back is tried again, never passed over
             i += 1
         b.commit_offset(SYS_GROUP, TRANS_HALF_TOPIC, 0, i)
         # ops below the new half offset are no longer needed
@@ -262,25 +263,26 @@ class TransactionCheckService:
                                                     **(extra or {})})
         return await self.broker.put(rec)
 
-    async def _check(self, half: MessageExt, checks: int) -> None:
-        """Put a copy back (the copy is what the producer's answer names), then ask a producer."""
+    async def _check(self, half: MessageExt, checks: int) -> bool:
+        """Put a copy back (the copy is what the producer's answer names), then ask a producer. False
+        when the store refused the copy (disk full, not writable): the half was left as it was."""
         b = self.broker
         group = half.properties.get(Prop.PGROUP) or ""
         chans = b.producer_channels(group)
         result = await self._put_back(half, checks)
         if result.status is not PutStatus.PUT_OK:
             _limited.warning("putback", "transaction check: half message not put back: %s", result.status.name)
-            return
+            return False
         # the copy lives at result's offsets: remove the old one by an op so it is never checked again
         await b.put(op_record(half.queue_offset))
         if not chans:
             _limited.info(f"nochan:{group}", "transaction check: no live producer of group %s; will ask again", group)
-            return
+            return True
         conn = chans[self._rr % len(chans)]
         self._rr += 1
         raw = b.store.look_message_by_offset(result.wrote_offset)
         if raw is None:
-            return
+            return True
         c = decode_message(raw)
         copy = encode_message(
             half.properties.get(Prop.REAL_TOPIC) or c.topic, c.body,
@@ -305,14 +307,19 @@ class TransactionCheckService:
                                                                oneway=True))
         except Exception as e:
             log.info("CHECK_TRANSACTION_STATE to %s failed: %s", getattr(conn, "remote_addr", "?"), e)
+        return True
 
-    async def _discard(self, half: MessageExt) -> None:
+    async def _discard(self, half: MessageExt) -> bool:
+        """Move the half to TRANS_CHECK_MAX_TIME_TOPIC; False when the store refused it (kept as a half)."""
         self.broker.ensure_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)  # as RocketMQ: created on first use, 1 queue
         rec = record_of(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, {Prop.WAIT: "false"})  # as RocketMQ's
         result = await self.broker.put(rec)
-        if result.status is PutStatus.PUT_OK:
-            await self.broker.put(op_record(half.queue_offset))
-            self.discarded += 1
-            log.warning("transaction %s of group %s discarded to %s after %s checks",
-                        half.properties.get(Prop.UNIQ_KEY), half.properties.get(Prop.PGROUP),
-                        TRANS_CHECK_MAX_TIME_TOPIC, half.properties.get(Prop.TRANSACTION_CHECK_TIMES))
+        if result.status is not PutStatus.PUT_OK:
+            _limited.warning("discard", "transaction check: half message not discarded: %s", result.status.name)
+            return False
+        await self.broker.put(op_record(half.queue_offset))
+        self.discarded += 1
+        log.warning("transaction %s of group %s discarded to %s after %s checks",
+                    half.properties.get(Prop.UNIQ_KEY), half.properties.get(Prop.PGROUP),
+                    TRANS_CHECK_MAX_TIME_TOPIC, half.properties.get(Prop.TRANSACTION_CHECK_TIMES))
+        return True

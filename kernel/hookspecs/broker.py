@@ -78,6 +78,14 @@ class BrokerContext(Protocol):
         with the name servers with the next round."""
         ...
 
+    def adopt_due_topic(self, topic: str, queue_id: int, by: str) -> bool:
+        """Before a due delayed or timer message is put to ``topic``: give the topic a config covering
+        ``queue_id`` if it has none (True then; ``by`` names the service in the log line). A slave promoted
+        before its metadata sync copied a topic (auto-created, or a %RETRY% topic made by a send-back, on
+        the old master just before the switch) has none, and the store refuses a put to a topic without
+        one: the parked message would be lost."""
+        ...
+
 
 @runtime_checkable
 class PutStage(Protocol):

@@ -53,6 +53,7 @@ from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import waits_for_store
 from rmq.protocol.message import host_bytes
+from rmq.protocol.names import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, Kernel, MessageStore, RemotingServer, ReplicationService
@@ -188,6 +189,17 @@ class BrokerController:
     def ensure_topic(self, topic: str, queues: int, perm: int = 6) -> None:
         if topic not in self.topics.table:
             self.topics.update(TopicConfig(topic, queues, queues, perm))
+
+    def adopt_due_topic(self, topic: str, queue_id: int, by: str) -> bool:
+        if topic in self.topics.table:
+            return False
+        # a retry topic is made with one queue (the send-back's); others as a send would auto-create them
+        queues = queue_id + 1 if topic.startswith(RETRY_PREFIX) else max(queue_id + 1,
+                                                                         self.config.defaultTopicQueueNums)
+        self.ensure_topic(topic, queues)
+        log.info("%s: topic %s had no config here (not synced before a promotion): created with %d queues",
+                 by, topic, queues)
+        return True
 
     def get_filter(self, group: str, topic: str, etype: str, expr: str) -> MessageFilter | None:
         """The compiled subscription, cached per (group, topic, type, expression); None = match all."""

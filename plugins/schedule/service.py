@@ -18,7 +18,7 @@ import anyio
 from rmq.kernel import ConfigFile, GetStatus, MessageRecord, PutResult, PutStatus, dumps, record_of
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message
-from rmq.protocol.names import RETRY_PREFIX, SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rmq.protocol.record import queue_offset_at, store_timestamp_at
 
 if TYPE_CHECKING:
@@ -189,15 +189,7 @@ class ScheduleService:
         # as 4.9: the delivered copy keeps the parked properties, DELAY and REAL_* included (RocketMQ
         # serialises them before it clears DELAY in memory); put to the store directly, past the
         # pipeline, so DELAY does not park it again
-        if not self.broker.has_topic(real_topic):
-            # a slave promoted before its metadata sync copied the topic (auto-created, or a %RETRY% topic made
-            # by a send-back, on the old master just before the switch): give it a config, or the store refuses
-            # the put and the message is lost
-            retry = real_topic.startswith(RETRY_PREFIX)
-            queues = real_qid + 1 if retry else max(real_qid + 1, self.broker.config.defaultTopicQueueNums)
-            self.broker.ensure_topic(real_topic, queues)
-            log.info("delay level %d: topic %s had no config here (not synced before a promotion): created with "
-                     "%d queues", level, real_topic, queues)
+        self.broker.adopt_due_topic(real_topic, real_qid, f"delay level {level}")  # not synced before a promotion
         record = record_of(msg, real_topic, real_qid, {})
         result = await self.store.put_message(record)
         if result.status is PutStatus.PUT_OK or result.status is PutStatus.FLUSH_DISK_TIMEOUT:

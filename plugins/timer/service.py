@@ -290,6 +290,7 @@ class TimerService:
                         real_topic, props.get(Prop.REAL_QID))
             self.dropped += 1
             return
+        self.broker.adopt_due_topic(real_topic, real_qid, "timer")  # a promoted slave may not have synced it
         tries = 0
         while True:
             # WAIT=false as 5.3.3's convertMessage: a due timer never waits for a slave (or fails without one)

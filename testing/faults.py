@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +77,20 @@ class Worker:
                                      f" last lines {self.lines[-3:]}; stderr: {self.stderr_tail()}")
             time.sleep(0.05)
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """Ask the worker to finish ("stop" on stdin); kill it when it does not exit in time."""
-        if self.proc.poll() is None:
+    def ask_stop(self) -> None:
+        """Write "stop" to its stdin: the worker finishes what it does and exits."""
+        if self.proc.poll() is None and self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
-                assert self.proc.stdin is not None
                 self.proc.stdin.write("stop\n")
                 self.proc.stdin.flush()
                 self.proc.stdin.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Ask the worker to finish ("stop" on stdin); kill it when it does not exit in time."""
+        if self.proc.poll() is None:
+            self.ask_stop()
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -103,6 +108,15 @@ class Worker:
             return self.log_path.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+
+def stop_workers(workers: Iterable[Worker], timeout: float = 10.0) -> None:
+    """Ask every worker to stop, then wait for each: they wind down together, not one after another."""
+    ws = list(workers)
+    for w in ws:
+        w.ask_stop()
+    for w in ws:
+        w.stop(timeout)
 
 
 # ----------------------------------------------------------------------------------------- clusters
@@ -145,8 +159,17 @@ class Cluster:
         return ";".join(b.grpc_endpoint for b in self.brokers)
 
     def stop(self) -> None:
-        for p in reversed(self.all):
-            p.stop(timeout=10)
+        """Every process asked to stop at once (SIGTERM), then each waited for (SIGKILL after 10 s)."""
+        live = [p.proc for p in self.all if p.proc is not None and p.proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        deadline = time.monotonic() + 10
+        for proc in live:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 def _admin(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5.0) -> Any:
@@ -190,37 +213,46 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 
 def start_cluster(kind: str, workdir: Path, broker_extra: dict[str, Any] | None = None) -> Cluster:
     """``single`` (one broker), ``classic`` (SYNC_MASTER + SLAVE), ``controller`` (1 controller, or 3
-    for ``controller3``, + 2 brokers in controller mode); returns once writes and replication work."""
+    for ``controller3``, + 2 brokers in controller mode); returns once writes and replication work.
+
+    In controller mode the processes start in two waves, each started together: the name server and
+    the controllers, then the brokers (a broker that came before its controllers would wait a retry
+    period). A daemon's Python start-up is most of a cell's set-up, so on an idle machine this costs
+    two start-ups instead of one per process. Classic brokers start one after the other, the master
+    first: a slave learns its master's address from its registration, and would wait a period for it."""
     started: list[RmqdProcess] = []
 
-    def start(p: RmqdProcess) -> RmqdProcess:
-        started.append(p)
-        return p.start()
+    def start(*procs: RmqdProcess) -> list[RmqdProcess]:
+        started.extend(procs)
+        with ThreadPoolExecutor(len(procs)) as pool:
+            return list(pool.map(lambda p: p.start(), procs))
 
     try:
-        ns = start(RmqdProcess(workdir / "ns", broker=False))
+        ns = RmqdProcess(workdir / "ns", broker=False)
         base = {**BROKER_BASE, "namesrvAddr": ns.namesrv_addr, **(broker_extra or {})}
         controllers: list[RmqdProcess] = []
         ports: list[int] = []
         if kind == "single":
-            brokers = [start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf=base))]
-        elif kind == "classic":
-            brokers = [start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"})),
-                       start(RmqdProcess(workdir / "b1", namesrv=False,
-                                         broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))]
+            start(ns)
+            brokers = start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf=base))
+        elif kind == "classic":  # the slave after its master: it learns the master from its first registration
+            start(ns)
+            brokers = start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}))
+            brokers += start(RmqdProcess(workdir / "b1", namesrv=False,
+                                         broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
         elif kind in ("controller", "controller3"):
             n = 3 if kind == "controller3" else 1
             ports = [free_port() for _ in range(n)]
             peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
-            controllers = [start(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+            controllers = start(ns, *(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
                 "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
                 "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"),
-                "raftPassword": "fault-matrix-raft"}})) for i in range(n)]
+                "raftPassword": "fault-matrix-raft"}}) for i in range(n)))[1:]
             conf = {**base, "enableControllerMode": True, "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports),
                     "allAckInSyncStateSet": True, "controllerHeartBeatTimeoutMills": 3000,
                     "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000,
                     "haMaxTimeSlaveNotCatchup": 5000}
-            brokers = [start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf)) for i in range(2)]
+            brokers = start(*(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf) for i in range(2)))
             kind = "controller"
         else:
             raise ValueError(kind)
@@ -283,7 +315,8 @@ def pull_all(c: Cluster, topic: str) -> list[str]:
 @attrs.define
 class Fault:
     """A fault: the cluster it needs, what it does (``inject``), and how the cluster heals (``heal``).
-    ``hold`` seconds pass between the two, with the clients running."""
+    The fault lasts at least ``hold`` seconds from the moment it is injected, with the clients running
+    (an ``inject`` that waits, for a promotion say, counts towards it)."""
 
     name: str
     cluster: str
@@ -370,7 +403,8 @@ class CellResult:
     problems: list[str] = attrs.field(factory=list)
 
 
-RESULTS: list[CellResult] = []  # filled by the matrix test, printed by its conftest's terminal summary
+CELL_PROPERTY = "fault_cell"  # the report property carrying a cell's CellResult (as a dict)
+RESULTS: list[CellResult] = []  # the cells' reports collected by the matrix's conftest, printed at the end
 
 
 class History:

@@ -220,10 +220,19 @@ def check_order(h: F.History) -> list[str]:
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize(("flow_name", "fault_name"), _cells())
-def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
+def test_cell(flow_name: str, fault_name: str, tmp_path: Path, record_property: Callable[[str, Any], None]) -> None:
     flow, fault = FLOWS[flow_name], F.FAULTS[fault_name]
     t_cell = time.time()
+    phases: dict[str, float] = {}  # seconds per phase, printed with the cell: where a slow cell spends its time
+    last = [t_cell]
+
+    def phase(name: str) -> None:
+        now = time.time()
+        phases[name] = round(now - last[0], 1)
+        last[0] = now
+
     cluster = F.start_cluster(fault.cluster, tmp_path)
+    phase("cluster")
     ctx = Ctx(cluster, F.History(), tmp_path, f"FM_{flow_name}", f"CG_{flow_name}")
     res = F.CellResult(flow_name, fault_name)
     fault_at = healed_at = 0.0
@@ -231,13 +240,16 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
     try:
         F.create_topic(cluster, ctx.topic, order=flow.order)
         flow.begin(ctx)
+        phase("clients")
         F.wait_for(lambda: len([s for s in ctx.history.sends() if s.get("ok")]) >= 20, 60, "traffic before the fault")
+        phase("traffic")
         flow.before_fault(ctx)
         fault_at = time.time()
         state = fault.inject(cluster)
-        time.sleep(fault.hold)  # the fault lasts this long with the clients running
+        time.sleep(max(0.0, fault.hold - (time.time() - fault_at)))  # the fault lasts this long at least
         fault.heal(cluster, state)
         healed_at = time.time()
+        phase("fault")
         flow.after_heal(ctx)
 
         def resumed() -> bool:
@@ -247,6 +259,7 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
             F.wait_for(resumed, 90, "20 acknowledged sends after the fault", 0.2)
         except AssertionError:
             pass  # judged: the cell fails as not resumed
+        phase("resume")
         for w in ctx.history.producers:
             w.kill() if flow.producer_stop == "kill" else w.stop()
         try:
@@ -257,13 +270,16 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
                            flow.invisible_s * 4 + 10, "held messages back", 0.2)
         except AssertionError:
             pass  # judged below
+        phase("settle")
         flow.finish(ctx)
+        phase("finish")
     except AssertionError as e:  # no traffic before the fault, a worker that did not start: a failed cell
         setup_error = str(e)[:300]
     finally:
-        for w in reversed(ctx.workers):
-            w.stop(10)
+        F.stop_workers(reversed(ctx.workers))
+        phase("clients_stop")
         cluster.stop()
+        phase("cluster_stop")
     (tmp_path / "history.json").write_text(json.dumps({  # the cell's evidence, kept with the daemons' logs
         "fault_at": fault_at, "healed_at": healed_at, "sends": ctx.history.sends(),
         "deliveries": ctx.history.deliveries()}, indent=0))
@@ -280,6 +296,7 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path) -> None:
         res.problems.append(setup_error)
         res.passed = False
     res.seconds = round(time.time() - t_cell, 1)
-    F.RESULTS.append(res)
+    record_property(F.CELL_PROPERTY, attrs.asdict(res))  # to the matrix at the end, from any xdist worker
     print(F.format_matrix([res]))
+    print("phases (s):", ", ".join(f"{k} {v:g}" for k, v in phases.items()))
     assert res.passed, res.problems

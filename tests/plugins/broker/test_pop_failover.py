@@ -7,7 +7,6 @@ its attempt count."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,13 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq.client import Admin
 from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_messages
-from rmq.testing.daemon import RmqdProcess, eventually, free_port
+from rmq.testing.daemon import eventually
+from rmq.testing.pair import start_pair
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +34,6 @@ def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = 
                                                                 body), 10)
 
     return anyio.run(go)
-
-
-def info(p: RmqdProcess) -> dict[str, str]:
-    return json.loads(call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]  # type: ignore[no-any-return]
 
 
 def pop(addr: str, n: int, invisible_ms: int) -> RemotingCommand:
@@ -64,33 +59,9 @@ def revive_records(addr: str) -> int:
 
 
 def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
-    procs: list[RmqdProcess] = []
-
-    def start(p: RmqdProcess) -> RmqdProcess:
-        procs.append(p)
-        return p.start()
-
+    pair = start_pair(tmp_path)
     try:
-        ns = start(RmqdProcess(tmp_path / "ns", broker=False))
-        ctl_addr = f"127.0.0.1:{free_port()}"
-        start(RmqdProcess(tmp_path / "c0", namesrv=False, broker=False, extra={"controller": {
-            "controllerDLegerPeers": f"n0-{ctl_addr}", "controllerDLegerSelfId": "n0", "listenHost": "127.0.0.1",
-            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / "c0" / "ctl")}}))
-        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True, "controllerAddr": ctl_addr,
-                "mappedFileSizeCommitLog": 1024 * 1024, "brokerHeartbeatInterval": 500,
-                "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000}
-        brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf)) for i in range(2)]
-
-        def settled() -> tuple[RmqdProcess, RmqdProcess] | None:
-            roles = [info(b)["controllerRole"] for b in brokers]
-            if sorted(roles) != ["MASTER", "SLAVE"]:
-                return None
-            master = brokers[roles.index("MASTER")]
-            if len(json.loads(info(master)["syncStateSet"])) != 2:
-                return None
-            return master, brokers[roles.index("SLAVE")]
-
-        master, slave = eventually(settled, 60, "a master with its slave in the sync state set", interval=0.2)
+        master, slave = pair.settled()
         assert call(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": "PopFO", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0, "order": "false"}).code == 0
@@ -109,12 +80,7 @@ def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
         assert written == 3  # two checkpoints, one ack
         eventually(lambda: revive_records(slave.broker_addr) == written, 30, "the revive records on the slave")
 
-        async def switch(target: int) -> dict[str, str]:
-            async with Admin(ns.namesrv_addr) as admin:
-                return await admin.elect_master(ctl_addr, "DefaultCluster", "broker-a", target)
-
-        assert anyio.run(switch, int(info(slave)["controllerBrokerId"]))["masterBrokerId"] != "0"
-        eventually(lambda: (s := settled()) and s[0] is slave, 60, "the slave promoted")
+        pair.elect(slave)
         new = slave.broker_addr
         got = eventually(lambda: (r := pop(new, 32, 60_000)).code in (0, ResponseCode.PULL_NOT_FOUND) and r,
                          30, "pops served by the new master")
@@ -130,5 +96,4 @@ def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
         assert [x.body for _, x in later] == [b"m2"], "m2 after its invisible time; m0 and m1 never"
         assert later[0][0] >= popped_at + 6 - 0.5 and later[0][1].reconsume_times == 1
     finally:
-        for p in reversed(procs):
-            p.stop()
+        pair.stop()

@@ -15,12 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from rmq.client import Admin
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.testing.daemon import RmqdProcess
+from rmq.testing.pair import start_pair
 
 from .test_failover import _records, call, info, wait
 
@@ -62,36 +61,11 @@ def pulled(addr: str, topic: str) -> list[Any]:
 
 
 def test_master_only_services_run_exactly_while_the_broker_is_master(tmp_path: Path) -> None:
-    procs: list[RmqdProcess] = []
-
-    def start(p: RmqdProcess) -> RmqdProcess:
-        procs.append(p)
-        return p.start()
-
+    pair = start_pair(tmp_path, {"messageDelayLevel": f"1s 1s {RETRY_DELAY_S}s {RETRY_DELAY_S}s"},
+                      extra={"plugins": {"extensions": ["role_journal"]}})
     try:
-        ns = start(RmqdProcess(tmp_path / "ns", broker=False))
-        ctl_port = free_port()
-        ctl_addr = f"127.0.0.1:{ctl_port}"
-        start(RmqdProcess(tmp_path / "c0", namesrv=False, broker=False, extra={"controller": {
-            "controllerDLegerPeers": f"n0-{ctl_addr}", "controllerDLegerSelfId": "n0", "listenHost": "127.0.0.1",
-            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / "c0" / "ctl")}}))
-        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True, "controllerAddr": ctl_addr,
-                "mappedFileSizeCommitLog": 1024 * 1024, "brokerHeartbeatInterval": 500,
-                "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000,
-                "messageDelayLevel": f"1s 1s {RETRY_DELAY_S}s {RETRY_DELAY_S}s"}
-        brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf,
-                                     extra={"plugins": {"extensions": ["role_journal"]}})) for i in range(2)]
-
-        def settled() -> tuple[RmqdProcess, RmqdProcess] | None:
-            roles = [info(b)["controllerRole"] for b in brokers]
-            if sorted(roles) != ["MASTER", "SLAVE"]:
-                return None
-            master = brokers[roles.index("MASTER")]
-            if len(json.loads(info(master)["syncStateSet"])) != 2:
-                return None
-            return master, brokers[roles.index("SLAVE")]
-
-        master, slave = wait(settled, 60, "a master with its slave in the sync state set")
+        brokers = pair.brokers
+        master, slave = pair.settled()
         parked: bytes | None = None
         for cycle in range(4):
             # the services of the role, and only those, run on each broker
@@ -120,15 +94,9 @@ def test_master_only_services_run_exactly_while_the_broker_is_master(tmp_path: P
                 "group": "CG", "offset": phys, "delayLevel": 0, "originMsgId": r.ext["msgId"], "originTopic": "RT"})
             assert r.code == 0, r.remark
             wait(lambda: len(json.loads(info(master)["syncStateSet"])) == 2, 30, "the slave in sync before the switch")
-            slave_id = int(info(slave)["controllerBrokerId"])
-
-            async def switch(target: int) -> dict[str, str]:
-                async with Admin(ns.namesrv_addr) as admin:
-                    return await admin.elect_master(ctl_addr, "DefaultCluster", "broker-a", target)
-
-            assert anyio.run(switch, slave_id)["masterBrokerId"] == str(slave_id)
             old = master
-            master, slave = wait(lambda: (s := settled()) and s[0] is slave and s, 60, f"cycle {cycle}: roles swap")
+            pair.elect(slave)
+            master, slave = pair.settled(master=slave)  # the roles swap, the old master in the new one's set
             assert slave is old
         # each broker was promoted and demoted; the third-party service entered and exited with the role
         for b in brokers:
@@ -136,5 +104,4 @@ def test_master_only_services_run_exactly_while_the_broker_is_master(tmp_path: P
             assert events.count(("enter", "MASTER")) >= 2 and events.count(("exit", "MASTER")) >= 2, events
             assert all(a[0] != c[0] for a, c in zip(events, events[1:], strict=False)), events  # enter, exit, ...
     finally:
-        for p in reversed(procs):
-            p.stop()
+        pair.stop()

@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio
 import pytest
 
-from rmq.client import Admin
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.testing.daemon import RmqdProcess
+from rmq.testing.pair import start_pair
 
 from .test_failover import call, info, wait
 from .test_role_services import pulled, send
@@ -36,34 +35,9 @@ def topics(p: RmqdProcess) -> set[str]:
 
 
 def test_a_promoted_slave_delivers_a_timer_message_for_a_topic_it_had_not_synced(tmp_path: Path) -> None:
-    procs: list[RmqdProcess] = []
-
-    def start(p: RmqdProcess) -> RmqdProcess:
-        procs.append(p)
-        return p.start()
-
+    pair = start_pair(tmp_path, {"timerPrecisionMs": 100}, extra=NO_SYNC)
     try:
-        ns = start(RmqdProcess(tmp_path / "ns", broker=False))
-        ctl_addr = f"127.0.0.1:{free_port()}"
-        start(RmqdProcess(tmp_path / "c0", namesrv=False, broker=False, extra={"controller": {
-            "controllerDLegerPeers": f"n0-{ctl_addr}", "controllerDLegerSelfId": "n0", "listenHost": "127.0.0.1",
-            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / "c0" / "ctl")}}))
-        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True, "controllerAddr": ctl_addr,
-                "mappedFileSizeCommitLog": 1024 * 1024, "brokerHeartbeatInterval": 500,
-                "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000, "timerPrecisionMs": 100}
-        brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf, extra=NO_SYNC))
-                   for i in range(2)]
-
-        def settled() -> tuple[RmqdProcess, RmqdProcess] | None:
-            roles = [info(b)["controllerRole"] for b in brokers]
-            if sorted(roles) != ["MASTER", "SLAVE"]:
-                return None
-            master = brokers[roles.index("MASTER")]
-            if len(json.loads(info(master)["syncStateSet"])) != 2:
-                return None
-            return master, brokers[roles.index("SLAVE")]
-
-        master, slave = wait(settled, 60, "a master with its slave in the sync state set")
+        master, slave = pair.settled()
         # the slave's one metadata sync (on learning its master) is done before the topic exists
         wait(lambda: "topic config synced from master" in slave.log_path.read_text(), 30, "the slave's first sync")
         r = call(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
@@ -76,18 +50,11 @@ def test_a_promoted_slave_delivers_a_timer_message_for_a_topic_it_had_not_synced
         wait(lambda: int(info(slave)["commitLogMaxOffset"]) >= end, 30, "the parked message replicated")
         assert "TT" not in topics(slave)  # what makes the case: the new master has no config for the topic
 
-        async def switch(target: int) -> dict[str, str]:
-            async with Admin(ns.namesrv_addr) as admin:
-                return await admin.elect_master(ctl_addr, "DefaultCluster", "broker-a", target)
-
-        slave_id = int(info(slave)["controllerBrokerId"])
-        assert anyio.run(switch, slave_id)["masterBrokerId"] == str(slave_id)
         old = master
-        master, _ = wait(lambda: (s := settled()) and s[0] is slave and s, 60, "roles swap")
+        master, _ = pair.elect(slave)
         got = wait(lambda: [m for m in pulled(master.broker_addr, "TT") if m.body == b"timed"], DELAY_S + 30,
                    "the timer message delivered by the promoted slave")
         assert got[0].store_host == master.broker_addr != old.broker_addr
         assert "TT" in topics(master)
     finally:
-        for p in reversed(procs):
-            p.stop()
+        pair.stop()

@@ -215,11 +215,10 @@ def start_cluster(kind: str, workdir: Path, broker_extra: dict[str, Any] | None 
     """``single`` (one broker), ``classic`` (SYNC_MASTER + SLAVE), ``controller`` (1 controller, or 3
     for ``controller3``, + 2 brokers in controller mode); returns once writes and replication work.
 
-    In controller mode the processes start in two waves, each started together: the name server and
-    the controllers, then the brokers (a broker that came before its controllers would wait a retry
-    period). A daemon's Python start-up is most of a cell's set-up, so on an idle machine this costs
-    two start-ups instead of one per process. Classic brokers start one after the other, the master
-    first: a slave learns its master's address from its registration, and would wait a period for it."""
+    The name server and the controllers start together (a daemon's Python start-up is most of a cell's
+    set-up), then the brokers one after the other: a classic slave learns its master's address from
+    its registration, and two controller-mode brokers started together race for one broker id (the
+    loser waits a 5 s retry period)."""
     started: list[RmqdProcess] = []
 
     def start(*procs: RmqdProcess) -> list[RmqdProcess]:
@@ -252,7 +251,9 @@ def start_cluster(kind: str, workdir: Path, broker_extra: dict[str, Any] | None 
                     "allAckInSyncStateSet": True, "controllerHeartBeatTimeoutMills": 3000,
                     "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000,
                     "haMaxTimeSlaveNotCatchup": 5000}
-            brokers = start(*(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf) for i in range(2)))
+            # one broker after the other: started together both take the next free broker id, and the one
+            # whose application loses waits a 5 s retry period
+            brokers = [start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf))[0] for i in range(2)]
             kind = "controller"
         else:
             raise ValueError(kind)

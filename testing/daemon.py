@@ -5,45 +5,91 @@ Used by rmq's own suites and usable by plugin authors' integration tests.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rmq.protocol.tomledit import toml_value
 
-_handed_out: set[int] = set()  # every port (and its VIP/HA neighbours) this process gave to a daemon
+# Ports come from blocks below Linux's ephemeral range (32768-60999), so no outgoing connection's local
+# port can take one between free_port() and the daemon's bind. Each process (a pytest run, an xdist
+# worker) owns a block through an flock on a file in the temp dir: xdist workers and other test runs on
+# the same machine never hand out the same port. A block's ports are handed out in turn, groups of four
+# (port-2 .. port+1: RocketMQ's VIP and HA neighbours), and are reused only after the whole block went round.
+PORT_LOW, PORT_HIGH, PORT_BLOCK = 12000, 32768, 256
+
+
+def lock_dir() -> Path:
+    """Where test runs on this machine keep their lock files (port blocks, RocketMQ's default ports)."""
+    d = Path(tempfile.gettempdir()) / "rmq-test-locks"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+class _Block:
+    """The port block this process hands out from (its lock file held open), and the next group to hand out."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.start = 0
+        self.next = 0
+        self.locks: list[IO[bytes]] = []  # every block this process took; a former one may still have daemons
+
+    def claim(self, after: int | None) -> None:
+        """Own the first free block, trying from this xdist worker's own (or the one after ``after``).
+        A forked child starts afresh: its inherited descriptors keep the parent's blocks locked."""
+        count = (PORT_HIGH - PORT_LOW) // PORT_BLOCK
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+        first = after + 1 if after is not None else (int(worker) if worker.isdigit() else 0)
+        for i in range(count):
+            n = (first + i) % count
+            f = open(lock_dir() / f"ports-{n}.lock", "wb")  # noqa: SIM115 - held for the process's life
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self.pid, self.start, self.next = os.getpid(), PORT_LOW + n * PORT_BLOCK, 0
+            self.locks.append(f)
+            return
+        raise RuntimeError(f"all {count} test port blocks are taken (lock files in {lock_dir()})")
+
+
+_block = _Block()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now whose neighbours (port-2, port+1: RocketMQ's VIP and HA ports) are too,
-    and that no earlier call handed out as a port or a neighbour: daemons are often configured together
-    and started later, so "free now" alone would let one's gRPC port be another's HA port."""
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 2000 or port > 64000:
-            continue
-        group = (port - 2, port - 1, port, port + 1)
-        if any(p in _handed_out for p in group):
-            continue
-        ok = True
-        for p in (port - 2, port + 1):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-        if ok:
-            _handed_out.update(group)
-            return port
+    from this process's own block (see above): daemons are often configured together and started later,
+    so "free now" alone would let one's gRPC port be another's HA port, or another worker's daemon's."""
+    if _block.pid != os.getpid():
+        _block.claim(None)
+    for _ in range(2):
+        groups = PORT_BLOCK // 4
+        for _ in range(groups):
+            port = _block.start + 4 * (_block.next % groups) + 2
+            _block.next += 1
+            if all(_bindable(p) for p in (port - 2, port - 1, port, port + 1)):
+                return port
+        _block.claim((_block.start - PORT_LOW) // PORT_BLOCK)  # all held by others: the next free block
     raise RuntimeError("no free port found")
 
 

@@ -9,7 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from rmq.testing.daemon import free_port
+
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -32,8 +36,9 @@ def listening_addresses(port: int) -> set[str]:
 def test_embedded_default_listens_on_loopback_only_and_says_so(tmp_path: Path) -> None:
     ns_port, broker_port = free_port(), free_port()
     env = {**os.environ, "RMQ_HOME": str(tmp_path / "store")}
-    cmd = [sys.executable, "-m", "rmq.kernel.daemon",
-           "--set", f"namesrv.listenPort={ns_port}", "--set", f"broker.listenPort={broker_port}"]
+    cmd = [sys.executable, "-m", "rmq.kernel.daemon", "--set", f"namesrv.listenPort={ns_port}",
+           "--set", f"broker.listenPort={broker_port}", "--set", f"proxy.grpcServerPort={free_port()}",
+           "--set", f"dashboard.listenPort={free_port()}"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     try:

@@ -27,6 +27,8 @@ from rmq.testing import make_kernel
 from rmq.testing.daemon import free_port
 from rmq.testing.storage import attach_from_hooks
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 LIMIT = 300 * 1000 * 1000
 
 
@@ -47,6 +49,10 @@ def start_rmqd(cwd: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
         f"namesrv.listenPort={free_port()}",
         "--set",
         f"broker.listenPort={free_port()}",
+        "--set",
+        f"proxy.grpcServerPort={free_port()}",
+        "--set",
+        f"dashboard.listenPort={free_port()}",
     ]
     env = {k: v for k, v in os.environ.items() if k != "RMQ_HOME"}
     proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)

@@ -1,11 +1,131 @@
-"""Shared fixtures: the anyio backend. ``rmqd`` and ``rmqd_factory`` (real daemons on loopback) come
-from rmq's own pytest plugin, ``rmq.testing.plugin``, as they would in any project's tests."""
+"""Shared fixtures and the suite's tiers. ``rmqd`` and ``rmqd_factory`` (real daemons on loopback) come
+from rmq's own pytest plugin, ``rmq.testing.plugin``, as they would in any project's tests.
+
+Tiers (the Makefile's targets; markers in pyproject.toml):
+- ``integration`` is set here on every test that starts processes through a fixture (``rmqd``,
+  ``rmqd_factory``, ``spark``, the client and Spark suites' shared daemons ``cluster`` / ``broker``, and
+  whatever builds on them) or is marked ``spark``, ``java``, ``faults`` or uses ``default_ports``; a
+  test that starts processes itself carries the mark in its module. ``--fast`` (``make test-fast``)
+  leaves the tier out and fails any remaining test that starts a process, so the rule stays true.
+- Under pytest-xdist (``--dist loadgroup``) the tests of one JVM (``spark``: one session-scoped
+  SparkSession; ``java``: the Apache RocketMQ build) run on one worker each, and so do the tests that
+  bind RocketMQ's default ports (``default_ports``), which also hold a machine-wide lock against other
+  test runs. Every other test is isolated by ``rmq.testing.daemon.free_port`` (a port block per
+  process) and pytest's per-worker temp dirs.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
+
+from rmq.testing.daemon import lock_dir
+
+# fixtures that start rmqd (or a JVM); a test whose fixture closure holds one starts processes
+PROCESS_FIXTURES = frozenset({"rmqd", "rmqd_factory", "spark", "cluster", "broker"})
+# markers whose tests share one xdist worker: one JVM, or ports only one process can bind
+WORKER_GROUPS = {"spark": "spark-jvm", "java": "java-jvm"}
+TIER_MARKERS = ("spark", "java", "faults")
+FAULTS = Path(__file__).parent / "faults"  # the fault matrix: every cell starts a cluster
+SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.system", "os.exec"})
+_spawned: list[str] = []  # --fast: the processes the running test started
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="the inner loop: leave out tests that start processes (integration, slow, faults) and "
+                          "fail a remaining test that starts one")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def default_ports() -> Iterator[None]:
+    """For a test that binds RocketMQ's default ports (namesrv 9876, broker 10911 with 10909/10912, gRPC
+    8081, dashboard 8080): held under a machine-wide lock, so neither another xdist worker nor another test run binds
+    them meanwhile (the tests using it share one worker too)."""
+    with open(lock_dir() / "default-ports.lock", "wb") as f:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("another test run held RocketMQ's default ports for 240 s")
+                time.sleep(0.2)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Tiers and worker groups before any other plugin looks (-m deselection, xdist's groups)."""
+    fast = config.getoption("fast")
+    keep, dropped = [], []
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if PROCESS_FIXTURES & names or "default_ports" in names or item.path.is_relative_to(FAULTS) or any(
+            item.get_closest_marker(m) for m in TIER_MARKERS
+        ):
+            item.add_marker(pytest.mark.integration)
+        for marker, group in WORKER_GROUPS.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.xdist_group(group))
+        if "default_ports" in names:
+            item.add_marker(pytest.mark.xdist_group("default-ports"))
+        slow = any(item.get_closest_marker(m) for m in ("integration", "slow"))
+        (dropped if fast and slow else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    yield
+    if getattr(config.option, "loadgroup", False):
+        _group_ids(items)
+
+
+def _group_ids(items: list[pytest.Item]) -> None:
+    """What xdist's worker does for --dist loadgroup (a test's group as a ``@group`` suffix of its id, which
+    the scheduler splits on), for pytest >= 9.2: xdist 3.8 still writes the old ``_nodeid`` attribute, so
+    groups are silently ignored (pytest-dev/pytest-xdist#1386). A no-op where xdist's suffix took."""
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId  # pytest >= 9.2's structured node ids
+
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in SPAWN_EVENTS and os.environ.get("PYTEST_CURRENT_TEST"):
+        what = args[1] if event == "subprocess.Popen" else args[:1]
+        _spawned.append(f"{event} {what!r}"[:200])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("fast"):
+        sys.addaudithook(_audit)  # for the life of this (worker) process: --fast is the whole run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _spawned.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """--fast: a test left in the inner loop must start no process (else it belongs to ``integration``)."""
+    yield
+    if _spawned and item.config.getoption("fast"):
+        pytest.fail(f"started a process under --fast (mark its module `integration`): {_spawned[0]}")

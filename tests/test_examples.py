@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_demo_round_trip_on_the_embedded_default(tmp_path: Path) -> None:
+def test_demo_round_trip_on_the_embedded_default(tmp_path: Path, default_ports: None) -> None:
     res = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")], cwd=tmp_path, capture_output=True, text=True,
         timeout=120,

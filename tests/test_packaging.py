@@ -8,6 +8,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def test_every_source_package_is_listed() -> None:
             assert name in listed, f"{name} ({init.parent}) is missing from [tool.setuptools] packages"
 
 
+@pytest.mark.integration
 def test_wheel_has_no_generic_top_level_packages(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rmq.testing.daemon import RmqdProcess
 from rmq.testing.rmqadmin import js, run
 
@@ -66,6 +68,7 @@ def test_broker_and_namesrv_commands(rmqd_factory: Any) -> None:
     assert rows and rows[0]["inMsg24Hour"] == 1
 
 
+@pytest.mark.integration
 def test_help_lists_mqadmin_families() -> None:
     out = run("--help").stdout
     for name in ("cloneGroupOffset", "consumerStatus", "printMsg", "queryMsgByOffset", "cleanExpiredCQ",

@@ -75,6 +75,7 @@ def run_rmqd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -93,6 +94,7 @@ def test_rmqd_refuses_to_start_with_one_line(tmp_path: Path, args: list[str], ex
     assert lines[0].startswith("rmqd: error: ") and expected in lines[0]
 
 
+@pytest.mark.integration
 def test_rmqd_plugins_lists_every_namespace_with_distributions(tmp_path: Path) -> None:
     res = run_rmqd("plugins", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -105,6 +107,7 @@ def test_rmqd_plugins_lists_every_namespace_with_distributions(tmp_path: Path) -
     assert "broken" in out and "LOAD FAILED" in out
 
 
+@pytest.mark.integration
 def test_rmqd_config_prints_effective_toml(tmp_path: Path) -> None:
     res = run_rmqd("config", "--set", "broker.brokerName=b-9", cwd=tmp_path)
     assert res.returncode == 0, res.stderr

@@ -115,6 +115,7 @@ def _case(kind: str, tmp: Path) -> tuple[RmqdProcess, int, str]:
     return proc, int(port), key
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "kind", ["namesrv", "broker", "vip", "ha", "grpc", "dashboard", "metrics", "controller", "raft"]
 )
@@ -136,6 +137,7 @@ def test_a_taken_port_stops_rmqd_with_one_line(kind: str, tmp_path: Path) -> Non
     assert f"held by pid {os.getpid()} (" in line, line
 
 
+@pytest.mark.integration
 def test_an_address_not_on_this_host_stops_rmqd_with_one_line(tmp_path: Path) -> None:
     proc = RmqdProcess(tmp_path, broker=False, namesrv_conf={"listenHost": "192.0.2.1"})  # TEST-NET-1: not ours
     run = subprocess.run(proc.command(), cwd=tmp_path, env=proc.env, capture_output=True, text=True, timeout=30)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from rmq.kernel import MessageRecord
 from rmq.kernel.hookspecs.remoting import RemotingConfig
@@ -185,6 +186,7 @@ def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.integration
 def test_descriptor_exhaustion_is_reported_as_such(tmp_path: Path) -> None:
     """Out of descriptors, sends failed with "disk full: ... Too many open files". Now the answer says
     what ran out and what to do; once descriptors free up the store takes writes again, the record
@@ -261,6 +263,7 @@ async def _fill(store_root: Path, topics: int, queues: int) -> None:
         await store.wait_dispatched()
 
 
+@pytest.mark.integration
 def test_restart_with_more_queues_than_descriptors_serves(tmp_path: Path) -> None:
     """After the attack a restart did not listen within 35 s and grew to 22 GB: every queue was
     mapped at start (two descriptors and a file's worth of zero pages each). Now queues are

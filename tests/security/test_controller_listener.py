@@ -21,6 +21,8 @@ from rmq.protocol.command import RemotingCommand
 from rmq.protocol.frame import FrameDecoder, encode
 from rmq.testing.daemon import RmqdProcess, eventually, free_port
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 RC = RequestCode
 BASE = {"clusterName": "C", "brokerName": "b"}
 

@@ -19,6 +19,8 @@ from rmq.plugins.dashboard import allowed_hosts, host_allowed, structure_dashboa
 from rmq.protocol.message import host_bytes, offset_msg_id
 from rmq.testing.daemon import RmqdProcess, eventually, free_port
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 HEADER_TIMEOUT = 3  # seconds: [dashboard] headerTimeout and bodyTimeout of the daemon under test
 MAX_CONNECTIONS = 6
 

@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rmq.testing.daemon import RmqdProcess, eventually, free_port
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 #: what the listener promises (rmq.plugins.metrics): at most this many connections, this long for a request
 MAX_CONNECTIONS = 32
 REQUEST_TIMEOUT = 5.0

@@ -33,6 +33,8 @@ from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess, eventually, free_port, write_toml
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 
 class MakeDir:
     """Unpickling this calls ``os.mkdir(path)``: the proof that a peer's bytes were loaded."""

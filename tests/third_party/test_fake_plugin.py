@@ -11,6 +11,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from rmq.kernel.config import load_config
 from rmq.kernel.hookspecs.allocation import StrategyRegistry
 from rmq.kernel.kernel import Kernel
@@ -35,6 +37,7 @@ def produce_with_cpp_client(namesrv: str, topic: str, n: int) -> None:
         producer.shutdown()
 
 
+@pytest.mark.integration
 def test_storage_wrapper_and_dispatcher_come_and_go_with_the_toml(tmp_path: Path) -> None:
     plugins = {
         "plugins": {"storage": ["mmap", "counting"], "dispatch": ["audit"]},
@@ -90,6 +93,7 @@ def test_allocation_strategy_is_selected_by_toml_and_absent_otherwise(tmp_path: 
         raise AssertionError("fake_reverse should not be available without the TOML naming it")
 
 
+@pytest.mark.integration
 def test_broker_extension_runs_inside_the_broker_when_selected(tmp_path: Path) -> None:
     """``rmq_broker_lifespan``: a third party's extension sees the open store at start and at stop."""
     rmqd = RmqdProcess(tmp_path / "ext", extra={"plugins": {"extensions": ["broker_notes"]}})

@@ -216,6 +216,7 @@ def run_elsewhere(seed: str) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.integration
 def test_same_allocation_in_other_processes() -> None:
     first, second = run_elsewhere("1"), run_elsewhere("2")
     assert first == second

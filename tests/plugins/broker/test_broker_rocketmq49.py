@@ -84,6 +84,7 @@ async def test_region_id_default_and_trace_topic(rmqd_factory: Any) -> None:
     ({"region": "Hangzhou"}, "RocketMQ's key is regionId"),
     ({"traceTopicEnable": True, "msgTraceTopicName": "bad name"}, "broker.msgTraceTopicName"),
 ])
+@pytest.mark.integration
 def test_refused_at_start(tmp_path: Path, conf: dict[str, Any], needle: str) -> None:
     proc = RmqdProcess(tmp_path, namesrv=False, broker_conf=conf)
     done = subprocess.run(proc.command(), capture_output=True, timeout=60, cwd=proc.workdir, env=proc.env)

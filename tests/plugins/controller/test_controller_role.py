@@ -17,6 +17,8 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess, free_port
 
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 
 def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
     async def go() -> RemotingCommand:

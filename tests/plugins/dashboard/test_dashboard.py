@@ -82,6 +82,7 @@ async def _create_group(ns: str, group: str, creds: tuple[str, str] | None = Non
             await a.instance.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(doc).encode())
 
 
+@pytest.mark.integration
 @pytest.mark.anyio
 @pytest.mark.timeout(90)
 async def test_pages_and_forms_in_a_browser(dash: tuple[RmqdProcess, str]) -> None:
@@ -186,6 +187,7 @@ async def test_pages_and_forms_in_a_browser(dash: tuple[RmqdProcess, str]) -> No
             await browser.close()
 
 
+@pytest.mark.integration
 def test_hostile_text_is_escaped_and_changes_are_post_only(dash: tuple[RmqdProcess, str]) -> None:
     proc, base = dash
 
@@ -290,6 +292,7 @@ def test_changes_only_from_loopback_without_acl() -> None:
     backend(aclEnable=True).check_admin_peer("10.1.2.3")
 
 
+@pytest.mark.integration
 def test_bad_dashboard_table_refuses_start(tmp_path: Path) -> None:
     proc = RmqdProcess(tmp_path / "d", extra={"dashboard": {"listenPort": free_port(), "listenPrt": 1}})
     with pytest.raises(RuntimeError, match="did not start"):
@@ -306,6 +309,7 @@ def test_no_dashboard_without_a_table(rmqd_factory: Any) -> None:
     assert not any("dashboard on" in ln for ln in proc.log_lines())
 
 
+@pytest.mark.integration
 @pytest.mark.anyio
 async def test_dead_letters_resend_and_clients_online(dash: tuple[RmqdProcess, str], tmp_path: Path) -> None:
     from rmq.client import PullConsumer, PullStatus, PushConsumer

@@ -79,6 +79,7 @@ def test_kv_config_written_before_reply_and_loaded_at_start(rmqd_factory: Any, t
     assert r.code == ResponseCode.QUERY_NOT_FOUND
 
 
+@pytest.mark.integration
 def test_corrupt_kv_config_refuses_start(tmp_path: Path) -> None:
     path = tmp_path / "kvConfig.json"
     path.write_text('{"configTable": {"n": ')

@@ -115,6 +115,7 @@ async def test_disabled_refuses_tls_and_broker_registers_over_tls(rmqd_factory: 
         ns.stop()
 
 
+@pytest.mark.integration
 async def test_test_mode_certificate_needs_no_openssl_tool(tmp_path: Path) -> None:
     """The permissive default's throwaway certificate is made in-process: an rmqd with no ``openssl`` on
     its PATH still answers a TLS client, and leaves no key file in its temporary directory."""
@@ -150,6 +151,7 @@ def test_the_transport_hands_its_tls_to_other_listeners() -> None:
     assert pem == tls.pem()  # made once per process
 
 
+@pytest.mark.integration
 def test_bad_tls_settings_refuse_start(tmp_path: Path) -> None:
     p = RmqdProcess(tmp_path / "x", extra={"tls": {"server": {"mode": "strict"}}})
     with pytest.raises(RuntimeError, match="did not start"):

@@ -17,6 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
+
 SCRIPT = Path(__file__).with_name("full_disk_child.py")
 MOUNT = 'mount -t tmpfs -o size=8m tmpfs "$0" && exec "$1" "$2" "$0" tmpfs'
 

@@ -180,6 +180,7 @@ class HAService:
         self.master_connected = False
         self.last_master_offset = -1  # offset of the last frame header from the master
         self.slave_reported = -1
+        self._report_lock = anyio.Lock()  # the heartbeat task and the receive loop both report, on one stream
         self.diverged = ""
         self.applied_chunks = 0
         # controller mode: slaves open with a 16-byte handshake naming their broker id (AutoSwitchHA's layout)
@@ -558,9 +559,11 @@ class HAService:
                     tg.cancel_scope.cancel()
 
     async def _report(self, stream: SocketStream) -> None:
-        offset = self.store.max_phy_offset
-        await stream.send(encode_report(offset))
-        self.slave_reported = offset
+        """Send this log's end; one writer at a time (two sends at once: anyio's BusyResourceError)."""
+        async with self._report_lock:
+            offset = self.store.max_phy_offset
+            await stream.send(encode_report(offset))
+            self.slave_reported = offset
 
     async def _heartbeats(self, stream: SocketStream) -> None:
         while True:

@@ -149,6 +149,10 @@ class RmqdProcess:
                 # a shared CI disk past 90 % must not fail every send of the suite; the guard itself
                 # is tested with a usage probe
                 "diskSpaceWarningLevelRatio": 0.98,
+                # nor a busy shared machine, whose scheduler stalls a daemon for a few hundred ms: past
+                # 200 ms RocketMQ's flow control answers SYSTEM_BUSY, and a client that does not retry
+                # (the C++ producer) loses the send; flow control is tested with its own settings
+                "waitTimeMillsInSendQueue": 1000,
             }
             if namesrv and "namesrvAddr" not in (broker_conf or {}):
                 b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"

@@ -25,8 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from rmq.testing.daemon import lock_dir
+
+# property tests keep their example counts but lose Hypothesis' 200 ms deadline and its too-slow check:
+# on a shared machine (xdist workers, other test runs) a scheduler pause fails them, not the code
+settings.register_profile("rmq-suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rmq-suite")
 
 # fixtures that start rmqd (or a JVM); a test whose fixture closure holds one starts processes
 PROCESS_FIXTURES = frozenset({"rmqd", "rmqd_factory", "spark", "cluster", "broker"})

@@ -6,6 +6,7 @@ Each case runs a child pytest (with pytest-xdist workers) on a small tree holdin
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -31,8 +32,9 @@ def run_tree(tmp_path: Path, files: dict[str, str], *args: str) -> str:
     (tmp_path / "pytest.ini").write_text(INI)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not this run's options or worker
     res = subprocess.run([sys.executable, "-m", "pytest", "-v", "-rA", *args], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=240)
+                         text=True, timeout=240, env=env)
     return res.stdout + res.stderr
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from rmq.testing import faults
 from rmq.testing.daemon import lock_dir
 
 # property tests keep their example counts but lose Hypothesis' 200 ms deadline and its too-slow check:
@@ -135,3 +136,22 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     yield
     if _spawned and item.config.getoption("fast"):
         pytest.fail(f"started a process under --fast (mark its module `integration`): {_spawned[0]}")
+
+
+# The fault matrix's summary (make faults; make test's fast slice): each cell records its figures as a
+# property of its test report (faults.CELL_PROPERTY), so the table is whole when the cells ran on xdist
+# workers. Here rather than in tests/faults/: the xdist controller loads no conftest below tests/ but this one.
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        faults.RESULTS.extend(faults.CellResult(**value) for name, value in report.user_properties
+                              if name == faults.CELL_PROPERTY)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if faults.RESULTS:
+        terminalreporter.section("fault matrix")
+        first: dict[str, int] = {}
+        for i, r in enumerate(faults.RESULTS):
+            first.setdefault(r.flow, i)
+        # a flow's cells together (xdist reports them as they finish), each flow's in the order they ran
+        terminalreporter.write_line(faults.format_matrix(sorted(faults.RESULTS, key=lambda r: first[r.flow])))

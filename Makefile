@@ -1,28 +1,48 @@
 # The two commands a newcomer needs (each does its own set-up on a fresh machine):
 #   make demo   rmqd on its embedded default + a short produce/consume demo
-#   make test   the whole test suite (lint, unit, integration with real rmqd processes, C++ client, Spark)
+#   make test   lint + the test suite on pytest-xdist workers (unit, integration with real rmqd processes,
+#               C++ and 5.x clients, Spark, the fault matrix's fast slice); not the slow tiers below
+# Tiers (markers in pyproject.toml, the rule in tests/conftest.py):
+#   make test-fast  the inner loop, under 90 s: the tests that start no process (no rmqd, no client workers,
+#               no Spark, no Java): codecs, kernel, stores, filters, allocators, client logic. Tests that start
+#               processes are `integration` (set automatically for the rmqd / rmqd_factory / spark fixtures,
+#               else marked on the test or its module); one left unmarked fails under --fast
+#   make slow   the `slow` tests: controller failover and role changes, crash loops, POP failover
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
+# CI (.ci/run) runs make test, then make slow and make faults.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # the official RocketMQ 5 Python SDK (gRPC) for the compatibility tests, in a venv of its own
 VENV5  ?= .venv5
+# pytest-xdist workers: tests mostly wait on daemons, so more workers than cores pay (measured on 2 cores);
+# the failover and fault tiers judge recovery times, so they share the machine with fewer at once
+XDIST  ?= 4
+XDIST_SLOW ?= 2
+PYTEST  = $(BIN)/python -m pytest -q -ra
+# tests start hundreds of rmqd processes: with bytecode writes off (some environments set this) each one
+# compiles rmq from source again, and pytest rewrites every test module's asserts on every run
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test faults fuzz install install-test lint bench clean protos
+.PHONY: demo test test-fast slow faults fuzz install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e ".[fast]"
+	$(BIN)/python -m pip install -q -e ".[fast]"
 
-install-test: $(BIN)/python $(VENV5)/bin/python
-	$(BIN)/pip install -q -e ".[test,spark]" -e tests/fake_plugin
+# once per virtualenv, again when an install's pyproject.toml changes (entry points): the inner loop skips it
+install-test: $(VENV)/.install-test
+
+$(VENV)/.install-test: pyproject.toml tests/fake_plugin/pyproject.toml | $(BIN)/python $(VENV5)/bin/python
+	$(BIN)/python -m pip install -q -e ".[test,spark]" -e tests/fake_plugin
 	@# the dashboard's browser tests drive Debian's chromium (playwright's own browser download is not used)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m rmq.connectors.spark.discovery
+	touch $@
 
 $(VENV5)/bin/python:
 	$(PYTHON) -m venv $(VENV5)
@@ -44,12 +64,18 @@ lint: install-test
 
 test: install-test
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -ra
+	$(PYTEST) -n $(XDIST) --dist loadgroup -m "not faults and not slow"
+
+test-fast: install-test
+	$(PYTEST) -n 2 --fast
+
+slow: install-test
+	$(PYTEST) -n $(XDIST_SLOW) --dist loadgroup -m slow
 
 # The fault matrix (issue #27): every flow through every fault with real clients, then the matrix
 # (cells x pass/fail, counts, recovery time). `make test` runs its fast slice (unmarked cells).
 faults: install-test
-	$(BIN)/python -m pytest -q -ra -m faults --timeout=600 tests/faults
+	$(PYTEST) -n $(XDIST_SLOW) --dist loadgroup -m faults --timeout=600 tests/faults
 
 # Same properties as in `make test` (profile rmq-quick), here with FUZZ_EXAMPLES examples each (profile
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +132,8 @@ MALFORMED: list[tuple[str, int, dict[str, Any], bytes]] = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
+@contextmanager
+def controller(tmp_path: Path) -> Iterator[tuple[RmqdProcess, int]]:
     port = free_port()
     proc = RmqdProcess(tmp_path / "c0", namesrv=False, broker=False, extra={"controller": {
         "controllerDLegerPeers": f"n0-127.0.0.1:{port}", "controllerDLegerSelfId": "n0", "listenHost": "127.0.0.1",
@@ -150,6 +152,20 @@ def ctl(tmp_path: Path) -> Any:
         yield proc, port
 
 
+@pytest.fixture
+def ctl(tmp_path: Path) -> Iterator[tuple[RmqdProcess, int]]:
+    with controller(tmp_path) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RmqdProcess, int]]:
+    """One controller for the malformed-request cases (a start and an election each cost seconds): each
+    case compares the state before and after its own request, so a request that changed it fails there."""
+    with controller(tmp_path_factory.mktemp("ctl")) as c:
+        yield c
+
+
 def test_garbage_and_oversized_frames_are_answered_or_closed(ctl: Any) -> None:
     proc, port = ctl
     before = state(port)
@@ -162,9 +178,9 @@ def test_garbage_and_oversized_frames_are_answered_or_closed(ctl: Any) -> None:
 
 
 @pytest.mark.parametrize("name,code,ext,body", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_request_is_refused_and_changes_nothing(ctl: Any, name: str, code: int, ext: dict[str, Any],
-                                                          body: bytes) -> None:
-    proc, port = ctl
+def test_malformed_request_is_refused_and_changes_nothing(shared_ctl: Any, name: str, code: int,
+                                                          ext: dict[str, Any], body: bytes) -> None:
+    proc, port = shared_ctl
     before = state(port)
     r = exchange(port, request(code, ext, body))
     assert r is None or r.code != ResponseCode.SUCCESS, f"{name}: accepted ({r.remark})"

@@ -7,7 +7,7 @@
 #               no Spark, no Java): codecs, kernel, stores, filters, allocators, client logic. Tests that start
 #               processes are `integration` (set automatically for the rmqd / rmqd_factory / spark fixtures,
 #               else marked on the test or its module); one left unmarked fails under --fast
-#   make slow   the `slow` tests: controller failover and role changes, crash loops, POP failover
+#   make slow   the `slow` tests: controller failover and role changes, crash loops, POP failover, timer SIGKILL
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 # CI (.ci/run) runs make test, then make slow and make faults.

@@ -350,6 +350,9 @@ class AdminProcessor:
             log.debug("store stats failed: %s", e)
         table["brokerRole"] = b.config.brokerRole
         table["roleServices"] = ",".join(b.role_services)  # the rmq_role_lifespan services running now
+        grpc_port = b.ports.get("grpc")
+        if grpc_port:  # so another broker's gRPC endpoint routes clients here, even on a shared host
+            table["grpcServerPort"] = str(grpc_port)
         if b.replicas is not None:  # controller mode
             table.update(b.replicas.stats())
         repl = b.replication

@@ -57,6 +57,8 @@ class ProcessorContext(BrokerContext, Protocol):
     stats: BrokerStats | None  # per-topic and per-group counters (None until the store is open)
     config_file: str  # the rmqd TOML file the broker started from ("" for the embedded default)
     role_services: list[str]  # the rmq_role_lifespan services running now (runtime info's roleServices)
+    ports: dict[str, int]  # every port the daemon opened, by name (runtime info names the gRPC one)
+    broker_id: int  # the id registered with the name servers (0 = master; controller mode: as elected)
 
     def born_host(self, conn: Connection) -> bytes:
         """BORNHOST bytes of a connection's peer (cached on the connection)."""

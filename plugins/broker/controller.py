@@ -183,6 +183,10 @@ class BrokerController:
     def role_services(self) -> list[str]:
         return list(self.kernel.role_services)
 
+    @property
+    def ports(self) -> dict[str, int]:
+        return dict(self.kernel.ports)
+
     def has_topic(self, topic: str) -> bool:
         return topic in self.topics.table
 

@@ -5,9 +5,10 @@ Entry point ``rmq.processors: grpc``; selected for every broker, it opens a port
 has a ``[proxy]`` table (the embedded default does), as a RocketMQ broker serves gRPC only with its
 proxy enabled. It listens on ``[proxy] grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the
 broker's ``listenHost``. Routes list every
-broker of a topic from the name servers, each with its host and that port as the endpoint (the
-proxy's local-mode rule: every broker runs its proxy on the same port), so clients send to and
-receive from each broker through its own endpoint. What each RPC does is in service.py:
+broker of a topic from the name servers under its id (0 = master), each with its host and that port
+as the endpoint (the proxy's local-mode rule: every broker runs its proxy on the same port; a broker
+naming another port in its runtime info is routed there), so clients send to and receive from each
+master through its own endpoint, whichever broker they asked. What each RPC does is in service.py:
 every one becomes the broker's own remoting request, so interceptors (ACL) and processors are the
 same for both protocols. Before any method runs, access.py's gate authenticates the caller, checks
 every topic and group name the request gives and the account's permission on each (``RPC_ACCESS``);

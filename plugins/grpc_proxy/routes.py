@@ -1,7 +1,14 @@
-"""Topic routes for the gRPC endpoint from the name servers, as the 5.x proxy's local mode builds them:
-every broker holding the topic, each with the endpoint ``<broker host>:<grpcServerPort>`` (RocketMQ's
-rule: every broker runs its proxy on the same port), cached briefly so a route costs one namesrv
-request every few seconds at most."""
+"""Topic routes for the gRPC endpoint from the name servers, as the 5.x proxy's local mode builds them
+(``LocalTopicRouteService.getTopicRouteForProxy``): every broker of the topic under its own id (0 =
+master, a slave under its id), each with the endpoint of that broker's proxy, cached briefly so a
+route costs one namesrv request every few seconds at most.
+
+The endpoint of another broker's proxy is RocketMQ's rule, ``<broker host>:<grpcServerPort>`` (every
+broker runs its proxy on the same port), unless that broker says otherwise: an rmq broker names its
+gRPC port in its runtime info (``grpcServerPort``), so brokers sharing a host on different ports
+(a master and its slave on one machine) still send each client to the right one. A slave's endpoint
+is in the route with its id, as the proxy lists it; clients send to and receive from masters only.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import attrs
+
 log = logging.getLogger("rmq.grpc")
 
 TTL = 3.0  # seconds a route is reused (RocketMQ's proxy caches routes too)
+PORT_TTL = 60.0  # seconds a broker's learned gRPC port is trusted before it is asked again
+PORT_RETRY = 5.0  # seconds before a broker that did not say its port is asked again
+PORT_ASK_S = 1.5  # a broker that does not answer in this long keeps RocketMQ's rule for now
+
+
+@attrs.frozen
+class Member:
+    """One broker of a topic's route: its name and id (0 = master), its proxy's endpoint, the
+    topic's queue numbers and permission there."""
+
+    name: str
+    bid: int
+    host: str
+    port: int
+    read: int
+    write: int
+    perm: int
 
 
 class RouteView:
@@ -21,6 +48,18 @@ class RouteView:
         self._admin: Any = None
         self._cache: dict[str, tuple[float, Any]] = {}
         self._types: dict[str, tuple[float, list[int]]] = {}
+        self._ports: dict[str, tuple[float, int | None]] = {}  # broker address -> (asked at, its gRPC port)
+
+    async def _client(self) -> Any:
+        if self._admin is None:
+            addrs = self._addrs()
+            if not addrs:
+                return None
+            from rmq.client import Admin
+
+            self._admin = Admin(addrs, request_timeout=3.0)
+            await self._admin.start()
+        return self._admin
 
     async def route(self, topic: str) -> Any:
         """The namesrv's TopicRoute (rmq.client's), None when it has none or cannot be asked."""
@@ -30,15 +69,10 @@ class RouteView:
             return hit[1]
         route = None
         try:
-            if self._admin is None:
-                addrs = self._addrs()
-                if not addrs:
-                    return None
-                from rmq.client import Admin
-
-                self._admin = Admin(addrs, request_timeout=3.0)
-                await self._admin.start()
-            route = await self._admin.instance.fetch_route(topic)
+            admin = await self._client()
+            if admin is None:
+                return None
+            route = await admin.instance.fetch_route(topic)
         except Exception as e:  # noqa: BLE001 - no namesrv answer: the local broker's queues still serve
             log.debug("route of %s from the name servers: %r", topic, e)
         if len(self._cache) > 10_000:
@@ -46,6 +80,47 @@ class RouteView:
             self._types.clear()
         self._cache[topic] = (now, route)
         return route
+
+    async def grpc_port(self, addr: str, default: int) -> int:
+        """The gRPC port of the broker at ``addr`` as it says (runtime info), else ``default``."""
+        hit = self._ports.get(addr)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < (PORT_TTL if hit[1] is not None else PORT_RETRY):
+            return hit[1] if hit[1] is not None else default
+        port = hit[1] if hit is not None else None  # a broker away keeps the port it said before
+        try:
+            admin = await self._client()
+            table: dict[str, str] = {}
+            if admin is not None:
+                with anyio.move_on_after(PORT_ASK_S):
+                    table = await admin.broker_runtime_info(addr)
+            said = table.get("grpcServerPort", "")
+            if said.isdigit() and 0 < int(said) < 65536:
+                port = int(said)
+        except Exception as e:  # noqa: BLE001 - a broker away or without the key: RocketMQ's rule
+            log.debug("gRPC port of %s: %r", addr, e)
+        if len(self._ports) > 10_000:
+            self._ports.clear()
+        self._ports[addr] = (now, port)
+        return port if port is not None else default
+
+    async def members(self, route: Any, me: str, my_id: int, my_addr: str, default_port: int) -> list[Member]:
+        """Every broker of ``route`` but this one (``my_addr``, whose entry the caller makes from its
+        own tables) and but an entry holding this broker's own name and id at another address (a
+        failover moved the ids and the name server has not heard yet)."""
+        qds = {q.broker_name: q for q in route.queue_datas}
+        out = []
+        for bd in route.broker_datas:
+            q = qds.get(bd.broker_name)
+            if q is None:
+                continue
+            for bid, addr in sorted(bd.addrs.items()):
+                if addr == my_addr or (bd.broker_name == me and bid == my_id):
+                    continue
+                host = addr.rpartition(":")[0] or addr
+                port = await self.grpc_port(addr, default_port)
+                out.append(Member(bd.broker_name, bid, host, port, q.read_queue_nums, q.write_queue_nums, q.perm))
+        return out
 
     async def message_types(self, topic: str, route: Any) -> list[int]:
         """The topic's 5.x message types as a master holding it stores them (GET_TOPIC_CONFIG), cached."""
@@ -65,8 +140,8 @@ class RouteView:
             except Exception as e:  # noqa: BLE001 - an old broker without the code: NORMAL, as RocketMQ
                 log.debug("topic config of %s from %s: %r", topic, addr, e)
                 continue
-            attrs = tc.get("attributes") or {} if isinstance(tc, dict) else {}
-            kinds = list(TYPES.get(str(attrs.get("message.type", "NORMAL")).upper(), TYPES["NORMAL"]))
+            attrs_ = tc.get("attributes") or {} if isinstance(tc, dict) else {}
+            kinds = list(TYPES.get(str(attrs_.get("message.type", "NORMAL")).upper(), TYPES["NORMAL"]))
             break
         self._types[topic] = (now, kinds)
         return kinds

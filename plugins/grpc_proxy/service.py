@@ -7,8 +7,8 @@ translated back with the proxy's status codes (reference: rocketmq-grpc-v2.md §
 remoting clients share one implementation of every semantic, and a 5.x producer's message can
 be consumed by a 4.x consumer and the reverse.
 
-Routes list this broker's queues only, with this endpoint as the address (local mode); topics
-accept all four message types (topic ``message.type`` attributes are not kept yet).
+Routes list every broker of the topic under its own id, this one from its own tables, the others
+from the name servers, each with its own proxy's endpoint (routes.py); assignments name masters only.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from rmq.plugins.grpc_proxy.access import ACCOUNT, Gate, Refused
 from rmq.plugins.grpc_proxy.hashing import consistent_hash, java_string_hash
 from rmq.plugins.grpc_proxy.renew import GrpcOptions, Renewer, Tracked
+from rmq.plugins.grpc_proxy.routes import Member
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
@@ -322,74 +323,51 @@ class MessagingService(sg.MessagingServiceServicer):
             return None
         return self._handle_parts(handle)
 
-    def _endpoints(self) -> d.Endpoints:
-        return d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host=self.host, port=self.port)])
-
-    def _broker(self) -> d.Broker:
-        return d.Broker(name=self.broker.config.brokerName, id=0, endpoints=self._endpoints())
-
     def _topic(self, name: str) -> Any:
         return self.broker.topics.table.get(name)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ routes, heartbeat, telemetry
 
-    def _endpoints_of(self, addr: str) -> d.Endpoints:
-        """A broker's gRPC endpoint in local mode: its host with this proxy's port (RocketMQ's rule)."""
-        host = addr.rpartition(":")[0] or addr
+    async def _members(self, topic: str) -> tuple[list[Member], list[int]]:
+        """The topic's brokers (routes.py): this one from its own tables under the id it holds now,
+        the others from the name servers; and the topic's message types as a broker has them."""
+        b = self.broker
+        me, my_id = b.config.brokerName, int(getattr(b, "broker_id", 0))
+        tc = self._topic(topic)
+        out = [Member(me, my_id, self.host, self.port, tc.readQueueNums, tc.writeQueueNums, tc.perm)] if tc else []
+        route = await self.routes.route(topic) if self.routes is not None else None
+        if route is not None:
+            out += await self.routes.members(route, me, my_id, b.broker_addr, self.port)
+        if tc is not None:
+            return out, accepted(tc)
+        return out, (await self.routes.message_types(topic, route) if out else [])
+
+    @staticmethod
+    def _broker_of(m: Member) -> d.Broker:
         try:
-            ipaddress.ip_address(host)
-            scheme = d.IPv6 if ":" in host else d.IPv4
+            ipaddress.ip_address(m.host)
+            scheme = d.IPv6 if ":" in m.host else d.IPv4
         except ValueError:
             scheme = d.DOMAIN_NAME
-        return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=self.port)])
-
-    async def _others(self, topic: str) -> tuple[list[tuple[str, int, d.Endpoints, int, int, int]], list[int]]:
-        """The topic's other brokers (and this broker's slaves) from the name servers: (name, id,
-        endpoints, read queues, write queues, perm), and the topic's message types as a broker has them."""
-        if self.routes is None:
-            return [], []
-        route = await self.routes.route(topic)
-        if route is None:
-            return [], []
-        me = self.broker.config.brokerName
-        qds = {q.broker_name: q for q in route.queue_datas}
-        out = []
-        for bd in route.broker_datas:
-            q = qds.get(bd.broker_name)
-            if q is None:
-                continue
-            for bid, addr in sorted(bd.addrs.items()):
-                if bd.broker_name == me and bid == 0:
-                    continue  # this broker: from its own tables, fresher than the namesrv's
-                out.append((bd.broker_name, bid, self._endpoints_of(addr), q.read_queue_nums, q.write_queue_nums,
-                            q.perm))
-        kinds = await self.routes.message_types(topic, route) if out else []
-        return out, kinds
+        return d.Broker(name=m.name, id=m.bid, endpoints=d.Endpoints(scheme=scheme, addresses=[
+            d.Address(host=m.host, port=m.port)]))
 
     async def QueryRoute(self, request: s.QueryRouteRequest, context: Any) -> s.QueryRouteResponse:  # noqa: N802
-        """Every broker of the topic (the name servers' route) with its endpoint, this broker's queues
-        from its own tables."""
+        """Every broker of the topic, masters and slaves under their ids, each with its endpoint (the
+        proxy's ``queryRoute``: clients keep the masters' queues)."""
         topic = request.topic.name
         if validate_topic(topic) is not None:
             return s.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, validate_topic(topic) or ""))
-        tc = self._topic(topic)
-        others, kinds = await self._others(topic)
-        if tc is None and not others:
+        members, kinds = await self._members(topic)
+        if not members:
             return s.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
         queues = []
-        if tc is not None:
-            kinds = accepted(tc)
-            r, w = tc.readQueueNums, tc.writeQueueNums
-            for i in range(max(r, w)):
-                perm = d.READ_WRITE if i < min(r, w) else (d.READ if i < r else d.WRITE)
-                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=self._broker(),
-                                             accept_message_types=kinds))
-        for name, bid, ends, r, w, bits in others:
-            for i in range(max(r, w)):
-                rd, wr = i < r and bits & 4, i < w and bits & 2
+        for m in members:
+            broker = self._broker_of(m)
+            for i in range(max(m.read, m.write)):
+                rd, wr = i < m.read and m.perm & 4, i < m.write and m.perm & 2
                 perm = d.READ_WRITE if rd and wr else d.READ if rd else d.WRITE if wr else d.NONE
-                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm,
-                                             broker=d.Broker(name=name, id=bid, endpoints=ends),
+                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=broker,
                                              accept_message_types=kinds or [d.NORMAL]))
         return s.QueryRouteResponse(status=status(C.OK), message_queues=queues)
 
@@ -669,23 +647,18 @@ class MessagingService(sg.MessagingServiceServicer):
         return bool(sgc is not None and sgc.consumeMessageOrderly)
 
     async def QueryAssignment(self, request: s.QueryAssignmentRequest, context: Any) -> s.QueryAssignmentResponse:  # noqa: N802
+        """Each master's readable queues (the proxy's ``queryAssignment``: a slave is never assigned, POP
+        goes to masters): one queue -1 per broker, or every queue for a FIFO group."""
         topic = request.topic.name
-        tc = self._topic(topic)
-        if tc is None:
+        members, kinds = await self._members(topic)
+        if not members:
             return s.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
-        if tc.readQueueNums <= 0:
-            return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
         fifo = self._orderly(request.group.name)
-        ids = list(range(tc.readQueueNums)) if fifo else [-1]  # FIFO: every queue
-        mqs = [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=d.READ_WRITE, broker=self._broker(),
-                              accept_message_types=accepted(tc)) for i in ids]
-        others, _kinds = await self._others(topic)
-        for name, bid, ends, r, _w, bits in others:  # each other master's queues, received through its own proxy
-            if bid != 0 or not bits & 4 or r <= 0:
-                continue
-            mqs += [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=d.READ_WRITE,
-                                   broker=d.Broker(name=name, id=0, endpoints=ends), accept_message_types=accepted(tc))
-                    for i in (range(r) if fifo else [-1])]
+        mqs = [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=_PERMS[m.perm & 6], broker=self._broker_of(m),
+                              accept_message_types=kinds or [d.NORMAL])
+               for m in members if m.bid == 0 and m.perm & 4 and m.read > 0 for i in (range(m.read) if fifo else [-1])]
+        if not mqs:
+            return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
         return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=q) for q in mqs])
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: Any) -> AsyncIterator[s.ReceiveMessageResponse]:  # noqa: N802
@@ -987,6 +960,7 @@ class MessagingService(sg.MessagingServiceServicer):
 
 
 _INT = re.compile(r"-?[0-9]{1,19}")
+_PERMS = {6: d.READ_WRITE, 4: d.READ, 2: d.WRITE, 0: d.NONE}  # RocketMQ's perm bits -> the proxy's Permission
 
 
 def json_bytes(obj: Any) -> bytes:

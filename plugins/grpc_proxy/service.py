@@ -14,6 +14,7 @@ from the name servers, each with its own proxy's endpoint (routes.py); assignmen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from rmq.kernel import PutResult, PutStatus
 from rmq.plugins.grpc_proxy.access import ACCOUNT, Gate, Refused
 from rmq.plugins.grpc_proxy.hashing import consistent_hash, java_string_hash
 from rmq.plugins.grpc_proxy.renew import GrpcOptions, Renewer, Tracked
@@ -72,6 +74,11 @@ SYSTEM_KEYS = frozenset((
 NOT_OURS = "receipt handle was not issued by this broker for this group and topic"
 MAX_PEERS = 10_000  # gRPC clients (x-mq-client-id) kept at once
 MAX_CLIENT_ID = 256  # characters of x-mq-client-id (an SDK's is host@pid@index@..., well under 100)
+# a send answered with one of these stored the message (no slave holds it yet): kept so a retry does not
+# store it again (``_resend``), for this long and this many at most
+UNREPLICATED = (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT)
+UNREPLICATED_TTL_S = 60.0
+MAX_UNREPLICATED = 10_000
 DLQ_CLAIM_MS = 30_000  # a DLQ forward holds the message this long while it copies it
 CUSTOMIZED_BACKOFF = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
 
@@ -247,6 +254,8 @@ class MessagingService(sg.MessagingServiceServicer):
         self.host, self.port = endpoint
         self.peers: dict[str, GrpcPeer] = {}
         self._rr = itertools.count()
+        self.unreplicated: dict[tuple[str, str], tuple[float, int, s.SendResultEntry]] = {}  # see _resend
+        self.sending: dict[tuple[str, str], asyncio.Future[s.SendResultEntry]] = {}  # (topic, message id) storing now
         self.transactions: dict[str, tuple[int, int, str]] = {}  # topic@txid -> (queue offset, commitlog offset, group)
         self.routes: Any = None  # routes.RouteView: the topic's other brokers, from the name servers
         # receipt handles are signed with this, so only handles this broker issued are acted on; a
@@ -575,9 +584,29 @@ class MessagingService(sg.MessagingServiceServicer):
                 for i, m in enumerate(messages)]
 
     async def _send_one(self, peer: GrpcPeer, m: d.Message) -> s.SendResultEntry:
+        """One message. A retry of a message (same topic and message id) this broker is storing or
+        stored without a slave is answered from that attempt (``_resend``), never stored twice; the
+        store runs on when the client gives up waiting (the SDK's 3 s deadline is slaveTimeout's), so
+        its outcome is there for the retry."""
         prepared = self._prepare(m, batch=False)
         if isinstance(prepared, s.SendResultEntry):
             return prepared
+        key = (m.topic.name, m.system_properties.message_id)
+        first = self.sending.get(key)
+        if first is not None:  # the client gave up on an attempt still storing it: that attempt answers
+            with contextlib.suppress(Exception):  # it failed: this one stores the message
+                done = await asyncio.shield(first)
+                if done.status.code == C.OK:
+                    return done
+        kept = self.unreplicated.get(key)
+        if kept is not None and (again := await self._resend(key, kept)) is not None:
+            return again
+        task = asyncio.ensure_future(self._store_one(peer, m, prepared))
+        self.sending[key] = task
+        task.add_done_callback(lambda t: self.sending.pop(key) if self.sending.get(key) is t else None)
+        return await asyncio.shield(task)
+
+    async def _store_one(self, peer: GrpcPeer, m: d.Message, prepared: tuple[dict[str, str], int, int]) -> Any:
         props, sys_flag, qid = prepared
         topic = m.topic.name
         sp = m.system_properties
@@ -585,17 +614,46 @@ class MessagingService(sg.MessagingServiceServicer):
         ext = self._send_ext(topic, qid, sys_flag, born, encode_properties(props), False)
         resp = await self._call(peer, RequestCode.SEND_MESSAGE_V2, ext, bytes(m.body))
         st = from_remoting(resp)
-        if resp is None or st.code != C.OK:
+        if resp is None or (st.code != C.OK and resp.code not in UNREPLICATED):
             return s.SendResultEntry(status=st)
         offset = int(resp.ext.get("queueOffset", "0") or 0)
+        try:
+            phys = int(decode_offset_msg_id(resp.ext.get("msgId", ""))[-1])
+        except (ValueError, TypeError, IndexError):
+            phys = -1
         if sys_flag & SysFlag.TX_PREPARED:
-            try:
-                phys = int(decode_offset_msg_id(resp.ext.get("msgId", ""))[-1])
-            except (ValueError, TypeError, IndexError):
-                phys = 0
-            self._remember(topic, sp.message_id, (offset, phys, topic))
-        return s.SendResultEntry(status=st, message_id=sp.message_id, transaction_id=sp.message_id, offset=offset,
-                                 recall_handle=resp.ext.get("recallHandle", ""))
+            self._remember(topic, sp.message_id, (offset, max(phys, 0), topic))
+        entry = s.SendResultEntry(status=status(C.OK), message_id=sp.message_id, transaction_id=sp.message_id,
+                                  offset=offset, recall_handle=resp.ext.get("recallHandle", ""))
+        if st.code != C.OK:  # stored here, not (yet) on a slave: the SDK's retry must not store it again
+            if phys >= 0:
+                self.unreplicated[(topic, sp.message_id)] = (time.monotonic(), phys, entry)
+                while len(self.unreplicated) > MAX_UNREPLICATED:
+                    self.unreplicated.pop(next(iter(self.unreplicated)))
+            return s.SendResultEntry(status=st)
+        return entry
+
+    async def _resend(self, key: tuple[str, str], kept: tuple[float, int, s.SendResultEntry]) -> Any:
+        """A send retried (same message id) after this broker stored the message and answered that no
+        slave held it (HA_NOT_AVAILABLE / SLAVE_PERSISTENCE_TIMEOUT, which the SDKs retry): the copy
+        stored then is the message, so the answer is whether a slave holds it now, with that copy's
+        receipt; no second copy is stored (it would be a duplicate the consumers see, with the same
+        message id, while the first may be held invisible). None: nothing kept to answer with (too
+        old, or the copy is no longer in the commitlog), so the send goes ahead."""
+        at, phys, entry = kept
+        b: Any = self.broker
+        rec = b.store.look_message_by_offset(phys) if time.monotonic() - at < UNREPLICATED_TTL_S else None
+        if rec is None or len(rec) < 4 or b.is_slave:
+            self.unreplicated.pop(key, None)
+            return None
+        result = PutResult(PutStatus.PUT_OK, wrote_offset=phys, wrote_bytes=int.from_bytes(rec[:4], "big"))
+        if b.sync_master and b.replication is not None:
+            await b.wait_slave(result)
+        if result.status is PutStatus.PUT_OK:
+            self.unreplicated.pop(key, None)
+            return entry
+        code = C.HA_NOT_AVAILABLE if result.status is PutStatus.SLAVE_NOT_AVAILABLE else C.SLAVE_PERSISTENCE_TIMEOUT
+        return s.SendResultEntry(status=status(code, f"stored, no slave holds it yet: {result.status.name}"))
 
     def _remember(self, topic: str, txid: str, where: tuple[int, int, str]) -> None:
         """Where a transaction's half is (half queue offset, commitlog offset, producer group): from its

@@ -4,9 +4,12 @@ are one batch (an entry per message), and a message group's queue is the proxy's
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
+import anyio
 import grpc
 import pytest
 
@@ -118,3 +121,73 @@ async def test_several_messages_are_one_batch(rmqd_factory: Any) -> None:
     assert sorted(got) == [f"b{i}".encode() for i in range(5)]
     assert len({q for q, _ in got.values()}) == 1  # one batch, one queue, in order
     assert [got[f"b{i}".encode()][1] for i in range(5)] == [e.offset for e in r.entries]
+
+
+async def test_a_send_retried_while_no_slave_holds_it_is_stored_once(rmqd_factory: Any) -> None:
+    """A SYNC_MASTER without its slave stores a message and answers HA_NOT_AVAILABLE, which the SDKs
+    retry with the same message id: the retries are answered from the copy stored first, never by a
+    second copy (a consumer would see the message twice, the second while the first is invisible);
+    once a slave holds it, the retry is answered OK with that copy's offset."""
+    master: RmqdProcess = rmqd_factory(broker_conf={"brokerRole": "SYNC_MASTER"})
+    await create(master.broker_addr, "GsRetry", 1, "NORMAL")
+    once, other = message("GsRetry", b"once"), message("GsRetry", b"other")
+    async with grpc.aio.insecure_channel(master.grpc_endpoint) as ch:
+        stub = sg.MessagingServiceStub(ch)
+        for m in (once, once, once, other):  # the SDK's three attempts, then another message
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[m]), metadata=MD)
+            assert r.status.code == d.Code.HA_NOT_AVAILABLE, r.status
+        rmqd_factory(namesrv=False, broker_conf={"brokerRole": "SLAVE", "brokerId": 1,
+                                                 "namesrvAddr": master.namesrv_addr})
+        deadline = time.monotonic() + 60
+        while True:  # the slave connects and catches up: the retry is answered OK, from the first copy
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[once]), metadata=MD)
+            if r.status.code == d.Code.OK or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.2)
+        assert r.status.code == d.Code.OK and r.entries[0].offset == 0, r
+    async with TcpRemotingClient(RemotingConfig(name="send-admin")) as c:
+        top = await c.invoke(master.broker_addr, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": "GsRetry", "queueId": "0"}), 5)
+    assert top.ext["offset"] == "2"  # "once" and "other", one copy each
+    assert sorted(await stored(master.namesrv_addr, "GsRetry", 2)) == [b"once", b"other"]
+
+
+async def test_a_retry_while_the_first_attempt_waits_for_the_slave_is_that_attempt(rmqd_factory: Any) -> None:
+    """The SDK gives up on a send after 3 s, slaveTimeout's length, and sends again while the broker
+    still waits for a slave that stopped answering: the retry waits for that attempt and answers from
+    its copy (SLAVE_PERSISTENCE_TIMEOUT, then OK once the slave holds it); nothing is stored twice."""
+    master: RmqdProcess = rmqd_factory(broker_conf={"brokerRole": "SYNC_MASTER", "slaveTimeout": 2000})
+    slave: RmqdProcess = rmqd_factory(namesrv=False, broker_conf={"brokerRole": "SLAVE", "brokerId": 1,
+                                                                  "namesrvAddr": master.namesrv_addr})
+    await create(master.broker_addr, "GsWait", 1, "NORMAL")
+    msg = message("GsWait", b"waited")
+    async with grpc.aio.insecure_channel(master.grpc_endpoint) as ch:
+        stub = sg.MessagingServiceStub(ch)
+        deadline = time.monotonic() + 60
+        while True:  # the slave connected: a send is acknowledged by it
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[message("GsWait", b"warm")]), metadata=MD)
+            if r.status.code == d.Code.OK or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.2)
+        assert r.status.code == d.Code.OK, r.status
+        assert slave.proc is not None
+        os.kill(slave.proc.pid, signal.SIGSTOP)  # connected, and silent
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as gave_up:
+                await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=MD, timeout=0.5)
+            assert gave_up.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=MD, timeout=30)
+            assert r.status.code == d.Code.SLAVE_PERSISTENCE_TIMEOUT, r.status
+        finally:
+            os.kill(slave.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while True:
+            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=MD, timeout=30)
+            if r.status.code == d.Code.OK or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.2)
+        assert r.status.code == d.Code.OK and r.entries[0].offset == 1, r
+    async with TcpRemotingClient(RemotingConfig(name="send-admin")) as c:
+        top = await c.invoke(master.broker_addr, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": "GsWait", "queueId": "0"}), 5)
+    assert top.ext["offset"] == "2"  # "warm" and "waited", one copy each

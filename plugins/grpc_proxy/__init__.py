@@ -4,12 +4,12 @@ in the broker, as the 5.x proxy's "local" mode, so the official 5.x SDKs connect
 Entry point ``rmq.processors: grpc``; selected for every broker, it opens a port only when the config
 has a ``[proxy]`` table (the embedded default does), as a RocketMQ broker serves gRPC only with its
 proxy enabled. It listens on ``[proxy] grpcServerPort`` (8081, RocketMQ's default; 0 = off) on the
-broker's ``listenHost``. Routes list every
-broker of a topic from the name servers under its id (0 = master), each with its host and that port
-as the endpoint (the proxy's local-mode rule: every broker runs its proxy on the same port; a broker
-naming another port in its runtime info is routed there), so clients send to and receive from each
-master through its own endpoint, whichever broker they asked. What each RPC does is in service.py:
-every one becomes the broker's own remoting request, so interceptors (ACL) and processors are the
+broker's ``listenHost``. Routes list every broker of a topic from the name servers under its id
+(0 = master), each with its host and that port as the endpoint (the proxy's local-mode rule: every
+broker runs its proxy on the same port; a broker naming another port in its runtime info is routed
+there), so clients send to and receive from each master through its own endpoint, whichever broker
+they asked. What each RPC does is in its activity's module (service.py lists them): every one
+becomes the broker's own remoting request, so interceptors (ACL) and processors are the
 same for both protocols. Before any method runs, access.py's gate authenticates the caller, checks
 every topic and group name the request gives and the account's permission on each (``RPC_ACCESS``);
 receipt handles carry a MAC of this broker's, so only handles it issued are acted on. Messages
@@ -147,8 +147,7 @@ class GrpcProxyPlugin:
             async with kernel.background(svc.renewer.run):
                 yield
         finally:
-            for peer in list(svc.peers.values()):
-                peer.close()
+            svc.peers.close_all()
             if front is not None:
                 await front.close()
             for srv in servers:

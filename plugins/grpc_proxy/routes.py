@@ -1,7 +1,9 @@
-"""Topic routes for the gRPC endpoint from the name servers, as the 5.x proxy's local mode builds them
+"""The route activity of the gRPC endpoint (the proxy's RouteActivity: QueryRoute, QueryAssignment)
+and the routes it answers from, as the 5.x proxy's local mode builds them
 (``LocalTopicRouteService.getTopicRouteForProxy``): every broker of the topic under its own id (0 =
-master, a slave under its id), each with the endpoint of that broker's proxy, cached briefly so a
-route costs one namesrv request every few seconds at most.
+master, a slave under its id), each with the endpoint of that broker's proxy, from the name servers
+(cached briefly, so a route costs one namesrv request every few seconds at most); this broker from
+its own tables, under the id it holds now. Assignments name masters only: POP goes to masters.
 
 The endpoint of another broker's proxy is RocketMQ's rule, ``<broker host>:<grpcServerPort>`` (every
 broker runs its proxy on the same port), unless that broker says otherwise: an rmq broker names its
@@ -12,6 +14,7 @@ is in the route with its id, as the proxy lists it; clients send to and receive 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +22,11 @@ from typing import Any
 
 import anyio
 import attrs
+
+from rmq.plugins.grpc_proxy.common import TYPES, Activity, C, accepted, status
+from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
+from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
+from rmq.protocol.names import validate_topic
 
 log = logging.getLogger("rmq.grpc")
 
@@ -124,8 +132,6 @@ class RouteView:
 
     async def message_types(self, topic: str, route: Any) -> list[int]:
         """The topic's 5.x message types as a master holding it stores them (GET_TOPIC_CONFIG), cached."""
-        from rmq.plugins.grpc_proxy.service import TYPES
-
         hit = self._types.get(topic)
         now = time.monotonic()
         if hit is not None and now - hit[0] < TTL * 10:
@@ -149,3 +155,66 @@ class RouteView:
     async def aclose(self) -> None:
         if self._admin is not None:
             await self._admin.shutdown()
+
+
+_PERMS = {6: d.READ_WRITE, 4: d.READ, 2: d.WRITE, 0: d.NONE}  # RocketMQ's perm bits -> the proxy's Permission
+
+
+def broker_of(m: Member) -> d.Broker:
+    try:
+        ipaddress.ip_address(m.host)
+        scheme = d.IPv6 if ":" in m.host else d.IPv4
+    except ValueError:
+        scheme = d.DOMAIN_NAME
+    return d.Broker(name=m.name, id=m.bid, endpoints=d.Endpoints(scheme=scheme, addresses=[
+        d.Address(host=m.host, port=m.port)]))
+
+
+class RouteActivity(Activity):
+    async def members(self, topic: str) -> tuple[list[Member], list[int]]:
+        """The topic's brokers: this one from its own tables under the id it holds now, the others
+        from the name servers; and the topic's message types as a broker has them."""
+        b, view = self.broker, self.svc.routes
+        me, my_id = b.config.brokerName, int(getattr(b, "broker_id", 0))
+        tc = self.topic(topic)
+        out = [Member(me, my_id, self.svc.host, self.svc.port, tc.readQueueNums, tc.writeQueueNums, tc.perm)] if tc else []
+        route = await view.route(topic) if view is not None else None
+        if route is not None:
+            out += await view.members(route, me, my_id, b.broker_addr, self.svc.port)
+        if tc is not None:
+            return out, accepted(tc)
+        return out, (await view.message_types(topic, route) if out else [])
+
+    async def query_route(self, request: s.QueryRouteRequest, context: object) -> s.QueryRouteResponse:
+        """Every broker of the topic, masters and slaves under their ids, each with its endpoint (the
+        proxy's ``queryRoute``: clients keep the masters' queues)."""
+        topic = request.topic.name
+        if validate_topic(topic) is not None:
+            return s.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, validate_topic(topic) or ""))
+        members, kinds = await self.members(topic)
+        if not members:
+            return s.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        queues = []
+        for m in members:
+            broker = broker_of(m)
+            for i in range(max(m.read, m.write)):
+                rd, wr = i < m.read and m.perm & 4, i < m.write and m.perm & 2
+                perm = d.READ_WRITE if rd and wr else d.READ if rd else d.WRITE if wr else d.NONE
+                queues.append(d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=perm, broker=broker,
+                                             accept_message_types=kinds or [d.NORMAL]))
+        return s.QueryRouteResponse(status=status(C.OK), message_queues=queues)
+
+    async def query_assignment(self, request: s.QueryAssignmentRequest, context: object) -> s.QueryAssignmentResponse:
+        """Each master's readable queues (the proxy's ``queryAssignment``: a slave is never assigned, POP
+        goes to masters): one queue -1 per broker, or every queue for a FIFO group."""
+        topic = request.topic.name
+        members, kinds = await self.members(topic)
+        if not members:
+            return s.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        fifo = self.orderly(request.group.name)
+        mqs = [d.MessageQueue(topic=d.Resource(name=topic), id=i, permission=_PERMS[m.perm & 6], broker=broker_of(m),
+                              accept_message_types=kinds or [d.NORMAL])
+               for m in members if m.bid == 0 and m.perm & 4 and m.read > 0 for i in (range(m.read) if fifo else [-1])]
+        if not mqs:
+            return s.QueryAssignmentResponse(status=status(C.FORBIDDEN, "no readable queue"))
+        return s.QueryAssignmentResponse(status=status(C.OK), assignments=[d.Assignment(message_queue=q) for q in mqs])

@@ -147,7 +147,7 @@ async def test_unexpected_exceptions_answer_internal_error_without_python_names(
 
 
 class Ctx:
-    """What ``_peer`` reads of a call: its metadata and grpcio's peer string."""
+    """What ``PeerTable.get`` reads of a call: its metadata and grpcio's peer string."""
 
     def __init__(self, cid: str) -> None:
         self.md = (("x-mq-client-id", cid),)
@@ -160,17 +160,18 @@ class Ctx:
 
 
 def test_invented_client_ids_do_not_grow_the_peer_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rmq.plugins.grpc_proxy import service
+    from rmq.plugins.grpc_proxy import peer, service
 
     async def handle(conn: Any, cmd: Any) -> Any:
         return None
 
-    monkeypatch.setattr(service, "MAX_PEERS", 3)
+    monkeypatch.setattr(peer, "MAX_PEERS", 3)
     svc = service.MessagingService(None, handle, ("127.0.0.1", 0))  # type: ignore[arg-type]
-    streaming = svc._peer(Ctx("live"))
+    streaming = svc.peers.get(Ctx("live"))
     assert streaming is not None
     streaming.streams = 1  # a client with an open Telemetry stream stays
-    evicted = [svc._peer(Ctx(f"stranger{i}")) for i in range(100)]
-    assert len(svc.peers) == 3 and "live" in svc.peers and not svc.peers["live"].closed
+    evicted = [svc.peers.get(Ctx(f"stranger{i}")) for i in range(100)]
+    table = svc.peers.table
+    assert len(table) == 3 and "live" in table and not table["live"].closed
     assert all(p is not None for p in evicted) and sum(p.closed for p in evicted if p is not None) == 98
-    assert svc._peer(Ctx("x" * 257)) is None  # an id no SDK makes
+    assert svc.peers.get(Ctx("x" * 257)) is None  # an id no SDK makes

@@ -6,16 +6,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.plugins.grpc_proxy.service import MessagingService
+from rmq.plugins.grpc_proxy.receipts import Receipts
 from rmq.testing.fuzz import fuzz_settings
 
 RECEIPT = "0 1764000000000 30000 2 T 0 12 3"  # the POP receipt's eight fields
 
 
-def sealer() -> MessagingService:
-    svc = MessagingService.__new__(MessagingService)  # only the receipt key is needed to seal and unseal
-    svc._receipt_key = b"k" * 32
-    return svc
+def sealer() -> Receipts:
+    return Receipts(b"k" * 32)
 
 
 @fuzz_settings(500)

@@ -123,6 +123,23 @@ async def test_several_messages_are_one_batch(rmqd_factory: Any) -> None:
     assert [got[f"b{i}".encode()][1] for i in range(5)] == [e.offset for e in r.entries]
 
 
+async def send_until_ok(stub: Any, m: d.Message) -> Any:
+    """Send ``m`` (one message id: the broker's retries) until the answer is OK, for up to 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = await stub.SendMessage(s.SendMessageRequest(messages=[m]), metadata=MD, timeout=30)
+        if r.status.code == d.Code.OK or time.monotonic() > deadline:
+            return r
+        await anyio.sleep(0.2)
+
+
+async def max_offset(p: RmqdProcess, topic: str) -> str:
+    async with TcpRemotingClient(RemotingConfig(name="send-admin")) as c:
+        top = await c.invoke(p.broker_addr, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": "0"}), 5)
+    return str(top.ext["offset"])
+
+
 async def test_a_send_retried_while_no_slave_holds_it_is_stored_once(rmqd_factory: Any) -> None:
     """A SYNC_MASTER without its slave stores a message and answers HA_NOT_AVAILABLE, which the SDKs
     retry with the same message id: the retries are answered from the copy stored first, never by a
@@ -138,17 +155,9 @@ async def test_a_send_retried_while_no_slave_holds_it_is_stored_once(rmqd_factor
             assert r.status.code == d.Code.HA_NOT_AVAILABLE, r.status
         rmqd_factory(namesrv=False, broker_conf={"brokerRole": "SLAVE", "brokerId": 1,
                                                  "namesrvAddr": master.namesrv_addr})
-        deadline = time.monotonic() + 60
-        while True:  # the slave connects and catches up: the retry is answered OK, from the first copy
-            r = await stub.SendMessage(s.SendMessageRequest(messages=[once]), metadata=MD)
-            if r.status.code == d.Code.OK or time.monotonic() > deadline:
-                break
-            await anyio.sleep(0.2)
+        r = await send_until_ok(stub, once)  # the slave caught up: answered OK, from the first copy
         assert r.status.code == d.Code.OK and r.entries[0].offset == 0, r
-    async with TcpRemotingClient(RemotingConfig(name="send-admin")) as c:
-        top = await c.invoke(master.broker_addr, RemotingCommand.request(
-            RequestCode.GET_MAX_OFFSET, {"topic": "GsRetry", "queueId": "0"}), 5)
-    assert top.ext["offset"] == "2"  # "once" and "other", one copy each
+    assert await max_offset(master, "GsRetry") == "2"  # "once" and "other", one copy each
     assert sorted(await stored(master.namesrv_addr, "GsRetry", 2)) == [b"once", b"other"]
 
 
@@ -163,12 +172,7 @@ async def test_a_retry_while_the_first_attempt_waits_for_the_slave_is_that_attem
     msg = message("GsWait", b"waited")
     async with grpc.aio.insecure_channel(master.grpc_endpoint) as ch:
         stub = sg.MessagingServiceStub(ch)
-        deadline = time.monotonic() + 60
-        while True:  # the slave connected: a send is acknowledged by it
-            r = await stub.SendMessage(s.SendMessageRequest(messages=[message("GsWait", b"warm")]), metadata=MD)
-            if r.status.code == d.Code.OK or time.monotonic() > deadline:
-                break
-            await anyio.sleep(0.2)
+        r = await send_until_ok(stub, message("GsWait", b"warm"))  # the slave connected and holds it
         assert r.status.code == d.Code.OK, r.status
         assert slave.proc is not None
         os.kill(slave.proc.pid, signal.SIGSTOP)  # connected, and silent
@@ -180,14 +184,6 @@ async def test_a_retry_while_the_first_attempt_waits_for_the_slave_is_that_attem
             assert r.status.code == d.Code.SLAVE_PERSISTENCE_TIMEOUT, r.status
         finally:
             os.kill(slave.proc.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 60
-        while True:
-            r = await stub.SendMessage(s.SendMessageRequest(messages=[msg]), metadata=MD, timeout=30)
-            if r.status.code == d.Code.OK or time.monotonic() > deadline:
-                break
-            await anyio.sleep(0.2)
+        r = await send_until_ok(stub, msg)
         assert r.status.code == d.Code.OK and r.entries[0].offset == 1, r
-    async with TcpRemotingClient(RemotingConfig(name="send-admin")) as c:
-        top = await c.invoke(master.broker_addr, RemotingCommand.request(
-            RequestCode.GET_MAX_OFFSET, {"topic": "GsWait", "queueId": "0"}), 5)
-    assert top.ext["offset"] == "2"  # "warm" and "waited", one copy each
+    assert await max_offset(master, "GsWait") == "2"  # "warm" and "waited", one copy each

@@ -112,10 +112,10 @@ class RouteView:
         self._ports[addr] = (now, port)
         return port if port is not None else default
 
-    async def members(self, route: Any, me: str, my_id: int, my_addr: str, default_port: int) -> list[Member]:
-        """Every broker of ``route`` but this one (``my_addr``, whose entry the caller makes from its
-        own tables) and but an entry holding this broker's own name and id at another address (a
-        failover moved the ids and the name server has not heard yet)."""
+    async def members(self, route: Any, mine: Member, my_addr: str, default_port: int) -> list[Member]:
+        """Every broker of ``route``: this one (at ``my_addr``) as ``mine`` with the route's queue numbers,
+        the others with their endpoints; an entry holding this broker's name and id at another address
+        is left out (a failover moved the ids and the name server has not heard yet)."""
         qds = {q.broker_name: q for q in route.queue_datas}
         out = []
         for bd in route.broker_datas:
@@ -123,11 +123,12 @@ class RouteView:
             if q is None:
                 continue
             for bid, addr in sorted(bd.addrs.items()):
-                if addr == my_addr or (bd.broker_name == me and bid == my_id):
-                    continue
-                host = addr.rpartition(":")[0] or addr
-                port = await self.grpc_port(addr, default_port)
-                out.append(Member(bd.broker_name, bid, host, port, q.read_queue_nums, q.write_queue_nums, q.perm))
+                if addr == my_addr:
+                    out.append(attrs.evolve(mine, read=q.read_queue_nums, write=q.write_queue_nums, perm=q.perm))
+                elif not (bd.broker_name == mine.name and bid == mine.bid):
+                    host = addr.rpartition(":")[0] or addr
+                    port = await self.grpc_port(addr, default_port)
+                    out.append(Member(bd.broker_name, bid, host, port, q.read_queue_nums, q.write_queue_nums, q.perm))
         return out
 
     async def message_types(self, topic: str, route: Any) -> list[int]:
@@ -172,18 +173,18 @@ def broker_of(m: Member) -> d.Broker:
 
 class RouteActivity(Activity):
     async def members(self, topic: str) -> tuple[list[Member], list[int]]:
-        """The topic's brokers: this one from its own tables under the id it holds now, the others
-        from the name servers; and the topic's message types as a broker has them."""
+        """The topic's brokers: from the name servers, this one under the id it holds now, with its own
+        tables' queue numbers when it has the topic (fresher; a slave may not have it yet); and the
+        topic's message types as a broker has them."""
         b, view = self.broker, self.svc.routes
-        me, my_id = b.config.brokerName, int(getattr(b, "broker_id", 0))
         tc = self.topic(topic)
-        out = [Member(me, my_id, self.svc.host, self.svc.port, tc.readQueueNums, tc.writeQueueNums, tc.perm)] if tc else []
+        mine = Member(b.config.brokerName, int(getattr(b, "broker_id", 0)), self.svc.host, self.svc.port, 0, 0, 0)
         route = await view.route(topic) if view is not None else None
-        if route is not None:
-            out += await view.members(route, me, my_id, b.broker_addr, self.svc.port)
-        if tc is not None:
-            return out, accepted(tc)
-        return out, (await view.message_types(topic, route) if out else [])
+        out = await view.members(route, mine, b.broker_addr, self.svc.port) if route is not None else []
+        if tc is None:
+            return out, (await view.message_types(topic, route) if out else [])
+        others = [m for m in out if (m.name, m.bid, m.host, m.port) != (mine.name, mine.bid, mine.host, mine.port)]
+        return [attrs.evolve(mine, read=tc.readQueueNums, write=tc.writeQueueNums, perm=tc.perm), *others], accepted(tc)
 
     async def query_route(self, request: s.QueryRouteRequest, context: object) -> s.QueryRouteResponse:
         """Every broker of the topic, masters and slaves under their ids, each with its endpoint (the

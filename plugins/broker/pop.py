@@ -279,7 +279,9 @@ class PopProcessor:
                           handed: Iterable[tuple[int, InFlight]]) -> None:
         """Store what one pop handed out of a queue, then move the consumer offset as RocketMQ's."""
         items = sorted(handed, key=lambda x: x[0])
-        if items and self.journal is not None:
+        if self.journal is None:  # the role ended while this pop ran: the offset stays, the messages come again
+            return
+        if items:
             f0 = items[0][1]
             ck = await self.journal.checkpoint(group, topic, qid, [o for o, _ in items], [f.attempts for _, f in items],
                                                f0.pop_time, f0.invisible_time)
@@ -358,7 +360,7 @@ class PopProcessor:
         try:
             while True:
                 got = await self._collect(group, topic, queues, n, invisible, order, mfilter, init_mode)
-                if got or time.monotonic() >= deadline or conn.closed:
+                if got or time.monotonic() >= deadline or conn.closed or not self.loaded:
                     break
                 if not waiting:  # POLLING_INFO counts the pops held here
                     waiting = True
@@ -379,14 +381,18 @@ class PopProcessor:
 
     async def _collect(self, group: str, topic: str, queues: list[int], n: int, invisible: int, order: bool,
                        mfilter: object, init_mode: int = INIT_MIN) -> list[tuple[int, int, bytes, int, int]]:
-        """(queue, offset, record, attempts, pop time) of up to n messages now handed out."""
+        """(queue, offset, record, attempts, pop time) of up to n messages now handed out; none once the
+        master role ended (a pop that waited across it): the revive records stopped with it, so the
+        checkpoint would be kept nowhere while the consumer offset passed the message."""
         store = self.ctx.store
         out: list[tuple[int, int, bytes, int, int]] = []
+        if not self.loaded:
+            return out
         sg = self.ctx.groups.find(group)
         max_deliveries = (sg.retryMaxTimes if sg is not None else 16) + 1
         now = now_ms()  # one pop time for the whole batch: the answer's popTime must match every receipt
         for q in queues:
-            if len(out) >= n:
+            if len(out) >= n or not self.loaded:
                 break
             st = self._state(group, topic, q, init_mode)
             st.ordered = order

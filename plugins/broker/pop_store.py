@@ -3,8 +3,8 @@
 RocketMQ 5 keeps what a pop handed out as a checkpoint (``PopCheckPoint``, tag ``ck``) and each ack
 as an ``AckMsg`` (tag ``ack``; ``bAck`` for a batch) in ``rmq_sys_REVIVE_LOG_<cluster>``, with
 ``reviveQueueNum`` queues, as JSON with its short field names. The records are ordinary messages, so
-they are flushed as the store flushes and the HA copy carries them to slaves; a broker that starts or
-is promoted replays them to learn, per message in flight, its pop time, invisible time and delivery
+they are flushed as the store flushes and the HA copy carries them to slaves (a pop or ack is not held
+until a slave has them); a broker that starts or is promoted replays them to learn, per message in flight, its pop time, invisible time and delivery
 attempts. Each (group, topic, queue) writes to one revive queue, so its records replay in order.
 
 One addition to RocketMQ's checkpoint: ``a``, the delivery attempts of each message. RocketMQ copies
@@ -84,7 +84,11 @@ class PopJournal:
         rq = self.revive_qid(group, topic, qid)
         rec = MessageRecord(self.topic, rq, json.dumps(body, separators=(",", ":")).encode(), 0,
                             f"{Prop.TAGS}\x01{tag}\x02", 0, time.time_ns() // 1_000_000)
-        result = await self.ctx.put(rec)
+        # the store's put, not the broker's: flushed as the store flushes, replicated as the HA copy runs,
+        # but not held until a slave has it (RocketMQ 5.3's checkpoint put does not wait for one with its
+        # default inSyncReplicas 1): a SYNC_MASTER with a silent slave would answer the pop up to
+        # slaveTimeout late, with the invisible time already running from the pop
+        result = await self.ctx.store.put_message(rec)
         if result.status not in STORED:
             log.error("pop: a %s record of %s/%s/%d was not stored (%s): it is lost at a restart",
                       tag, group, topic, qid, result.status.name)

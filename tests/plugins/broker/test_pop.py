@@ -5,6 +5,9 @@ across a SIGKILL and restart."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from typing import Any
 
@@ -46,8 +49,6 @@ async def setup(proc: RmqdProcess, topic: str, n: int, queues: int = 2, group: s
         "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
     assert r.code == 0
     if group:
-        import json
-
         body = json.dumps({"groupName": group, "consumeEnable": True, "retryMaxTimes": retry_max}).encode()
         assert (await call(proc.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)).code == 0
     async with Producer("PG_POP", proc.namesrv_addr) as p:
@@ -222,8 +223,6 @@ async def test_init_mode_of_a_new_group(rmqd_factory: Any, in_mem: bool) -> None
 async def test_query_assignment_and_request_mode(rmqd_factory: Any) -> None:
     """RocketMQ 5's server-side assignment: PULL shares the queues among the group's live clients (AVG),
     POP without sharing gives every client queue -1; the mode is persisted before the answer."""
-    import json
-
     proc: RmqdProcess = rmqd_factory()
     await setup(proc, "PopQ", 0, queues=4)
     hb = {"clientID": "cid-1", "producerDataSet": [], "consumerDataSet": [{
@@ -260,7 +259,6 @@ def pop_cmd(group: str, topic: str, n: int = 32, poll: int = 0, invisible: int =
 
 async def test_batch_ack_notification_and_polling_info(rmqd_factory: Any) -> None:
     import base64
-    import json
 
     proc: RmqdProcess = rmqd_factory()
     await setup(proc, "PopB", 0, queues=1, group="CG_POP_B")
@@ -333,3 +331,32 @@ async def test_a_pop_waiting_when_the_master_role_ends_hands_out_nothing(broker_
         again = await env.call(200050, pop_cmd("CG_POP_ROLE", "PopRole"))
         assert again.code == ResponseCode.SUCCESS
         assert [m.body for m in decode_messages(again.body)] == [b"late"]
+
+
+async def test_a_pop_on_a_sync_master_is_not_held_up_by_a_silent_slave(rmqd_factory: Any) -> None:
+    """A pop's checkpoint is stored before the answer, but not held until a slave has it: a SYNC_MASTER
+    whose slave stopped answering (connected, silent: the first seconds after it died) answered a pop
+    only after slaveTimeout, while the invisible time ran from the pop, so the message came back
+    before the client had held it for its invisible time (fault matrix pop x slave_death: delivered
+    before its time). RocketMQ 5.3's checkpoint put does not wait for a slave (inSyncReplicas 1)."""
+    master: RmqdProcess = rmqd_factory(broker_conf={"brokerRole": "SYNC_MASTER", "slaveTimeout": 15_000})
+    slave: RmqdProcess = rmqd_factory(namesrv=False, broker_conf={"brokerRole": "SLAVE", "brokerId": 1,
+                                                                  "namesrvAddr": master.namesrv_addr})
+    deadline = time.monotonic() + 30
+    while int(json.loads((await call(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, {})).body)["table"]
+              .get("haConnectionCount", 0)) < 1:  # the slave connected
+        assert time.monotonic() < deadline, "the slave did not connect"
+        await anyio.sleep(0.2)
+    await setup(master, "PopSync", 1, queues=1)
+    assert slave.proc is not None
+    os.kill(slave.proc.pid, signal.SIGSTOP)
+    try:
+        async with TcpRemotingClient(RemotingConfig(name="pop-test")) as c:
+            first = await c.invoke(master.broker_addr, RemotingCommand.request(
+                200050, pop_cmd("CG_POP_SYNC", "PopSync", invisible=10_000)), 30)
+            assert first.code == ResponseCode.SUCCESS, first.remark
+            again = await c.invoke(master.broker_addr, RemotingCommand.request(
+                200050, pop_cmd("CG_POP_SYNC", "PopSync", invisible=10_000)), 30)
+        assert again.code == ResponseCode.PULL_NOT_FOUND, decode_messages(again.body or b"")  # still invisible
+    finally:
+        os.kill(slave.proc.pid, signal.SIGCONT)

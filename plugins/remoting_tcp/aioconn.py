@@ -1,4 +1,4 @@
-"""The server side of a connection on ``asyncio.Protocol``: the per-byte, per-request path kept lean.
+"""The asyncio transport of a connection, on ``asyncio.Protocol``: the per-byte, per-request path kept lean.
 
 Why not anyio streams here: a stream read wakes a reader task per chunk and every
 ``send`` is a syscall plus an anyio checkpoint. On a protocol the event loop calls
@@ -15,45 +15,25 @@ Frames are written in call order. Flow control: above the transport's high-water
 reading pauses (a peer that does not read its answers stops being served) and writers
 wait until it drains.
 
-The supervision rules of :mod:`rmq.plugins.remoting_tcp.connection` hold unchanged:
-nothing a peer sends and no failure here escapes this connection; a bad header with a
-known opaque is answered, an undecodable stream closes the connection; log lines are
-rate-limited. Used by :class:`~rmq.plugins.remoting_tcp.server.TcpRemotingServer` when
-it runs on asyncio (uvloop included); other backends keep the anyio ``TcpConnection``.
+Serving, protocol errors, closing and the supervision rules live in
+:mod:`rmq.plugins.remoting_tcp.core`, shared with the anyio ``TcpConnection``. Used by
+:class:`~rmq.plugins.remoting_tcp.server.TcpRemotingServer` and the plaintext client when
+they run on asyncio (uvloop included); other backends and TLS clients take ``TcpConnection``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import socket
 import time
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, cast
 
-from rmq.kernel import RateLimitedLog
-from rmq.plugins.remoting_tcp.connection import _NO_HANDLER, _REFUSALS, WRITE_HIGH_WATER, ConnectionCommon
-from rmq.protocol.command import (
-    ONEWAY_FLAG,
-    RESPONSE_FLAG,
-    HeldAnswer,
-    RemotingClosedError,
-    RemotingCommand,
-)
-from rmq.protocol.dispatch import error_response
+from rmq.plugins.remoting_tcp.core import WRITE_HIGH_WATER, ConnectionCore, address, no_delay
+from rmq.protocol.command import HeldAnswer, RemotingClosedError, RemotingCommand
 from rmq.protocol.names import printable
-from rmq.protocol.session import (
-    Oneway,
-    ProtocolError,
-    Request,
-    Response,
-    Session,
-)
 
 if TYPE_CHECKING:
-    from rmq.kernel import RemotingConfig, RequestHandler
-
-log = logging.getLogger("rmq.remoting")
+    from rmq.kernel import RequestHandler
 
 # Longest run of one read's requests served back to back before the rest yields to the loop: a
 # 500-message batch takes a few ms, and a peer pipelining dozens would otherwise stall every
@@ -64,17 +44,6 @@ TURN_BUDGET = 0.005
 def _wake(fut: asyncio.Future[None] | None) -> None:
     if fut is not None and not fut.done():
         fut.set_result(None)
-
-
-def _sockname(transport: asyncio.BaseTransport, key: str) -> tuple[str, int]:
-    """The transport's address; ("?", 0) when the peer already reset the socket."""
-    try:
-        raw = transport.get_extra_info(key)
-        if isinstance(raw, tuple) and len(raw) >= 2:
-            return str(raw[0]), int(raw[1])
-        return ("?", 0) if raw is None else (str(raw), 0)
-    except Exception:  # noqa: BLE001 - gone already
-        return ("?", 0)
 
 
 class _Resume:
@@ -139,40 +108,19 @@ class _Release:
                              printable(repr(exc)))
 
 
-class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
-    """A served peer connection; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
+class AsyncioConnection(ConnectionCore, asyncio.Protocol):
+    """A peer connection on an asyncio protocol; satisfies ``rmq.kernel.hookspecs.remoting.Connection``."""
 
-    holds_answers = True  # a handler may return a HeldAnswer (see _serve)
+    holds_answers = True  # a handler may return a HeldAnswer (see _respond)
+    _wake_token = staticmethod(_wake)
 
-    def __init__(
-        self,
-        handler: RequestHandler | None,
-        *,
-        conn_id: int,
-        max_frame_size: int,
-        idle_timeout: float,
-        name: str = "remoting",
-        rlog: RateLimitedLog | None = None,
-    ) -> None:
-        self.id = conn_id
-        self.name = name
-        self.remote_addr: tuple[str, int] = ("?", 0)
-        self.local_addr: tuple[str, int] = ("?", 0)
-        self.attributes: dict[str, Any] = {}
-        self._handler: RequestHandler = handler if handler is not None else _NO_HANDLER
-        self._rlog = rlog if rlog is not None else RateLimitedLog(log)
-        self._session = Session(max_frame_size)
-        self._idle_timeout = idle_timeout
-        self._last_activity = time.monotonic()
+    def __init__(self, handler: RequestHandler | None, **options: Any) -> None:
+        """``options``: the keywords of :class:`~rmq.plugins.remoting_tcp.core.ConnectionCore`."""
+        super().__init__(handler, **options)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._paused = False
-        self._drained: asyncio.Future[None] | None = None
-        self._closed = False
-        self._close_reason: str | None = None
-        self._callbacks: list[Callable[[Any], None]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}  # request tasks, cancelled on close
         self._seq = 0
         self._split = False  # the last request served suspended: a task per request (see _serve_many)
@@ -180,23 +128,10 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         self._done = self._loop.create_future()
         self.write_through = False  # requests written at once (the client side), not gathered per turn
 
-    @classmethod
-    def for_config(cls, handler: RequestHandler | None, config: RemotingConfig, conn_id: int,
-                   rlog: RateLimitedLog) -> AsyncioConnection:
-        return cls(handler, conn_id=conn_id, max_frame_size=config.max_frame_size,
-                   idle_timeout=config.idle_timeout, name=config.name, rlog=rlog)
-
     # ------------------------------------------------------------------ public API
 
-    def on_close(self, callback: Callable[[Any], None]) -> None:
-        if self._done.done():
-            callback(self)
-        else:
-            self._callbacks.append(callback)
-
     async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
-        if self._closed:
-            raise RemotingClosedError(f"connection to {self.peer} is closed")
+        self._check_open()
         woken: asyncio.Future[None] = self._loop.create_future()
         now = time.monotonic()
         pending, head, body = self._session.send_request(cmd, timeout, now, woken)
@@ -211,24 +146,6 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
             timer.cancel()
             self._session.discard(pending)  # cancelled or failed: a late response is dropped
         return self._outcome(pending, cmd, timeout)
-
-    async def send_oneway(self, cmd: RemotingCommand) -> None:
-        if self._closed:
-            raise RemotingClosedError(f"connection to {self.peer} is closed")
-        head, body = self._session.send_oneway(cmd)
-        self._queue(head, body)
-        if self._paused:
-            await self._wait_drained()
-
-    async def send_response(self, cmd: RemotingCommand) -> None:
-        """Write a response; dropped quietly when the peer is gone (a held pull outlived it)."""
-        if self._closed:
-            log.debug("%s: dropping response opaque %d for closed %s", self.name, cmd.opaque, self.peer)
-            return
-        head, body = self._session.send_response(cmd)
-        self._queue(head, body)
-        if self._paused:
-            await self._wait_drained()
 
     async def aclose(self) -> None:
         self._close("closed locally")
@@ -258,6 +175,22 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+
+    def _put(self, head: bytes, body: bytes) -> bool:
+        self._queue(head, body)
+        return self._paused
+
+    def _respond(self, resp: RemotingCommand) -> bool:
+        if type(resp) is HeldAnswer:  # leaves when its bytes are durable: no task waits for that
+            resp.mark.add_waiter(resp.at, _Release(self, resp), resp.timeout, self._loop)
+            return False
+        head, body = self._session.send_response(resp)
+        self._queue(head, body)
+        return self._paused
+
+    def _answer_refused(self, resp: RemotingCommand) -> None:
+        head, body = self._session.send_response(resp)
+        self._queue(head, body)
 
     def _write_now(self, head: bytes, body: bytes) -> None:
         """A client's request leaves at once (a syscall each): requests spread over time keep the
@@ -293,7 +226,8 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
             return
         self._last_activity = time.monotonic()
 
-    async def _wait_drained(self) -> None:
+    async def _wait_writable(self) -> None:
+        """Wait until the transport drained below its high-water mark."""
         if self._drained is None:
             self._drained = self._loop.create_future()
         await asyncio.shield(self._drained)
@@ -318,14 +252,9 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods
         self._transport = transport = cast(asyncio.Transport, transport)
-        self.remote_addr = _sockname(transport, "peername")
-        self.local_addr = _sockname(transport, "sockname")
-        try:
-            sock = transport.get_extra_info("socket")
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except Exception:  # noqa: BLE001 - reset already: nothing to tune
-            pass
+        self.remote_addr = address(lambda: transport.get_extra_info("peername"))
+        self.local_addr = address(lambda: transport.get_extra_info("sockname"))
+        no_delay(lambda: transport.get_extra_info("socket"))
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         if self._closed:  # aclosed before the transport existed
             transport.close()
@@ -338,13 +267,8 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
             if not self._dispatch(data):
                 self._fail(self._close_reason or "bad frame")
         except Exception as exc:  # noqa: BLE001 - a bug or an oddity: this connection only
-            self._close_reason = self._close_reason or f"internal error: {exc!r}"
-            self._rlog.error(
-                "internal", "%s: connection #%d with %s failed: %s", self.name, self.id, self.peer,
-                printable(repr(exc)),
-            )
-            log.debug("%s: connection #%d failure", self.name, self.id, exc_info=True)
-            self._fail(self._close_reason)
+            self._internal_error(exc)
+            self._fail(self._close_reason or "internal error")
 
     def eof_received(self) -> bool:
         self._close_reason = self._close_reason or "peer closed"
@@ -360,42 +284,13 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
             self._idle_handle = None
         self._wbuf = []
         self._transport = None
-        if self._done.done():
-            return
-        self._done.set_result(None)
-        callbacks, self._callbacks = self._callbacks, []
-        for cb in callbacks:
-            try:
-                cb(self)
-            except Exception as exc2:  # noqa: BLE001 - one listener's bug must not skip the others
-                self._rlog.error("close-callback", "%s: close callback of %s failed: %s", self.name,
-                                 self.peer, printable(repr(exc2)))
-                log.debug("close callback failure", exc_info=True)
+        if not self._done.done():
+            self._done.set_result(None)
+        self._finish()
 
     # ------------------------------------------------------------------ serving
 
-    def _dispatch(self, data: bytes) -> bool:
-        """Feed the session: the requests of one read get their task(s), answered requests are
-        woken. False: close."""
-        reqs: list[RemotingCommand] | None = None
-        for ev in self._session.receive_data(data):
-            t = type(ev)
-            if t is Request or t is Oneway:
-                if reqs is None:
-                    reqs = [ev.cmd]  # type: ignore[union-attr]
-                else:
-                    reqs.append(ev.cmd)  # type: ignore[union-attr]
-            elif t is Response:
-                _wake(ev.pending.token)  # type: ignore[union-attr]
-            elif not self._on_protocol_error(ev):  # type: ignore[arg-type]
-                if reqs is not None:
-                    self._start_all(reqs, 0)
-                return False
-        if reqs is not None:
-            self._start_all(reqs, 0)
-        return True
-
-    def _start_all(self, cmds: list[RemotingCommand], start: int) -> None:
+    def _start_requests(self, cmds: list[RemotingCommand], start: int = 0) -> None:
         """One task for ``cmds[start:]``, or one per request while this peer's requests suspend."""
         n = len(cmds)
         if self._split:
@@ -438,54 +333,13 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
                     continue
                 self._split = True
                 if i + 1 < stop:
-                    self._start_all(cmds, i + 1)
+                    self._start_requests(cmds, i + 1)
                 await _Resume(coro, yielded)
                 return
             if start == 0 and stop == len(cmds) and self._flush_scheduled:
                 self._flush()  # every answer of this read is ready: out before the turn's other callbacks
         finally:
             self._tasks.pop(seq, None)
-
-    def _on_protocol_error(self, ev: ProtocolError) -> bool:
-        action = self._triage(ev)
-        if action == "wake":
-            _wake(ev.pending.token)  # type: ignore[union-attr]
-        elif action == "answer":
-            head, body = self._session.send_response(ev.response)  # type: ignore[arg-type]
-            self._queue(head, body)
-        return action != "close"
-
-    async def _serve(self, cmd: RemotingCommand) -> None:
-        """One request: its answer is queued for the next flush; whatever fails stays here."""
-        try:
-            try:
-                resp = await self._handler(self, cmd)
-            except Exception as exc:  # noqa: BLE001 - a handler's failure is this request's answer
-                if not isinstance(exc, _REFUSALS):
-                    self._rlog.warning(
-                        "request-failed", "%s: request code %d from %s failed: %s", self.name, cmd.code,
-                        self.peer, printable(repr(exc)),
-                    )
-                resp = error_response(cmd, exc)
-            if resp is None or cmd.flag & ONEWAY_FLAG or self._closed:
-                return
-            resp.opaque = cmd.opaque
-            resp.flag |= RESPONSE_FLAG
-            if type(resp) is HeldAnswer:  # leaves when its bytes are durable: no task waits for that
-                resp.mark.add_waiter(resp.at, _Release(self, resp), resp.timeout, self._loop)
-                return
-            head, body = self._session.send_response(resp)
-            self._queue(head, body)
-            if self._paused:
-                await self._wait_drained()
-        except (RemotingClosedError, asyncio.CancelledError):
-            pass  # the connection went away: nobody is left to answer
-        except Exception as exc:  # noqa: BLE001 - e.g. a response that cannot be encoded
-            self._rlog.error(
-                "serve-failed", "%s: serving request code %d from %s failed: %s", self.name, cmd.code,
-                self.peer, printable(repr(exc)),
-            )
-            log.debug("request failure", exc_info=True)
 
     def _expire(self) -> None:
         for pending in self._session.expire(time.monotonic()):
@@ -504,14 +358,11 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         self._idle_handle = None
         if self._closed:
             return
-        idle = self._idle_timeout
-        remaining = self._last_activity + idle - time.monotonic()
+        remaining = self._last_activity + self._idle_timeout - time.monotonic()
         if remaining > 0:
             self._idle_handle = self._loop.call_later(remaining, self._idle_check)
             return
-        self._rlog.info("idle", "%s: closing connection #%d with %s idle for %gs", self.name, self.id,
-                        self.peer, idle)
-        self._fail(f"idle for {idle:g}s")
+        self._fail(self._idle_expired())
 
     # ------------------------------------------------------------------ closing
 
@@ -521,16 +372,7 @@ class AsyncioConnection(ConnectionCommon, asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def _close(self, reason: str) -> None:
-        """Mark closed, cancel request tasks, wake every waiter (synchronous, idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._close_reason = self._close_reason or reason
+    def _cancel_tasks(self) -> None:
         if self._tasks:
             for task in list(self._tasks.values()):
                 task.cancel()
-        for pending in self._session.close():
-            _wake(pending.token)
-        drained, self._drained = self._drained, None
-        _wake(drained)
-

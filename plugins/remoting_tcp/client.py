@@ -124,7 +124,8 @@ class TcpRemotingClient:
         except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:  # the server closed during the TLS handshake
             cause = exc.__cause__ or exc
             raise RemotingConnectError(f"TLS handshake with {addr} failed: {cause!r}") from None
-        conn = TcpConnection.for_config(stream, self._handler, cfg, next(self._ids), self._rlog)
+        conn = TcpConnection.for_config(stream, handler=self._handler, config=cfg, conn_id=next(self._ids),
+                                        rlog=self._rlog)
         conn.on_close(lambda c: self._forget(addr, c))
         tg.start_soon(conn.run)
         log.debug("%s: connected #%d to %s", cfg.name, conn.id, addr)
@@ -143,7 +144,8 @@ class TcpRemotingClient:
         conn_id = next(self._ids)
         try:
             _transport, conn = await asyncio.wait_for(loop.create_connection(
-                lambda: AsyncioConnection.for_config(self._handler, cfg, conn_id, self._rlog), host, port), limit)
+                lambda: AsyncioConnection.for_config(handler=self._handler, config=cfg, conn_id=conn_id,
+                                                     rlog=self._rlog), host, port), limit)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
         except OSError as exc:

@@ -155,7 +155,8 @@ class TcpRemotingServer:
                 ctx = await self._tls_for(sock)
                 if ctx is False:
                     return
-            conn = AsyncioConnection.for_config(self._handler, cfg, next(self._ids), self._rlog)
+            conn = AsyncioConnection.for_config(handler=self._handler, config=cfg, conn_id=next(self._ids),
+                                                rlog=self._rlog)
             self._conns[conn.id] = conn
             if ctx is None:
                 await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, sock)  # type: ignore[arg-type,return-value]
@@ -166,11 +167,7 @@ class TcpRemotingServer:
             log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.wait_closed()
         except Exception as exc:  # noqa: BLE001 - supervisor: this connection only
-            self._rlog.error(
-                "connection-failed", "%s: connection from %s failed: %s", cfg.name,
-                conn.peer if conn is not None else "?", printable(repr(exc)),
-            )
-            log.debug("connection failure", exc_info=True)
+            self._connection_failed(conn, exc)
         finally:
             if conn is not None:
                 conn.abort()
@@ -216,21 +213,24 @@ class TcpRemotingServer:
         cfg = self.config
         conn: TcpConnection | None = None
         try:
-            conn = TcpConnection.for_config(stream, self._handler, cfg, next(self._ids), self._rlog)
+            conn = TcpConnection.for_config(stream, handler=self._handler, config=cfg, conn_id=next(self._ids),
+                                            rlog=self._rlog)
             self._conns[conn.id] = conn
             log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.run()
         except Exception as exc:  # noqa: BLE001 - supervisor: this connection only
-            self._rlog.error(
-                "connection-failed", "%s: connection from %s failed: %s", cfg.name,
-                conn.peer if conn is not None else "?", printable(repr(exc)),
-            )
-            log.debug("connection failure", exc_info=True)
+            self._connection_failed(conn, exc)
             await _close_quietly(stream)
         finally:
             self._held -= 1
             if conn is not None:
                 self._conns.pop(conn.id, None)
+
+    def _connection_failed(self, conn: TcpConnection | AsyncioConnection | None, exc: Exception) -> None:
+        """Setting up or serving one connection failed: logged (rate-limited); the port serves on."""
+        self._rlog.error("connection-failed", "%s: connection from %s failed: %s", self.config.name,
+                         conn.peer if conn is not None else "?", printable(repr(exc)))
+        log.debug("connection failure", exc_info=True)
 
     async def aclose(self) -> None:
         self._closing = True

@@ -191,7 +191,7 @@ class Admin(ClientBase):
             "topicSysFlag": "0",
             "order": "true" if order else "false",
         }
-        addrs = [broker_addr] if broker_addr else (await self.cluster_info()).master_addrs(cluster)
+        addrs = await self.masters(cluster, broker_addr)
         if not addrs:
             raise ClientError(f"no master broker found{' in cluster ' + cluster if cluster else ''}")
         for addr in addrs:
@@ -421,7 +421,8 @@ class Admin(ClientBase):
         resp = await self.instance.invoke(addr, code, ext or {}, body or b"", what=what or f"request {code}")
         return jsonbody.loads(resp.body) if resp.body else None
 
-    async def _masters(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+    async def masters(self, cluster: str | None = None, broker_addr: str | None = None) -> list[str]:
+        """``[broker_addr]`` when given, else the master brokers of ``cluster`` (of every cluster when None)."""
         if broker_addr:
             return [broker_addr]
         return (await self.cluster_info()).master_addrs(cluster)
@@ -433,7 +434,7 @@ class Admin(ClientBase):
     async def clone_group_offset(self, src_group: str, dest_group: str, topic: str | None = None,
                                  offline: bool = False) -> list[str]:
         """CLONE_GROUP_OFFSET on every master holding ``topic`` (every master when None)."""
-        addrs = await self._topic_masters(topic) if topic else await self._masters(None, None)
+        addrs = await self._topic_masters(topic) if topic else await self.masters(None, None)
         ext = {"srcGroup": src_group, "destGroup": dest_group, "topic": topic or "",
                "offline": "true" if offline else "false"}
         for addr in addrs:
@@ -443,7 +444,7 @@ class Admin(ClientBase):
     async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict[str, Any]:
         """GET_CONSUMER_CONNECTION_LIST: members, their clients, subscriptions (the first broker that knows)."""
         last: Exception | None = None
-        for addr in await self._masters(None, broker_addr):
+        for addr in await self.masters(None, broker_addr):
             try:
                 return await self._doc(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
                                        "consumer connection")
@@ -464,7 +465,7 @@ class Admin(ClientBase):
     async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> dict[str, Any]:
         """GET_CONSUMER_RUNNING_INFO, forwarded by a broker the member is connected to."""
         last: Exception | None = None
-        for addr in await self._masters(None, None):
+        for addr in await self.masters(None, None):
             try:
                 return await self._doc(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, {
                     "consumerGroup": group, "clientId": client_id, "jstackEnable": "true" if jstack else "false"},
@@ -553,7 +554,7 @@ class Admin(ClientBase):
     async def broker_maintenance(self, code: int, cluster: str | None = None,
                                  broker_addr: str | None = None) -> list[str]:
         """CLEAN_EXPIRED_CONSUMEQUEUE / DELETE_EXPIRED_COMMITLOG / CLEAN_UNUSED_TOPIC on brokers."""
-        addrs = await self._masters(cluster, broker_addr)
+        addrs = await self.masters(cluster, broker_addr)
         for addr in addrs:
             await self._doc(addr, code, {}, RequestCode(code).name)
         return addrs

@@ -4,6 +4,12 @@ Every command takes ``-n`` (name servers, default ``$NAMESRV_ADDR`` or 127.0.0.1
 (exactly one JSON document on stdout, RocketMQ's field names); tables otherwise. An error is one
 line on stderr and exit status 1. ACL: ``--access-key``/``--secret-key`` (or ``$RMQ_ACCESS_KEY`` /
 ``$RMQ_SECRET_KEY``) sign every request.
+
+A command is declared, not written out: :func:`command` takes its name, the options it adds
+(the shared ones are declared once below: mqadmin spells a flag the same way across commands)
+and an async body that gets a :class:`Tools` (name servers and credentials, clients to open) and
+returns what to show (:class:`Shown`); the common options, the -b/-c check, running the body,
+error handling and printing (table or JSON) are the same for every command.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import attrs
 import click
 from rich.console import Console
 from rich.table import Table
@@ -66,286 +73,280 @@ def main() -> None:
     """rmq's mqadmin: topics, groups, messages, cluster and brokers."""
 
 
-# ---------------------------------------------------------------------------------------------- cluster
+# ---------------------------------------------------------------------------------------------- the command table
 
 
-@main.command("clusterList")
-@_admin_options
-def cluster_list(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool) -> None:
-    """Clusters, brokers and their runtime figures."""
+@attrs.frozen
+class Shown:
+    """What a command prints: ``doc`` with --json; otherwise a table of ``columns`` and ``rows``
+    (when it has columns), then the text ``lines``."""
 
-    async def go() -> list[dict[str, Any]]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            info = await a.cluster_info()
-            out = []
-            for cluster, names in sorted(info.clusters.items()):
-                for name in sorted(names):
-                    for bid, addr in sorted(info.brokers.get(name, {}).items()):
-                        try:
-                            rt = await a.broker_runtime_info(addr)
-                        except ClientError:
-                            rt = {}
-                        out.append({"clusterName": cluster, "brokerName": name, "brokerId": bid, "brokerAddr": addr,
-                                    "putTps": rt.get("putTps", ""), "getTransferedTps": rt.get("getTransferedTps", ""),
-                                    "brokerVersionDesc": rt.get("brokerVersionDesc", ""),
-                                    "msgPutTotalTodayNow": rt.get("msgPutTotalTodayNow", "")})
-            return out
+    doc: Any
+    columns: list[str] = attrs.field(factory=list)
+    rows: list[list[Any]] = attrs.field(factory=list)
+    lines: list[str] = attrs.field(factory=list)
 
-    rows = _run(go)
-    cols = ["clusterName", "brokerName", "brokerId", "brokerAddr", "putTps", "getTransferedTps"]
-    _emit(as_json, rows, ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#InTPS", "#OutTPS"],
-          [[r[c] for c in cols] for r in rows])
+    def show(self, as_json: bool) -> None:
+        if as_json or self.columns:
+            _emit(as_json, self.doc, self.columns, self.rows)
+        if not as_json:
+            for line in self.lines:
+                click.echo(line)
 
 
-@main.command("brokerStatus")
-@_admin_options
-@click.option("-b", "--brokerAddr", "broker", required=True, help="broker host:port")
-def broker_status(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, broker: str) -> None:
-    """A broker's runtime info (GET_BROKER_RUNTIME_INFO)."""
-
-    async def go() -> dict[str, str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.broker_runtime_info(broker)
-
-    info = _run(go)
-    _emit(as_json, info, ["key", "value"], [[k, v] for k, v in sorted(info.items())])
+def _done(doc: Any, line: str) -> Shown:
+    """An operation's acknowledgement: one line of text (mqadmin's), or ``doc`` with --json."""
+    return Shown(doc, lines=[line])
 
 
-@main.command("getBrokerConfig")
-@_admin_options
-@click.option("-b", "--brokerAddr", "broker", required=True)
-def get_broker_config(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, broker: str) -> None:
-    """A broker's configuration (GET_BROKER_CONFIG)."""
-
-    async def go() -> dict[str, str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            r = await a.instance.invoke(broker, RequestCode.GET_BROKER_CONFIG, {})
-            text = (r.body or b"").decode("utf-8", "replace")
-            return dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
-
-    cfg = _run(go)
-    _emit(as_json, cfg, ["key", "value"], [[k, v] for k, v in sorted(cfg.items())])
+def _fields(doc: dict[str, Any]) -> Shown:
+    """A document shown as a field/value table, in its own order."""
+    return Shown(doc, ["field", "value"], [[k, v] for k, v in doc.items()])
 
 
-@main.command("updateBrokerConfig")
-@_admin_options
-@click.option("-b", "--brokerAddr", "broker", default=None)
-@click.option("-c", "--clusterName", "cluster", default=None)
-@click.option("-k", "--key", required=True)
-@click.option("-v", "--value", required=True)
-def update_broker_config(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool,
-                         broker: str | None, cluster: str | None, key: str, value: str) -> None:
-    """Change a setting of running brokers (UPDATE_BROKER_CONFIG; start-only settings are refused)."""
+def _settings(doc: dict[str, Any]) -> Shown:
+    """A flat map of settings shown as a key/value table, sorted by key."""
+    return Shown(doc, ["key", "value"], [[k, v] for k, v in sorted(doc.items())])
+
+
+@attrs.frozen
+class Tools:
+    """What a command's body works with: the name servers and credentials the common options gave,
+    and the clients it opens over them (``async with tools.admin() as a``)."""
+
+    namesrv: str
+    credentials: tuple[str, str] | None
+
+    def admin(self) -> Admin:
+        return Admin(self.namesrv, credentials=self.credentials)
+
+    def consumer(self, group: str = "TOOLS_CONSUMER") -> PullConsumer:
+        return PullConsumer(group, self.namesrv, credentials=self.credentials)
+
+    def producer(self, group: str = "TOOLS_PRODUCER") -> Producer:
+        return Producer(group, self.namesrv, credentials=self.credentials)
+
+
+Body = Callable[..., Awaitable[Shown]]
+Option = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+# Options more than one command takes, as mqadmin spells them.
+TOPIC = click.option("-t", "--topic", required=True)
+ANY_TOPIC = click.option("-t", "--topic", default=None)
+BROKER = click.option("-b", "--brokerAddr", "broker", required=True)
+TO_BROKER = click.option("-b", "--brokerAddr", "broker", default=None)
+TO_CLUSTER = click.option("-c", "--clusterName", "cluster", default=None)
+TARGETS = (TO_BROKER, TO_CLUSTER)  # with ``where=True``: one of them must be given
+GROUP = click.option("-g", "--group", required=True)
+GROUP_NAME = click.option("-g", "--groupName", "group", required=True)
+CONSUMER_GROUP = click.option("-g", "--consumerGroup", "group", required=True)
+KEY = click.option("-k", "--key", required=True)
+VALUE = click.option("-v", "--value", required=True)
+NAMESPACE = click.option("-s", "--namespace", required=True)
+CONTROLLER = click.option("-a", "--controllerAddress", "controller", required=True)
+CLIENT_ID = click.option("-d", "--clientId", "client_id", default=None)
+
+
+def _where(cluster: str | None, broker: str | None) -> None:
     if not cluster and not broker:
         raise click.UsageError("give -c clusterName or -b brokerAddr")
 
-    async def go() -> list[str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
-            for addr in addrs:
-                await a.instance.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, {}, f"{key}={value}".encode(),
-                                        what=f"updateBrokerConfig {key}")
-            return addrs
 
-    addrs = _run(go)
-    if as_json:
-        _emit(True, {"key": key, "value": value, "brokerAddrs": addrs}, [], [])
-    else:
-        click.echo(f"update broker config success, {', '.join(addrs)}")
+def command(name: str, *options: Option, where: bool = False, doc: str | None = None) -> Callable[[Body], Body]:
+    """Register ``body`` as the command ``name``: the common options (``-n``, ACL keys, ``--json``),
+    then ``options`` in the order given. ``where``: the -b/-c pair (``TARGETS``) names the brokers
+    and one of the two is required. The body gets a :class:`Tools` and the options as keywords;
+    the :class:`Shown` it returns is printed. Its docstring (or ``doc``) is the command's help."""
+
+    def register(body: Body) -> Body:
+        def run(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, **opts: Any) -> None:
+            if where:
+                _where(opts["cluster"], opts["broker"])
+            tools = Tools(namesrv, _creds(access_key, secret_key))
+            shown: Shown = _run(lambda: body(tools, **opts))
+            shown.show(as_json)
+
+        f: Callable[..., Any] = run
+        for option in reversed(options):
+            f = option(f)
+        main.command(name, help=doc if doc is not None else body.__doc__)(_admin_options(f))
+        return body
+
+    return register
+
+
+async def _invoke_all(a: Admin, addrs: list[str], code: int, ext: dict[str, str], body: bytes = b"", *,
+                      what: str) -> list[str]:
+    """One request to each of ``addrs``, in turn; the addresses."""
+    for addr in addrs:
+        await a.instance.invoke(addr, code, ext, body, what=what)
+    return addrs
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+@command("clusterList")
+async def cluster_list(t: Tools) -> Shown:
+    """Clusters, brokers and their runtime figures."""
+    async with t.admin() as a:
+        info = await a.cluster_info()
+        rows = []
+        for cluster, names in sorted(info.clusters.items()):
+            for name in sorted(names):
+                for bid, addr in sorted(info.brokers.get(name, {}).items()):
+                    try:
+                        rt = await a.broker_runtime_info(addr)
+                    except ClientError:
+                        rt = {}
+                    rows.append({"clusterName": cluster, "brokerName": name, "brokerId": bid, "brokerAddr": addr,
+                                 "putTps": rt.get("putTps", ""), "getTransferedTps": rt.get("getTransferedTps", ""),
+                                 "brokerVersionDesc": rt.get("brokerVersionDesc", ""),
+                                 "msgPutTotalTodayNow": rt.get("msgPutTotalTodayNow", "")})
+    cols = ["clusterName", "brokerName", "brokerId", "brokerAddr", "putTps", "getTransferedTps"]
+    return Shown(rows, ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#InTPS", "#OutTPS"],
+                 [[r[c] for c in cols] for r in rows])
+
+
+@command("brokerStatus", click.option("-b", "--brokerAddr", "broker", required=True, help="broker host:port"))
+async def broker_status(t: Tools, broker: str) -> Shown:
+    """A broker's runtime info (GET_BROKER_RUNTIME_INFO)."""
+    async with t.admin() as a:
+        return _settings(await a.broker_runtime_info(broker))
+
+
+@command("getBrokerConfig", BROKER)
+async def get_broker_config(t: Tools, broker: str) -> Shown:
+    """A broker's configuration (GET_BROKER_CONFIG)."""
+    async with t.admin() as a:
+        r = await a.instance.invoke(broker, RequestCode.GET_BROKER_CONFIG, {})
+    text = (r.body or b"").decode("utf-8", "replace")
+    return _settings(dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln))
+
+
+@command("updateBrokerConfig", *TARGETS, KEY, VALUE, where=True)
+async def update_broker_config(t: Tools, broker: str | None, cluster: str | None, key: str, value: str) -> Shown:
+    """Change a setting of running brokers (UPDATE_BROKER_CONFIG; start-only settings are refused)."""
+    async with t.admin() as a:
+        addrs = await _invoke_all(a, await a.masters(cluster, broker), RequestCode.UPDATE_BROKER_CONFIG, {},
+                                  f"{key}={value}".encode(), what=f"updateBrokerConfig {key}")
+    return _done({"key": key, "value": value, "brokerAddrs": addrs},
+                 f"update broker config success, {', '.join(addrs)}")
 
 
 # ---------------------------------------------------------------------------------------------- topics
 
 
-@main.command("topicList")
-@_admin_options
-def topic_list(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool) -> None:
+@command("topicList")
+async def topic_list(t: Tools) -> Shown:
     """Every topic the name servers know."""
-
-    async def go() -> list[str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.list_topics()
-
-    topics = _run(go)
-    if as_json:
-        _emit(True, {"topicList": topics}, [], [])
-    else:
-        for t in topics:
-            click.echo(t)
+    async with t.admin() as a:
+        topics = await a.list_topics()
+    return Shown({"topicList": topics}, lines=topics)
 
 
-@main.command("updateTopic")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-@click.option("-c", "--clusterName", "cluster", default=None, help="create on every master of the cluster")
-@click.option("-b", "--brokerAddr", "broker", default=None, help="create on this broker")
-@click.option("-r", "--readQueueNums", "read", type=int, default=8, show_default=True)
-@click.option("-w", "--writeQueueNums", "write", type=int, default=8, show_default=True)
-@click.option("-p", "--perm", type=int, default=6, show_default=True)
-@click.option("-o", "--order", is_flag=True, help="an order topic")
-@click.option("-a", "--attributes", default="", help="RocketMQ 5 attributes, e.g. +message.type=FIFO")
-def update_topic(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str,
-                 cluster: str | None, broker: str | None, read: int, write: int, perm: int, order: bool,
-                 attributes: str) -> None:
+@command("updateTopic", TOPIC,
+         click.option("-c", "--clusterName", "cluster", default=None, help="create on every master of the cluster"),
+         click.option("-b", "--brokerAddr", "broker", default=None, help="create on this broker"),
+         click.option("-r", "--readQueueNums", "read", type=int, default=8, show_default=True),
+         click.option("-w", "--writeQueueNums", "write", type=int, default=8, show_default=True),
+         click.option("-p", "--perm", type=int, default=6, show_default=True),
+         click.option("-o", "--order", is_flag=True, help="an order topic"),
+         click.option("-a", "--attributes", default="", help="RocketMQ 5 attributes, e.g. +message.type=FIFO"),
+         where=True)
+async def update_topic(t: Tools, topic: str, cluster: str | None, broker: str | None, read: int, write: int,
+                       perm: int, order: bool, attributes: str) -> Shown:
     """Create or update a topic (UPDATE_AND_CREATE_TOPIC)."""
-    if not cluster and not broker:
-        raise click.UsageError("give -c clusterName or -b brokerAddr")
-
-    async def go() -> list[str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
-            if not addrs:
-                raise ClientError(f"no master in cluster {cluster!r}")
-            for addr in addrs:
-                ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read),
-                       "writeQueueNums": str(write), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
-                       "topicSysFlag": "0", "order": str(order).lower()}
-                if attributes:
-                    ext["attributes"] = attributes
-                await a.instance.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"updateTopic {topic}")
-            return addrs
-
-    addrs = _run(go)
-    doc = {"topicName": topic, "readQueueNums": read, "writeQueueNums": write, "perm": perm, "brokerAddrs": addrs}
-    if as_json:
-        _emit(True, doc, [], [])
-    else:
-        click.echo(f"create topic to {', '.join(addrs)} success.")
+    ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read), "writeQueueNums": str(write),
+           "perm": str(perm), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": str(order).lower()}
+    if attributes:
+        ext["attributes"] = attributes
+    async with t.admin() as a:
+        addrs = await a.masters(cluster, broker)
+        if not addrs:
+            raise ClientError(f"no master in cluster {cluster!r}")
+        await _invoke_all(a, addrs, RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"updateTopic {topic}")
+    return _done({"topicName": topic, "readQueueNums": read, "writeQueueNums": write, "perm": perm,
+                  "brokerAddrs": addrs}, f"create topic to {', '.join(addrs)} success.")
 
 
-@main.command("deleteTopic")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-@click.option("-c", "--clusterName", "cluster", default=None)
-def delete_topic(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str,
-                 cluster: str | None) -> None:
+@command("deleteTopic", TOPIC, TO_CLUSTER)
+async def delete_topic(t: Tools, topic: str, cluster: str | None) -> Shown:
     """Delete a topic from the brokers and the name servers."""
-
-    async def go() -> None:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            await a.delete_topic(topic, cluster)
-
-    _run(go)
-    if as_json:
-        _emit(True, {"topicName": topic, "deleted": True}, [], [])
-    else:
-        click.echo(f"delete topic [{topic}] success.")
+    async with t.admin() as a:
+        await a.delete_topic(topic, cluster)
+    return _done({"topicName": topic, "deleted": True}, f"delete topic [{topic}] success.")
 
 
-@main.command("topicRoute")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-def topic_route(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str) -> None:
+@command("topicRoute", TOPIC)
+async def topic_route(t: Tools, topic: str) -> Shown:
     """The topic's route: brokers and queue counts."""
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.topic_route(topic)
-
-    r = _run(go)
-    doc = {"brokerDatas": [{"brokerName": b.broker_name, "cluster": b.cluster, "brokerAddrs": {str(k): v for k, v in
-                                                                                                b.addrs.items()}}
-                           for b in r.broker_datas],
+    async with t.admin() as a:
+        r = await a.topic_route(topic)
+    doc = {"brokerDatas": [{"brokerName": b.broker_name, "cluster": b.cluster,
+                            "brokerAddrs": {str(k): v for k, v in b.addrs.items()}} for b in r.broker_datas],
            "queueDatas": [{"brokerName": q.broker_name, "readQueueNums": q.read_queue_nums,
                            "writeQueueNums": q.write_queue_nums, "perm": q.perm} for q in r.queue_datas]}
-    _emit(as_json, doc, ["#Broker", "#ReadQueues", "#WriteQueues", "#Perm"],
-          [[q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"]] for q in doc["queueDatas"]])
+    return Shown(doc, ["#Broker", "#ReadQueues", "#WriteQueues", "#Perm"],
+                 [[q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"]] for q in doc["queueDatas"]])
 
 
-@main.command("topicStatus")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-def topic_status(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str) -> None:
+@command("topicStatus", TOPIC)
+async def topic_status(t: Tools, topic: str) -> Shown:
     """Min and max offset of every queue."""
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.topic_stats(topic)
-
-    stats = _run(go)
+    async with t.admin() as a:
+        stats = await a.topic_stats(topic)
     rows = [{"brokerName": s.queue.broker_name, "queueId": s.queue.queue_id, "minOffset": s.min_offset,
              "maxOffset": s.max_offset, "lastUpdateTimestamp": s.last_update_timestamp} for s in stats]
-    _emit(as_json, rows, ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"],
-          [[r["brokerName"], r["queueId"], r["minOffset"], r["maxOffset"], r["lastUpdateTimestamp"]] for r in rows])
+    return Shown(rows, ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"],
+                 [list(r.values()) for r in rows])
 
 
 # ---------------------------------------------------------------------------------------------- groups
 
 
-@main.command("updateSubGroup")
-@_admin_options
-@click.option("-g", "--groupName", "group", required=True)
-@click.option("-c", "--clusterName", "cluster", default=None)
-@click.option("-b", "--brokerAddr", "broker", default=None)
-@click.option("-r", "--retryMaxTimes", "retry_max", type=int, default=16, show_default=True)
-@click.option("-s", "--consumeEnable", "enable", type=bool, default=True, show_default=True)
-@click.option("-d", "--consumeBroadcastEnable", "broadcast", type=bool, default=True, show_default=True)
-@click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=False, show_default=True)
-def update_sub_group(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, group: str,
-                     cluster: str | None, broker: str | None, retry_max: int, enable: bool, broadcast: bool,
-                     orderly: bool) -> None:
+@command("updateSubGroup", GROUP_NAME, TO_CLUSTER, TO_BROKER,
+         click.option("-r", "--retryMaxTimes", "retry_max", type=int, default=16, show_default=True),
+         click.option("-s", "--consumeEnable", "enable", type=bool, default=True, show_default=True),
+         click.option("-d", "--consumeBroadcastEnable", "broadcast", type=bool, default=True, show_default=True),
+         click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=False, show_default=True),
+         where=True)
+async def update_sub_group(t: Tools, group: str, cluster: str | None, broker: str | None, retry_max: int,
+                           enable: bool, broadcast: bool, orderly: bool) -> Shown:
     """Create or update a subscription group."""
-    if not cluster and not broker:
-        raise click.UsageError("give -c clusterName or -b brokerAddr")
     doc = {"groupName": group, "consumeEnable": enable, "consumeBroadcastEnable": broadcast,
            "retryMaxTimes": retry_max, "consumeMessageOrderly": orderly}
-
-    async def go() -> list[str]:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            addrs = [broker] if broker else (await a.cluster_info()).master_addrs(cluster)
-            for addr in addrs:
-                await a.instance.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
-                                        json.dumps(doc).encode(), what=f"updateSubGroup {group}")
-            return addrs
-
-    addrs = _run(go)
-    if as_json:
-        _emit(True, {**doc, "brokerAddrs": addrs}, [], [])
-    else:
-        click.echo(f"create subscription group to {', '.join(addrs)} success.")
+    async with t.admin() as a:
+        addrs = await _invoke_all(a, await a.masters(cluster, broker), RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                  {}, json.dumps(doc).encode(), what=f"updateSubGroup {group}")
+    return _done({**doc, "brokerAddrs": addrs}, f"create subscription group to {', '.join(addrs)} success.")
 
 
-@main.command("consumerProgress")
-@_admin_options
-@click.option("-g", "--groupName", "group", required=True)
-@click.option("-t", "--topicName", "topic", default=None)
-def consumer_progress(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, group: str,
-                      topic: str | None) -> None:
+@command("consumerProgress", GROUP_NAME, click.option("-t", "--topicName", "topic", default=None))
+async def consumer_progress(t: Tools, group: str, topic: str | None) -> Shown:
     """Broker offset, consumer offset and lag per queue."""
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.consumer_progress(group, topic)
-
-    progress = _run(go)
+    async with t.admin() as a:
+        progress = await a.consumer_progress(group, topic)
     rows = [{"topic": p.queue.topic, "brokerName": p.queue.broker_name, "queueId": p.queue.queue_id,
              "brokerOffset": p.max_offset, "consumerOffset": p.committed, "diff": p.lag} for p in progress]
     doc = {"consumerGroup": group, "offsetTable": rows, "diffTotal": sum(r["diff"] for r in rows)}
-    _emit(as_json, doc, ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"],
-          [[r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"], r["diff"]]
-           for r in rows])
-    if not as_json:
-        click.echo(f"Diff Total: {doc['diffTotal']}")
+    return Shown(doc, ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"],
+                 [list(r.values()) for r in rows], [f"Diff Total: {doc['diffTotal']}"])
 
 
-@main.command("resetOffsetByTime")
-@_admin_options
-@click.option("-g", "--group", required=True)
-@click.option("-t", "--topic", required=True)
-@click.option("-s", "--timestamp", required=True, help="epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS")
-def reset_offset_by_time(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, group: str,
-                         topic: str, timestamp: str) -> None:
+def _offsets(result: dict[Any, int]) -> Shown:
+    """Offsets per queue after a reset, as mqadmin prints them."""
+    rows = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off} for mq, off in sorted(result.items())]
+    return Shown(rows, ["#brokerName", "#queueId", "#offset"], [list(r.values()) for r in rows])
+
+
+@command("resetOffsetByTime", GROUP, TOPIC,
+         click.option("-s", "--timestamp", required=True, help="epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS"))
+async def reset_offset_by_time(t: Tools, group: str, topic: str, timestamp: str) -> Shown:
     """Move a group to the offsets of a time (online consumers are told, as mqadmin does)."""
     ts = _timestamp(timestamp)
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.reset_offset_by_timestamp(group, topic, ts)
-
-    result = _run(go)
-    rows = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off} for mq, off in sorted(result.items())]
-    _emit(as_json, rows, ["#brokerName", "#queueId", "#offset"], [[r["brokerName"], r["queueId"], r["offset"]]
-                                                                 for r in rows])
+    async with t.admin() as a:
+        return _offsets(await a.reset_offset_by_timestamp(group, topic, ts))
 
 
 def _timestamp(text: str) -> int:
@@ -370,101 +371,73 @@ def _message_doc(m: Any) -> dict[str, Any]:
             "body": m.body.decode("utf-8", "replace")}
 
 
-@main.command("queryMsgById")
-@_admin_options
-@click.option("-i", "--msgId", "msg_id", required=True, help="offset msgId, or the unique key with -t")
-@click.option("-t", "--topic", default=None)
-@click.option("-g", "--consumerGroup", "group", default=None, help="with -d: consume it directly")
-@click.option("-d", "--clientId", "client_id", default=None, help="the member of -g that consumes it")
-def query_msg_by_id(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, msg_id: str,
-                    topic: str | None, group: str | None, client_id: str | None) -> None:
+@command("queryMsgById", click.option("-i", "--msgId", "msg_id", required=True,
+                                      help="offset msgId, or the unique key with -t"),
+         ANY_TOPIC, click.option("-g", "--consumerGroup", "group", default=None, help="with -d: consume it directly"),
+         click.option("-d", "--clientId", "client_id", default=None, help="the member of -g that consumes it"))
+async def query_msg_by_id(t: Tools, msg_id: str, topic: str | None, group: str | None, client_id: str | None) -> Shown:
     """One message by its offset msgId (or unique key with -t); with -g and -d, consumed directly
     by that member's listener (CONSUME_MESSAGE_DIRECTLY), as mqadmin does."""
-    show_message(namesrv, _creds(access_key, secret_key), as_json, msg_id, topic, group, client_id)
+    return await show_message(t, msg_id, topic, group, client_id)
 
 
-def show_message(namesrv: str, creds: tuple[str, str] | None, as_json: bool, msg_id: str, topic: str | None,
-                 group: str | None, client_id: str | None) -> None:
-    """Print one message (by unique key when ``topic`` is given, else by offset msgId); with a group
-    and a client id, also have that member consume it (CONSUME_MESSAGE_DIRECTLY) and print the result."""
+async def show_message(t: Tools, msg_id: str, topic: str | None, group: str | None, client_id: str | None) -> Shown:
+    """One message (by unique key when ``topic`` is given, else by offset msgId); with a group and a
+    client id, also have that member consume it (CONSUME_MESSAGE_DIRECTLY), with its result."""
     if bool(group) != bool(client_id):
         raise click.UsageError("-g and -d go together")
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=creds) as a:
-            m = await (a.query_message_by_id(topic, msg_id) if topic else a.view_message(msg_id))
-            if group and client_id:
-                return m, await a.consume_message_directly(group, client_id, m.offset_msg_id, m.topic)
-            return m, None
-
-    m, result = _run(go)
-    doc = _message_doc(m)
+    async with t.admin() as a:
+        m = await (a.query_message_by_id(topic, msg_id) if topic else a.view_message(msg_id))
+        doc = _message_doc(m)
+        result = None
+        if group and client_id:
+            result = await a.consume_message_directly(group, client_id, m.offset_msg_id, m.topic)
     if result is not None:
         doc["consumeMessageDirectlyResult"] = result
-    _emit(as_json, doc, ["field", "value"], [[k, v] for k, v in doc.items()])
+    return _fields(doc)
 
 
-@main.command("queryMsgByKey")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-@click.option("-k", "--msgKey", "key", required=True)
-def query_msg_by_key(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str,
-                     key: str) -> None:
+@command("queryMsgByKey", TOPIC, click.option("-k", "--msgKey", "key", required=True))
+async def query_msg_by_key(t: Tools, topic: str, key: str) -> Shown:
     """Messages with a key (the broker's index)."""
-
-    async def go() -> Any:
-        async with Admin(namesrv, credentials=_creds(access_key, secret_key)) as a:
-            return await a.query_message(topic, key)
-
-    docs = [_message_doc(m) for m in _run(go)]
-    _emit(as_json, docs, ["#Message ID", "#QID", "#Offset"], [[d["msgId"], d["queueId"], d["queueOffset"]] for d in docs])
+    async with t.admin() as a:
+        docs = [_message_doc(m) for m in await a.query_message(topic, key)]
+    return Shown(docs, ["#Message ID", "#QID", "#Offset"], [[d["msgId"], d["queueId"], d["queueOffset"]] for d in docs])
 
 
-@main.command("sendMessage")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-@click.option("-p", "--body", required=True)
-@click.option("-k", "--key", default=None)
-@click.option("-c", "--tags", default=None)
-def send_message(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str, body: str,
-                 key: str | None, tags: str | None) -> None:
+@command("sendMessage", TOPIC, click.option("-p", "--body", required=True), click.option("-k", "--key", default=None),
+         click.option("-c", "--tags", default=None))
+async def send_message(t: Tools, topic: str, body: str, key: str | None, tags: str | None) -> Shown:
     """Send one message."""
-
-    async def go() -> Any:
-        async with Producer("TOOLS_PRODUCER", namesrv, credentials=_creds(access_key, secret_key)) as p:
-            return await p.send(Message(topic, body, tags=tags, keys=key))
-
-    r = _run(go)
+    async with t.producer() as p:
+        r = await p.send(Message(topic, body, tags=tags, keys=key))
     doc = {"brokerName": r.queue.broker_name, "queueId": r.queue.queue_id, "sendStatus": r.status.value,
            "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id, "queueOffset": r.queue_offset}
-    _emit(as_json, doc, list(doc), [list(doc.values())])
+    return Shown(doc, list(doc), [list(doc.values())])
 
 
-@main.command("consumeMessage")
-@_admin_options
-@click.option("-t", "--topic", required=True)
-@click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True)
-@click.option("-c", "--count", type=int, default=32, show_default=True)
-def consume_message(namesrv: str, access_key: str | None, secret_key: str | None, as_json: bool, topic: str,
-                    group: str, count: int) -> None:
+def _messages(messages: list[Any], columns: list[str], keys: list[str]) -> Shown:
+    """Browsed messages: a row of ``keys`` of each (the body cut at 60 characters), all of them with --json."""
+    docs = [_message_doc(m) for m in messages]
+    return Shown(docs, columns, [[d[k][:60] if k == "body" else d[k] for k in keys] for d in docs])
+
+
+@command("consumeMessage", TOPIC,
+         click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True),
+         click.option("-c", "--count", type=int, default=32, show_default=True))
+async def consume_message(t: Tools, topic: str, group: str, count: int) -> Shown:
     """Print up to COUNT messages of the topic from the start of every queue (commits nothing)."""
-
-    async def go() -> list[Any]:
-        out: list[Any] = []
-        async with PullConsumer(group, namesrv, credentials=_creds(access_key, secret_key)) as pc:
-            for mq in await pc.fetch_queues(topic):
-                offset = await pc.min_offset(mq)
-                while len(out) < count:
-                    r = await pc.pull(mq, offset, min(32, count - len(out)))
-                    if r.status is not PullStatus.FOUND:
-                        break
-                    out += r.messages
-                    offset = r.next_begin_offset
-        return out
-
-    docs = [_message_doc(m) for m in _run(go)]
-    _emit(as_json, docs, ["#QID", "#Offset", "#Tags", "#Body"],
-          [[d["queueId"], d["queueOffset"], d["tags"], d["body"][:60]] for d in docs])
+    out: list[Any] = []
+    async with t.consumer(group) as pc:
+        for mq in await pc.fetch_queues(topic):
+            offset = await pc.min_offset(mq)
+            while len(out) < count:
+                r = await pc.pull(mq, offset, min(32, count - len(out)))
+                if r.status is not PullStatus.FOUND:
+                    break
+                out += r.messages
+                offset = r.next_begin_offset
+    return _messages(out, ["#QID", "#Offset", "#Tags", "#Body"], ["queueId", "queueOffset", "tags", "body"])
 
 
 from rmq.client import cli_ops  # noqa: E402,F401  (registers the rest of mqadmin's commands on main)

@@ -25,6 +25,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,25 @@ async def create_topic(client: TcpRemotingClient, addr: str) -> None:
     assert r.code == 0, r
 
 
+async def pipelined(n: int, inflight: int, send: Callable[[int], Awaitable[RemotingCommand]]) -> tuple[float, int]:
+    """``n`` requests, ``inflight`` at a time: ``send(queue_id)`` makes and sends each (queues taken in turn).
+    The seconds it took and how many answers were not SUCCESS."""
+    counter = iter(range(n))
+    errors = 0
+
+    async def worker(k: int) -> None:
+        nonlocal errors
+        for i in counter:
+            if (await send((i + k) % QUEUES)).code != 0:
+                errors += 1
+
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for k in range(inflight):
+            tg.start_soon(worker, k)
+    return time.perf_counter() - t0, errors
+
+
 async def throughput(addr: str, n: int, size: int, inflight: int, batch: int = 0) -> tuple[float, float]:
     """Messages and MB per second; ``batch`` > 0 sends them ``batch`` per SEND_BATCH_MESSAGE."""
     body = b"x" * size
@@ -90,24 +110,12 @@ async def throughput(addr: str, n: int, size: int, inflight: int, batch: int = 0
         await create_topic(client, addr)
         for q in range(QUEUES):  # warm-up
             await client.invoke(addr, send_cmd(body, q, uniq), 10)
-        counter = iter(range(n // batch if batch else n))
-        errors = 0
 
         def make(q: int) -> RemotingCommand:
             return batch_cmd(body, q, uniq, batch) if batch else send_cmd(body, q, uniq)
 
-        async def worker(k: int) -> None:
-            nonlocal errors
-            for i in counter:
-                r = await client.invoke(addr, make((i + k) % QUEUES), 30)
-                if r.code != 0:
-                    errors += 1
-
-        t0 = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for k in range(inflight):
-                tg.start_soon(worker, k)
-        dt = time.perf_counter() - t0
+        dt, errors = await pipelined(n // batch if batch else n, inflight,
+                                     lambda q: client.invoke(addr, make(q), 30))
     if errors:
         print(f"  !! {errors} sends failed")
     return n / dt, n * size / dt / 1e6

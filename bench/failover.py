@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -32,44 +31,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from replication import produce  # noqa: E402
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
-from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
 from rmq.protocol.codes import RequestCode  # noqa: E402
-from rmq.protocol.command import RemotingCommand  # noqa: E402
-from rmq.testing.daemon import RmqdProcess, eventually, free_port  # noqa: E402
-
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="bench-fo")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, ext or {}, body), 5)
-
-    return anyio.run(go)
+from rmq.testing.daemon import Daemons, RmqdProcess, call, eventually, runtime_info  # noqa: E402
 
 
 def info(p: RmqdProcess) -> dict[str, str]:
-    return json.loads(call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]  # type: ignore[no-any-return]
+    return runtime_info(p.broker_addr)
 
 
 def wait(pred: Any, timeout: float, what: str) -> Any:
     return eventually(pred, timeout, what)
 
 
-def cluster(work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess], list[RmqdProcess]]:
-    ports = [free_port() for _ in range(3)]
-    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
-    ns = RmqdProcess(work / "ns", broker=False).start()
-    ctls = [RmqdProcess(work / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-        "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(work / f"c{i}" / "ctl"),
-        "raftPassword": "bench-raft-secret"}}).start()
-        for i in range(3)]
-    conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
-            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "allAckInSyncStateSet": all_ack,
-            "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000,
-            "checkSyncStateSetPeriod": 1000, "haMaxTimeSlaveNotCatchup": 5000, "registerNameServerPeriod": 2000}
-    brokers = [RmqdProcess(work / f"b{i}", namesrv=False, broker_conf=conf).start() for i in range(3)]
-    return ns, ctls, brokers
+def cluster(procs: Daemons, work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess]]:
+    """Three controllers and three brokers of one group (64 MiB segments, as a default broker)."""
+    group = procs.controller_group(
+        work, 3, controllers=3, raft_password="bench-raft-secret", mappedFileSizeCommitLog=64 * 1024 * 1024,
+        allAckInSyncStateSet=all_ack, controllerHeartBeatTimeoutMills=3000, brokerHeartbeatInterval=500,
+        syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000, haMaxTimeSlaveNotCatchup=5000,
+        registerNameServerPeriod=2000)
+    return group.namesrv, group.brokers
 
 
 def master_of(brokers: list[RmqdProcess]) -> RmqdProcess | None:
@@ -90,78 +71,76 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=5000)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rmq-bench-failover-"))
-    procs: list[RmqdProcess] = []
-    try:
-        for all_ack in (False, True):
-            ns, ctls, brokers = cluster(work / f"rate-{all_ack}", all_ack)
-            procs += [ns, *ctls, *brokers]
-            wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
-            m = master_of(brokers)
-            assert m is not None
-            rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
-            print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
-                  f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
-            for p in reversed([ns, *ctls, *brokers]):
-                p.stop()
-        ns, ctls, brokers = cluster(work / "kills", True)
-        procs += [ns, *ctls, *brokers]
-        wait(lambda: whole(brokers), 60, "cluster settled")
-        times = []
-        for k in range(args.kills):
-            m = master_of(brokers)
-            assert m is not None
-            stop = threading.Event()
-            errors: list[str] = []
-            first: list[float] = []
-            killed: list[float] = []
+    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
+        run(procs, work, args)
+    return 0
 
-            def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
-                       errors: list[str] = errors,
-                       addr: str = m.broker_addr) -> None:
-                ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-                       "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
-                last = ""
-                while not stop.is_set():
-                    started = time.monotonic()
-                    try:
-                        r = call(addr, RequestCode.SEND_MESSAGE, ext, b"x")
-                        ok = r.code == 0
-                        last = f"{addr}: code {r.code} {r.remark}"
-                    except Exception as e:
-                        ok = False
-                        last = f"{addr}: {e}"
-                    if ok and killed and started > killed[0] and not first:
-                        first.append(time.monotonic())
-                        return
-                    if not ok:
-                        errors.append(last)
-                        try:
-                            r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
-                            addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
-                        except Exception:
-                            pass
-                        time.sleep(0.05)
 
-            t = threading.Thread(target=stream)
-            t.start()
-            time.sleep(1.0)
-            m.kill()
-            killed.append(time.monotonic())
-            t.join(120)
-            stop.set()
-            if not first:
-                raise RuntimeError(f"no send acknowledged after the kill ({errors[-1:]})")
-            times.append(first[0] - killed[0])
-            print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
-            m.start()
-            wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
-        print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
-              f"max {max(times):.2f} s")
-    finally:
+def run(procs: Daemons, work: Path, args: argparse.Namespace) -> None:
+    """The two rate runs, then the kills, on clusters started through ``procs``."""
+    for all_ack in (False, True):
+        ns, brokers = cluster(procs, work / f"rate-{all_ack}", all_ack)
+        wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
+        m = master_of(brokers)
+        assert m is not None
+        rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
+        print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
+              f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
         for p in reversed(procs):
             p.stop()
-        shutil.rmtree(work, ignore_errors=True)  # stores of GiB-sized segments: never leave them behind
-    return 0
+    ns, brokers = cluster(procs, work / "kills", True)
+    wait(lambda: whole(brokers), 60, "cluster settled")
+    times = []
+    for k in range(args.kills):
+        m = master_of(brokers)
+        assert m is not None
+        stop = threading.Event()
+        errors: list[str] = []
+        first: list[float] = []
+        killed: list[float] = []
+
+        def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
+                   errors: list[str] = errors,
+                   addr: str = m.broker_addr) -> None:
+            ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+                   "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+            last = ""
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    r = call(addr, RequestCode.SEND_MESSAGE, ext, b"x")
+                    ok = r.code == 0
+                    last = f"{addr}: code {r.code} {r.remark}"
+                except Exception as e:
+                    ok = False
+                    last = f"{addr}: {e}"
+                if ok and killed and started > killed[0] and not first:
+                    first.append(time.monotonic())
+                    return
+                if not ok:
+                    errors.append(last)
+                    try:
+                        r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
+                        addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
+                    except Exception:
+                        pass
+                    time.sleep(0.05)
+
+        t = threading.Thread(target=stream)
+        t.start()
+        time.sleep(1.0)
+        m.kill()
+        killed.append(time.monotonic())
+        t.join(120)
+        stop.set()
+        if not first:
+            raise RuntimeError(f"no send acknowledged after the kill ({errors[-1:]})")
+        times.append(first[0] - killed[0])
+        print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
+        m.start()
+        wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
+    print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
+          f"max {max(times):.2f} s")
 
 
 if __name__ == "__main__":

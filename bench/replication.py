@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -27,14 +26,14 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker import QUEUES, batch_cmd, create_topic, pct, send_cmd  # noqa: E402
+from broker import batch_cmd, create_topic, pct, pipelined, send_cmd  # noqa: E402
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
 from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
 from rmq.protocol.codes import RequestCode  # noqa: E402
 from rmq.protocol.command import RemotingCommand  # noqa: E402
 from rmq.protocol.message import UniqIdGenerator  # noqa: E402
-from rmq.testing.daemon import RmqdProcess  # noqa: E402
+from rmq.testing.daemon import Daemons, RmqdProcess  # noqa: E402
 
 
 async def runtime(addr: str) -> dict[str, str]:
@@ -56,25 +55,16 @@ async def produce(addr: str, n: int, size: int, inflight: int) -> tuple[float, f
     body = b"x" * size
     uniq = UniqIdGenerator("127.0.0.1")
     lat: list[float] = []
-    errors = 0
     async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
         await create_topic(client, addr)
-        counter = iter(range(n))
 
-        async def worker(k: int) -> None:
-            nonlocal errors
-            for i in counter:
-                t = time.perf_counter()
-                r = await client.invoke(addr, send_cmd(body, (i + k) % QUEUES, uniq), 30)
-                lat.append(time.perf_counter() - t)
-                if r.code != 0:
-                    errors += 1
+        async def timed(q: int) -> RemotingCommand:
+            t = time.perf_counter()
+            r = await client.invoke(addr, send_cmd(body, q, uniq), 30)
+            lat.append(time.perf_counter() - t)
+            return r
 
-        t0 = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for k in range(inflight):
-                tg.start_soon(worker, k)
-        dt = time.perf_counter() - t0
+        dt, errors = await pipelined(n, inflight, timed)
     return n / dt, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, errors
 
 
@@ -85,16 +75,8 @@ async def fill(addr: str, mb: int, size: int = 4096) -> int:
     batches = mb * 1024 * 1024 // (size * 32) + 1
     async with TcpRemotingClient(RemotingConfig(name="fill")) as client:
         await create_topic(client, addr)
-        counter = iter(range(batches))
-
-        async def worker(k: int) -> None:
-            for i in counter:
-                r = await client.invoke(addr, batch_cmd(body, (i + k) % QUEUES, uniq, 32), 30)
-                assert r.code == 0, r
-
-        async with anyio.create_task_group() as tg:
-            for k in range(8):
-                tg.start_soon(worker, k)
+        _, errors = await pipelined(batches, 8, lambda q: client.invoke(addr, batch_cmd(body, q, uniq, 32), 30))
+    assert errors == 0, f"{errors} batches refused"
     return int((await runtime(addr))["commitLogMaxOffset"])
 
 
@@ -105,54 +87,51 @@ def main() -> int:
     ap.add_argument("--backlog-mb", type=int, default=256, help="at most 500 (one 512 MiB segment)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rmq-bench-repl-"))
-    ns = RmqdProcess(work / "ns", broker=False).start()
-    procs = [ns]
-    try:
-        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
-            base = {"namesrvAddr": ns.namesrv_addr}
-            master = RmqdProcess(work / role / "m", namesrv=False, broker_conf={**base, "brokerRole": role}).start()
-            slave = RmqdProcess(work / role / "s", namesrv=False,
-                                broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}).start()
-            procs += [master, slave]
-            anyio.run(wait_slave, master)
-            print(f"{role} + 1 slave, {args.size}-byte messages, {args.messages} per run")
-            for inflight in (1, 32):
-                rate, p50, p99, errors = anyio.run(produce, master.broker_addr, args.messages, args.size, inflight)
-                print(f"  {inflight:>2} in flight: {rate:>9,.0f} msg/s   ack p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
-                      + (f"   ({errors} failed)" if errors else ""))
-            slave.stop()
-            master.stop()
-        # catch-up: a backlog on a master, then a fresh slave
-        seg = 512 * 1024 * 1024  # the whole backlog in one segment: a fresh slave starts at its last one
-        base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": seg}
-        master = RmqdProcess(work / "catchup" / "m", namesrv=False,
-                             broker_conf={**base, "brokerRole": "ASYNC_MASTER"}).start()
-        procs.append(master)
-        end = anyio.run(fill, master.broker_addr, args.backlog_mb)
-        start = end - end % seg
-        slave = RmqdProcess(work / "catchup" / "s", namesrv=False,
-                            broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}).start()
-        procs.append(slave)
-        anyio.run(wait_slave, master)
-        t0 = time.perf_counter()
-        samples = []
-        while True:
-            got = int(anyio.run(runtime, slave.broker_addr)["commitLogMaxOffset"])
-            samples.append(got)
-            if got >= end:
-                break
-            if time.perf_counter() - t0 > 300:
-                raise RuntimeError(f"slave stuck at {got} of {end}")
-            time.sleep(0.05)
-        dt = time.perf_counter() - t0
-        mb = (end - start) / 1e6
-        print(f"catch-up: a fresh slave copied {mb:,.1f} MB (the master's last segment of a "
-              f"{end / 1e6:,.0f} MB log) in {dt:.2f} s = {mb / dt:,.1f} MB/s")
-    finally:
-        for p in reversed(procs):
-            p.stop()
-        shutil.rmtree(work, ignore_errors=True)  # stores of GiB-sized segments: never leave them behind
+    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
+        run(procs, work, args)
     return 0
+
+
+def run(procs: Daemons, work: Path, args: argparse.Namespace) -> None:
+    """Sends with one slave (ASYNC_MASTER, SYNC_MASTER), then a fresh slave's catch-up."""
+    ns = procs.start(RmqdProcess(work / "ns", broker=False))
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        base = {"namesrvAddr": ns.namesrv_addr}
+        master = procs.start(RmqdProcess(work / role / "m", namesrv=False, broker_conf={**base, "brokerRole": role}))
+        slave = procs.start(RmqdProcess(work / role / "s", namesrv=False,
+                                        broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
+        anyio.run(wait_slave, master)
+        print(f"{role} + 1 slave, {args.size}-byte messages, {args.messages} per run")
+        for inflight in (1, 32):
+            rate, p50, p99, errors = anyio.run(produce, master.broker_addr, args.messages, args.size, inflight)
+            print(f"  {inflight:>2} in flight: {rate:>9,.0f} msg/s   ack p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
+                  + (f"   ({errors} failed)" if errors else ""))
+        slave.stop()
+        master.stop()
+    # catch-up: a backlog on a master, then a fresh slave
+    seg = 512 * 1024 * 1024  # the whole backlog in one segment: a fresh slave starts at its last one
+    base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": seg}
+    master = procs.start(RmqdProcess(work / "catchup" / "m", namesrv=False,
+                                     broker_conf={**base, "brokerRole": "ASYNC_MASTER"}))
+    end = anyio.run(fill, master.broker_addr, args.backlog_mb)
+    start = end - end % seg
+    slave = procs.start(RmqdProcess(work / "catchup" / "s", namesrv=False,
+                                    broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
+    anyio.run(wait_slave, master)
+    t0 = time.perf_counter()
+    samples = []
+    while True:
+        got = int(anyio.run(runtime, slave.broker_addr)["commitLogMaxOffset"])
+        samples.append(got)
+        if got >= end:
+            break
+        if time.perf_counter() - t0 > 300:
+            raise RuntimeError(f"slave stuck at {got} of {end}")
+        time.sleep(0.05)
+    dt = time.perf_counter() - t0
+    mb = (end - start) / 1e6
+    print(f"catch-up: a fresh slave copied {mb:,.1f} MB (the master's last segment of a "
+          f"{end / 1e6:,.0f} MB log) in {dt:.2f} s = {mb / dt:,.1f} MB/s")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Used by rmq's own suites and usable by plugin authors' integration tests.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,9 +18,14 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
+
+import anyio
 
 from rmq.protocol.tomledit import toml_value
+
+if TYPE_CHECKING:
+    from rmq.protocol.command import RemotingCommand
 
 # Ports come from blocks below Linux's ephemeral range (32768-60999), so no outgoing connection's local
 # port can take one between free_port() and the daemon's bind. Each process (a pytest run, an xdist
@@ -240,6 +247,68 @@ class RmqdProcess:
         self.stop()
 
 
+class Daemons(list[RmqdProcess]):
+    """The daemons one test or bench starts, in order: ``with Daemons() as procs`` stops them all, last
+    first, however the block ends (a daemon it stopped or killed itself included); then removes the
+    ``scratch`` folder when one is given (benches' stores of GiB-sized segments)."""
+
+    def __init__(self, scratch: Path | None = None) -> None:
+        super().__init__()
+        self.scratch = scratch
+
+    def start(self, proc: RmqdProcess) -> RmqdProcess:
+        self.append(proc)
+        return proc.start()
+
+    def __enter__(self) -> Daemons:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for proc in reversed(self):
+                proc.stop()
+        finally:
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def controller_group(self, workdir: Path, brokers: int, *, controllers: int = 1, raft_password: str | None = None,
+                         broker_extra: dict[str, Any] | None = None, **broker_conf: Any) -> ControllerGroup:
+        """A name server, ``controllers`` controllers (one Raft group) and ``brokers`` brokers of broker-a in
+        controller mode (1 MiB commitlog segments, then ``broker_conf``), each in a folder of ``workdir``."""
+        ns = self.start(RmqdProcess(workdir / "ns", broker=False))
+        ports = [free_port() for _ in range(controllers)]
+        addrs = [f"127.0.0.1:{p}" for p in ports]
+        peers = ";".join(f"n{i}-{a}" for i, a in enumerate(addrs))
+        secret = {"raftPassword": raft_password} if raft_password else {}
+        ctls = [self.start(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+            "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}}))
+            for i in range(controllers)]
+        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True, "controllerAddr": ";".join(addrs),
+                "mappedFileSizeCommitLog": 1024 * 1024, **broker_conf}
+        members = [self.start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf, extra=broker_extra))
+                   for i in range(brokers)]
+        return ControllerGroup(ns, ctls, members, addrs)
+
+
+class ControllerGroup(NamedTuple):
+    namesrv: RmqdProcess
+    controllers: list[RmqdProcess]
+    brokers: list[RmqdProcess]
+    controller_addrs: list[str]
+
+    def settled(self) -> tuple[RmqdProcess, ...] | None:
+        """(master, *slaves) once one broker is master, the others slaves, and all of them in its sync
+        state set; None before (for ``eventually``)."""
+        roles = [runtime_info(b.broker_addr)["controllerRole"] for b in self.brokers]
+        if roles.count("MASTER") != 1 or roles.count("SLAVE") != len(roles) - 1:
+            return None
+        master = self.brokers[roles.index("MASTER")]
+        if len(json.loads(runtime_info(master.broker_addr)["syncStateSet"])) != len(roles):
+            return None
+        return master, *(b for b in self.brokers if b is not master)
+
+
 def eventually(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
     """``pred()``'s first truthy value within ``timeout`` seconds (an exception counts as not yet);
     AssertionError naming ``what`` otherwise. For tests that wait on other processes."""
@@ -254,3 +323,31 @@ def eventually(pred: Any, timeout: float, what: str, interval: float = 0.1) -> A
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not reached in {timeout:g}s")
         time.sleep(interval)
+
+
+def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+         timeout: float = 10.0) -> RemotingCommand:
+    """One remoting request to a daemon from synchronous test code, on a connection of its own.
+    ``ext`` values may be ints or bools (each sent as its ``str``); the response is returned
+    whatever its code."""
+    from rmq.protocol.command import RemotingCommand
+
+    cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()}, body)
+    return anyio.run(_invoke, addr, cmd, timeout)
+
+
+async def _invoke(addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.plugins.remoting_tcp import TcpRemotingClient
+
+    async with TcpRemotingClient(RemotingConfig(name="test")) as client:
+        return await client.invoke(addr, cmd, timeout)
+
+
+def runtime_info(addr: str) -> dict[str, str]:
+    """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's table); AssertionError if it refuses."""
+    from rmq.protocol.codes import RequestCode
+
+    r = call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert r.code == 0, r.remark
+    return json.loads(r.body)["table"]  # type: ignore[no-any-return]

@@ -28,7 +28,7 @@ import pytest
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
 from rmq.protocol.command import HeaderError, RemotingCommand
-from rmq.protocol.frame import FrameDecoder, encode
+from rmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from rmq.testing import make_kernel
 
 ECHO, SLOW, ASK_BACK, NOTE, FAIL, BAD_FIELD = 9101, 9102, 9103, 9104, 9105, 9106
@@ -38,25 +38,35 @@ def _frame(header: bytes, serialize_type: int = 0) -> bytes:
     return struct.pack(">iI", 4 + len(header), (serialize_type << 24) | len(header)) + header
 
 
-def _exchange(port: int, data: bytes, linger_reset: bool = False) -> RemotingCommand | None:
-    """Send raw bytes from a fresh socket; the first frame back, or None when the server closed it."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+def read_frame(sock: socket.socket, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+               silence_is_close: bool = True) -> RemotingCommand | None:
+    """The next whole frame on a raw socket; None once the peer closed or reset it (or, with
+    ``silence_is_close``, sent nothing within the socket's timeout; else TimeoutError)."""
+    dec = FrameDecoder(max_frame_size)
+    closed = (ConnectionResetError, TimeoutError) if silence_is_close else (ConnectionResetError,)
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except closed:
+            return None
+        if not chunk:
+            return None
+        cmds = dec.feed(chunk)
+        if cmds:
+            return cmds[0]
+
+
+def exchange(port: int, data: bytes, linger_reset: bool = False, *, timeout: float = 5.0) -> RemotingCommand | None:
+    """Send raw bytes from a fresh socket; the first frame back, or None when the server closed it
+    (``linger_reset``: reset the connection right after sending, read nothing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         if linger_reset:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         try:
             s.sendall(data)
-            if linger_reset:
-                return None
-            dec = FrameDecoder()
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return None
-                cmds = dec.feed(chunk)
-                if cmds:
-                    return cmds[0]
         except (ConnectionResetError, TimeoutError, BrokenPipeError):
             return None
+        return None if linger_reset else read_frame(s)
 
 
 class RemotingContract:
@@ -183,9 +193,9 @@ class RemotingContract:
         async with self.pair() as (server, client, _):
             with anyio.fail_after(30):
                 for data in hostile:
-                    assert await anyio.to_thread.run_sync(_exchange, server.port, data) is None
+                    assert await anyio.to_thread.run_sync(exchange, server.port, data) is None
                 for i in range(100):
-                    await anyio.to_thread.run_sync(_exchange, server.port, encode(
+                    await anyio.to_thread.run_sync(exchange, server.port, encode(
                         RemotingCommand.request(ECHO, opaque=i))[: i % 20], True)
                 resp = await client.invoke(self.addr(server), RemotingCommand.request(ECHO, ext={"n": "ok"}), 5)
         assert resp.code == 0 and resp.ext["n"] == "ok"
@@ -195,7 +205,7 @@ class RemotingContract:
         async with self.pair() as (server, _client, _):
             with anyio.fail_after(10):
                 resp = await anyio.to_thread.run_sync(
-                    _exchange, server.port, _frame(b'{"code":2147483648,"opaque":41,"flag":0}'))
+                    exchange, server.port, _frame(b'{"code":2147483648,"opaque":41,"flag":0}'))
         assert resp is not None and resp.is_response and resp.opaque == 41 and resp.code == 1 and resp.remark
 
     @pytest.mark.anyio
@@ -225,7 +235,7 @@ class RemotingContract:
                     for s in held:
                         await s.send(encode(RemotingCommand.request(ECHO)))
                         await s.receive()
-                    over = await anyio.to_thread.run_sync(_exchange, server.port, encode(RemotingCommand.request(ECHO)))
+                    over = await anyio.to_thread.run_sync(exchange, server.port, encode(RemotingCommand.request(ECHO)))
                     assert over is None
                     for s in held:
                         await s.aclose()

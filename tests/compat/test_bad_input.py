@@ -14,7 +14,8 @@ from typing import Any
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
-from rmq.protocol.frame import FrameDecoder, encode
+from rmq.protocol.frame import encode
+from rmq.testing import remoting
 
 
 def connect(addr: str) -> socket.socket:
@@ -25,19 +26,9 @@ def connect(addr: str) -> socket.socket:
 
 
 def read_frame(s: socket.socket, timeout: float = 10) -> RemotingCommand | None:
-    """The next frame, or None if the server closed the connection."""
-    dec = FrameDecoder(64 * 1024 * 1024)
+    """The next frame, or None if the server closed the connection (silence past ``timeout`` raises)."""
     s.settimeout(timeout)
-    while True:
-        try:
-            data = s.recv(1 << 20)
-        except ConnectionResetError:
-            return None
-        if not data:
-            return None
-        cmds = dec.feed(data)
-        if cmds:
-            return cmds[0]
+    return remoting.read_frame(s, max_frame_size=64 * 1024 * 1024, silence_is_close=False)
 
 
 def closed_by_server(s: socket.socket, timeout: float = 10) -> bool:

@@ -22,7 +22,8 @@ from rmq.client import Message, Producer, SendStatus
 from rmq.client.testing import create_topic, drain
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
-from rmq.protocol.frame import FrameDecoder, encode
+from rmq.protocol.frame import encode
+from rmq.testing.remoting import read_frame
 
 # one log record per line: time, level, logger, message
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO |WARNING|ERROR|CRITICAL) [\w.]+: \S")
@@ -75,20 +76,6 @@ def connect(port: int, timeout: float = 10) -> socket.socket:
     s.settimeout(timeout)
     return s
 
-
-def read_frame(s: socket.socket) -> RemotingCommand | None:
-    """The next frame, or None when the server closed the connection."""
-    dec = FrameDecoder()
-    while True:
-        try:
-            data = s.recv(1 << 16)
-        except (ConnectionResetError, TimeoutError):
-            return None
-        if not data:
-            return None
-        cmds = dec.feed(data)
-        if cmds:
-            return cmds[0]
 
 
 def probe(opaque: int) -> bytes:

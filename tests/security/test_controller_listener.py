@@ -21,6 +21,7 @@ import pytest
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.frame import FrameDecoder, encode
+from rmq.testing import remoting
 from rmq.testing.daemon import RmqdProcess, eventually, free_port
 
 pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
@@ -37,25 +38,9 @@ def request(code: int, ext: dict[str, Any] | None = None, body: bytes = b"", opa
     return encode(RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()}, body, opaque=opaque))
 
 
-def exchange(port: int, data: bytes, timeout: float = 10) -> RemotingCommand | None:
+def exchange(port: int, data: bytes) -> RemotingCommand | None:
     """Send ``data`` on a fresh connection: the answer, or None when the controller closed it."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.settimeout(timeout)
-        try:
-            s.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            return None
-        dec = FrameDecoder()
-        while True:
-            try:
-                chunk = s.recv(1 << 16)
-            except (ConnectionResetError, TimeoutError):
-                return None
-            if not chunk:
-                return None
-            cmds = dec.feed(chunk)
-            if cmds:
-                return cmds[0]
+    return remoting.exchange(port, data, timeout=10)
 
 
 def ask(port: int, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:

@@ -22,16 +22,12 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from cryptography.fernet import Fernet
 
 from rmq.kernel.config import ConfigError, structure_config
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
-from rmq.protocol.command import RemotingCommand
-from rmq.testing.daemon import RmqdProcess, eventually, free_port, write_toml
+from rmq.testing.daemon import RmqdProcess, call, eventually, free_port, write_toml
 
 pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
 
@@ -49,14 +45,6 @@ class MakeDir:
 def frame(payload: bytes) -> bytes:
     return struct.pack("i", len(payload)) + payload
 
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="raft-sec-test")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), 8)
-
-    return anyio.run(go)
 
 
 def controller(tmp_path: Path, **conf: Any) -> tuple[RmqdProcess, int]:

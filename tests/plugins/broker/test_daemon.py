@@ -7,23 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.kernel.net import local_ipv4 as reachable_ipv4
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_offset_msg_id
-
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="test")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), 5)
-
-    return anyio.run(go)
+from rmq.testing.daemon import call
 
 
 def send(addr: str, topic: str, body: bytes, queue_id: int = 0) -> RemotingCommand:

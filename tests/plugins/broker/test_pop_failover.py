@@ -11,15 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_messages
-from rmq.testing.daemon import eventually
+from rmq.testing.daemon import call, eventually
 from rmq.testing.pair import start_pair
 
 pytestmark = pytest.mark.slow
@@ -27,15 +24,6 @@ pytestmark = pytest.mark.slow
 REVIVE = "rmq_sys_REVIVE_LOG_DefaultCluster"
 # m2's invisible time: the failover must end before it (elections take seconds on a busy shared machine)
 DUE_S = 20
-
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="pop-fo")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), 10)
-
-    return anyio.run(go)
 
 
 def pop(addr: str, n: int, invisible_ms: int) -> RemotingCommand:

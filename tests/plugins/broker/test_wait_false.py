@@ -14,23 +14,13 @@ import anyio
 
 from rmq.client import ConsumeResult, Message, MessageExt, Producer, PushConsumer
 from rmq.client.testing import FAST, create_topic
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import encode_batch
-from rmq.testing.daemon import RmqdProcess, eventually
+from rmq.testing.daemon import RmqdProcess, call, eventually
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="wait-test")) as c:
-            cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()}, body)
-            return await c.invoke(addr, cmd, 10.0)
-
-    return anyio.run(go)
 
 
 def send(addr: str, topic: str, props: str, body: bytes = b"x", batch: bool = False) -> RemotingCommand:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import RmqdProcess
+from rmq.testing.daemon import Daemons, RmqdProcess
 
 from .test_failover import _records, call, info, start_group, wait
 
@@ -54,82 +54,80 @@ def offsets(p: RmqdProcess) -> tuple[int, int]:
 
 
 def test_consumers_read_only_what_every_sync_state_set_member_holds(tmp_path: Path) -> None:
-    procs: list[RmqdProcess] = []
     stopped: list[RmqdProcess] = []
-    try:
-        ns, _ctls, brokers, _ = start_group(
-            tmp_path, procs, 3, allAckInSyncStateSet=True, haMaxTimeSlaveNotCatchup=300_000,
-            controllerHeartBeatTimeoutMills=60_000, brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000,
-            checkSyncStateSetPeriod=1000, registerNameServerPeriod=2000, slaveTimeout=3000)
+    with Daemons() as procs:
+        try:
+            ns, _ctls, brokers, _ = start_group(
+                tmp_path, procs, 3, allAckInSyncStateSet=True, haMaxTimeSlaveNotCatchup=300_000,
+                controllerHeartBeatTimeoutMills=60_000, brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000,
+                checkSyncStateSetPeriod=1000, registerNameServerPeriod=2000, slaveTimeout=3000)
 
-        def role(b: RmqdProcess) -> str:
-            return info(b)["controllerRole"]
+            def role(b: RmqdProcess) -> str:
+                return info(b)["controllerRole"]
 
-        def settled() -> bool:
-            ms = [b for b in brokers if role(b) == "MASTER"]
-            return len(ms) == 1 and len(json.loads(info(ms[0])["syncStateSet"])) == 3
+            def settled() -> bool:
+                ms = [b for b in brokers if role(b) == "MASTER"]
+                return len(ms) == 1 and len(json.loads(info(ms[0])["syncStateSet"])) == 3
 
-        wait(settled, 90, "one master with all three brokers in its SyncStateSet")
-        master = next(b for b in brokers if role(b) == "MASTER")
-        a, b = (x for x in brokers if x is not master)
-        first = [b"held-%03d" % i for i in range(10)]
-        for body in first:
-            assert send(master.broker_addr, body, True).code == 0
-        wait(lambda: readable(master.broker_addr) == first, 30, "the master serves what all members hold")
-        wait(lambda: readable(b.broker_addr) == first, 30, "a slave serves what its master confirmed")
+            wait(settled, 90, "one master with all three brokers in its SyncStateSet")
+            master = next(b for b in brokers if role(b) == "MASTER")
+            a, b = (x for x in brokers if x is not master)
+            first = [b"held-%03d" % i for i in range(10)]
+            for body in first:
+                assert send(master.broker_addr, body, True).code == 0
+            wait(lambda: readable(master.broker_addr) == first, 30, "the master serves what all members hold")
+            wait(lambda: readable(b.broker_addr) == first, 30, "a slave serves what its master confirmed")
 
-        def stall(x: RmqdProcess) -> None:
-            assert x.proc is not None
-            x.proc.send_signal(signal.SIGSTOP)
-            stopped.append(x)
+            def stall(x: RmqdProcess) -> None:
+                assert x.proc is not None
+                x.proc.send_signal(signal.SIGSTOP)
+                stopped.append(x)
 
-        def resume(x: RmqdProcess) -> None:
-            assert x.proc is not None
-            x.proc.send_signal(signal.SIGCONT)
-            stopped.remove(x)
-
-        # slave A stalls: WAIT=false sends are stored (and copied to B), served by nobody
-        end = offsets(master)[1]
-        wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
-        stall(a)
-        second = [b"more-%03d" % i for i in range(20)]
-        for body in second:
-            assert send(master.broker_addr, body, False).code == 0
-        m_max = offsets(master)[1]
-        wait(lambda: offsets(b)[1] == m_max, 30, "slave B holds every byte")
-        assert readable(master.broker_addr) == first
-        assert readable(b.broker_addr) == first
-        assert call(master.broker_addr, RequestCode.GET_MAX_OFFSET, {"topic": "CF", "queueId": 0}).ext[
-            "offset"] == "10"
-        assert offsets(master)[0] == end < m_max  # in runtime info
-        assert offsets(b)[0] <= end  # B learns the master's confirm offset, not its own end
-
-        # A resumes and acknowledges: everything is served, by the master and by B
-        resume(a)
-        wait(lambda: readable(master.broker_addr) == first + second, 30, "the master serves all once A acks")
-        wait(lambda: readable(b.broker_addr) == first + second, 30, "slave B serves all once told")
-        wait(lambda: offsets(b)[0] == m_max, 30, "B's confirm offset reaches the log end")
-
-        # the master restarts while A stalls: it confirms no more than A held
-        end = offsets(master)[1]
-        wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
-        stall(a)
-        third = [b"late-%03d" % i for i in range(20)]
-        for body in third:
-            assert send(master.broker_addr, body, False).code == 0
-        assert offsets(master)[0] == end
-        master.kill()
-        master.start()
-        wait(lambda: role(master) == "MASTER", 60, "the master is master again (same epoch)")
-        m_confirm, m_max = offsets(master)
-        assert m_confirm <= end < m_max, (m_confirm, end, m_max)
-        assert readable(master.broker_addr) == first + second
-        resume(a)
-        wait(lambda: readable(master.broker_addr) == first + second + third, 60, "all served once A acks")
-        wait(lambda: readable(b.broker_addr) == first + second + third, 30, "and by slave B")
-    finally:
-        for x in stopped:
-            if x.proc is not None:
+            def resume(x: RmqdProcess) -> None:
+                assert x.proc is not None
                 x.proc.send_signal(signal.SIGCONT)
-        for p in reversed(procs):
-            p.stop()
+                stopped.remove(x)
+
+            # slave A stalls: WAIT=false sends are stored (and copied to B), served by nobody
+            end = offsets(master)[1]
+            wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
+            stall(a)
+            second = [b"more-%03d" % i for i in range(20)]
+            for body in second:
+                assert send(master.broker_addr, body, False).code == 0
+            m_max = offsets(master)[1]
+            wait(lambda: offsets(b)[1] == m_max, 30, "slave B holds every byte")
+            assert readable(master.broker_addr) == first
+            assert readable(b.broker_addr) == first
+            assert call(master.broker_addr, RequestCode.GET_MAX_OFFSET, {"topic": "CF", "queueId": 0}).ext[
+                "offset"] == "10"
+            assert offsets(master)[0] == end < m_max  # in runtime info
+            assert offsets(b)[0] <= end  # B learns the master's confirm offset, not its own end
+
+            # A resumes and acknowledges: everything is served, by the master and by B
+            resume(a)
+            wait(lambda: readable(master.broker_addr) == first + second, 30, "the master serves all once A acks")
+            wait(lambda: readable(b.broker_addr) == first + second, 30, "slave B serves all once told")
+            wait(lambda: offsets(b)[0] == m_max, 30, "B's confirm offset reaches the log end")
+
+            # the master restarts while A stalls: it confirms no more than A held
+            end = offsets(master)[1]
+            wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
+            stall(a)
+            third = [b"late-%03d" % i for i in range(20)]
+            for body in third:
+                assert send(master.broker_addr, body, False).code == 0
+            assert offsets(master)[0] == end
+            master.kill()
+            master.start()
+            wait(lambda: role(master) == "MASTER", 60, "the master is master again (same epoch)")
+            m_confirm, m_max = offsets(master)
+            assert m_confirm <= end < m_max, (m_confirm, end, m_max)
+            assert readable(master.broker_addr) == first + second
+            resume(a)
+            wait(lambda: readable(master.broker_addr) == first + second + third, 60, "all served once A acks")
+            wait(lambda: readable(b.broker_addr) == first + second + third, 30, "and by slave B")
+        finally:
+            for x in stopped:
+                if x.proc is not None:
+                    x.proc.send_signal(signal.SIGCONT)

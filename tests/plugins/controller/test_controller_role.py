@@ -8,25 +8,12 @@ import json
 import time
 from typing import Any
 
-import anyio
 import pytest
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.testing.daemon import RmqdProcess, call, free_port
 
 pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
-
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="ctl-test")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), 8)
-
-    return anyio.run(go)
 
 
 def beat(addr: str, bid: int, epoch: int = 0, max_offset: int = 0) -> None:

@@ -23,49 +23,24 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_message
-from rmq.testing.daemon import RmqdProcess, eventually, free_port
+from rmq.testing.daemon import ControllerGroup, Daemons, RmqdProcess, call, eventually, runtime_info
 
 pytestmark = pytest.mark.slow
 
 
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5) -> Any:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="fo-test")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), timeout)
-
-    return anyio.run(go)
-
 
 def info(p: RmqdProcess) -> dict[str, str]:
-    return json.loads(call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]  # type: ignore[no-any-return]
+    return runtime_info(p.broker_addr)
 
 
 def wait(pred: Any, timeout: float, what: str) -> Any:
     return eventually(pred, timeout, what, interval=0.2)
 
 
-def start_group(tmp_path: Any, procs: list[RmqdProcess], n_brokers: int, **broker: Any) -> tuple[
-        RmqdProcess, list[RmqdProcess], list[RmqdProcess], list[str]]:
-    """A name server, three controllers and ``n_brokers`` brokers of broker-a in controller mode."""
-    ports = [free_port() for _ in range(3)]
-    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
 
-    def start(p: RmqdProcess) -> RmqdProcess:
-        procs.append(p)
-        return p.start()
-
-    ns = start(RmqdProcess(tmp_path / "ns", broker=False))
-    controllers = [start(RmqdProcess(tmp_path / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-        "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-        "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(tmp_path / f"c{i}" / "ctl"),
-        "raftPassword": "test-raft-secret"}}))
-        for i in range(3)]
-    conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True,
-            "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports), "mappedFileSizeCommitLog": 1024 * 1024,
-            **broker}
-    brokers = [start(RmqdProcess(tmp_path / f"b{i}", namesrv=False, broker_conf=conf)) for i in range(n_brokers)]
-    return ns, controllers, brokers, [f"127.0.0.1:{p}" for p in ports]
+def start_group(tmp_path: Any, procs: Daemons, n_brokers: int, **broker: Any) -> ControllerGroup:
+    """A name server, three controllers (with a Raft password) and ``n_brokers`` brokers of broker-a."""
+    return procs.controller_group(tmp_path, n_brokers, controllers=3, raft_password="test-raft-secret", **broker)
 
 
 def send_ext(i: int) -> dict[str, str]:
@@ -74,8 +49,7 @@ def send_ext(i: int) -> dict[str, str]:
 
 
 def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: Any) -> None:
-    procs: list[RmqdProcess] = []
-    try:
+    with Daemons() as procs:
         ns, controllers, brokers, ctl_addrs = start_group(
             tmp_path, procs, 3, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=3000,
             brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
@@ -194,9 +168,6 @@ def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: An
                      "a master after losing the controller leader and the second master")
         assert third is not new
         wait(lambda: send_and_ack(third.broker_addr), 30, "the third master takes sends")
-    finally:
-        for p in reversed(procs):
-            p.stop()
 
 
 def send_and_ack(addr: str) -> bool:
@@ -216,8 +187,7 @@ def _records(body: bytes) -> list[Any]:
 def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any) -> None:
     import signal
 
-    procs: list[RmqdProcess] = []
-    try:
+    with Daemons() as procs:
         _ns, controllers, (master,), _ = start_group(tmp_path, procs, 1, controllerHeartBeatTimeoutMills=3000,
                                                      syncBrokerMetadataPeriod=500)
         wait(lambda: info(master)["controllerRole"] == "MASTER", 60, "the only broker is master")
@@ -235,16 +205,12 @@ def test_a_master_cut_off_from_the_controllers_stops_taking_writes(tmp_path: Any
                 c.proc.send_signal(signal.SIGCONT)
         wait(lambda: send_and_ack(master.broker_addr), 60, "writes resume once the controllers answer")
         assert any("fenced" in ln for ln in master.log_lines())
-    finally:
-        for p in reversed(procs):
-            p.stop()
 
 
 def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) -> None:
     import signal
 
-    procs: list[RmqdProcess] = []
-    try:
+    with Daemons() as procs:
         ns, _controllers, brokers, ctl_addrs = start_group(
             tmp_path, procs, 2, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=30000,
             checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, slaveTimeout=1000)
@@ -281,6 +247,3 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) ->
         wait(lambda: info(slave)["controllerRole"] == "MASTER" and info(master)["controllerRole"] == "SLAVE", 30,
              "the roles swap")
         wait(lambda: send_and_ack(slave.broker_addr), 30, "the new master takes sends")
-    finally:
-        for p in reversed(procs):
-            p.stop()

@@ -4,33 +4,20 @@ TCP proxy between a slave and its master that can pause the stream or corrupt on
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from rmq.kernel.hookspecs.remoting import RemotingConfig
-from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.testing.daemon import RmqdProcess, call, free_port
 
 SEG = 1024 * 1024  # small commitlog segments: streams roll files within a test
 
-
-def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5.0
-         ) -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        async with TcpRemotingClient(RemotingConfig(name="ha-test")) as c:
-            cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()}, body)
-            return await c.invoke(addr, cmd, timeout)
-
-    return anyio.run(go)
 
 
 def send_ext(topic: str, queue_id: int = 0) -> dict[str, str]:
@@ -42,11 +29,6 @@ def send_ext(topic: str, queue_id: int = 0) -> dict[str, str]:
 def send(addr: str, topic: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
     return call(addr, RequestCode.SEND_MESSAGE, send_ext(topic, queue_id), body)
 
-
-def runtime(addr: str) -> dict[str, str]:
-    r = call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-    assert r.code == 0, r.remark
-    return json.loads(r.body)["table"]  # type: ignore[no-any-return]
 
 
 def commitlog(proc: RmqdProcess) -> bytes:

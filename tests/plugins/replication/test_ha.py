@@ -20,18 +20,18 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_offset_msg_id
-from rmq.testing.daemon import eventually
+from rmq.testing.daemon import call, eventually, runtime_info
 
-from .conftest import call, commitlog, runtime, send, send_ext
+from .conftest import commitlog, send, send_ext
 
 
 def connection_count(master: Any) -> int:
-    return int(runtime(master.broker_addr).get("haConnectionCount", 0))
+    return int(runtime_info(master.broker_addr).get("haConnectionCount", 0))
 
 
 def slave_count(master: Any) -> int:
     """Slaves connected and reported (what SYNC_MASTER needs before a send can succeed)."""
-    info = runtime(master.broker_addr)
+    info = runtime_info(master.broker_addr)
     slaves = info.get("haSlaves") or []
     if isinstance(slaves, str):
         slaves = json.loads(slaves)
@@ -39,8 +39,8 @@ def slave_count(master: Any) -> int:
 
 
 def caught_up(master: Any, slave: Any) -> bool:
-    m = int(runtime(master.broker_addr)["commitLogMaxOffset"])
-    return m > 0 and int(runtime(slave.broker_addr)["commitLogMaxOffset"]) == m
+    m = int(runtime_info(master.broker_addr)["commitLogMaxOffset"])
+    return m > 0 and int(runtime_info(slave.broker_addr)["commitLogMaxOffset"]) == m
 
 
 def test_sync_master_acks_survive_a_master_crash(ha: Any) -> None:
@@ -79,7 +79,7 @@ def test_sync_master_acks_survive_a_master_crash(ha: Any) -> None:
     stop.set()
     t.join(30)
     assert acked and codes.get(0) == len(acked)
-    end = int(runtime(slave.broker_addr)["commitLogMaxOffset"])
+    end = int(runtime_info(slave.broker_addr)["commitLogMaxOffset"])
     assert max(acked) < end  # every acknowledged record starts below the slave's end ...
     m, s = commitlog(master), commitlog(slave)
     assert s[:end] == m[:end]  # ... and the slave's log is the master's, byte for byte
@@ -103,7 +103,7 @@ def test_slave_not_available_timeout_and_a_corrupt_frame(ha: Any) -> None:
     proxy.paused.clear()
     eventually(lambda: caught_up(master, slave), 20, "slave caught up after the stall")
 
-    before = int(runtime(slave.broker_addr)["commitLogMaxOffset"])
+    before = int(runtime_info(slave.broker_addr)["commitLogMaxOffset"])
     proxy.corrupt_next.set()
     r = send(master.broker_addr, "Sync", b"y" * 2000)
     assert r.code in (0, ResponseCode.FLUSH_SLAVE_TIMEOUT)
@@ -112,8 +112,8 @@ def test_slave_not_available_timeout_and_a_corrupt_frame(ha: Any) -> None:
                "the slave refused the corrupt frame")
     assert any("fails its body CRC" in ln for ln in slave.log_lines())
     eventually(lambda: caught_up(master, slave), 30, "slave caught up after reconnecting")
-    assert int(runtime(slave.broker_addr)["commitLogMaxOffset"]) > before
-    end = int(runtime(master.broker_addr)["commitLogMaxOffset"])
+    assert int(runtime_info(slave.broker_addr)["commitLogMaxOffset"]) > before
+    end = int(runtime_info(master.broker_addr)["commitLogMaxOffset"])
     assert commitlog(slave)[:end] == commitlog(master)[:end]  # the bad byte never reached the slave's log
 
 
@@ -140,7 +140,7 @@ def test_async_master_lag_closes_and_slave_restart_resumes(ha: Any) -> None:
     def sample() -> None:
         while not sampler_stop.is_set():
             try:
-                info = runtime(master.broker_addr)
+                info = runtime_info(master.broker_addr)
                 lags.append(int(info.get("slaveFallBehindMuch", 0)))
             except Exception:
                 pass
@@ -154,13 +154,13 @@ def test_async_master_lag_closes_and_slave_restart_resumes(ha: Any) -> None:
     assert lags and max(lags) < 8 * 1024 * 1024  # bounded while loaded
     eventually(lambda: caught_up(master, slave), 15, "lag closes once the load stops")
 
-    end1 = int(runtime(slave.broker_addr)["commitLogMaxOffset"])
+    end1 = int(runtime_info(slave.broker_addr)["commitLogMaxOffset"])
     slave.stop()
     anyio.run(load, 1000, 4000)  # written while the slave is away
     slave.start()
     eventually(lambda: caught_up(master, slave), 20, "restarted slave caught up")
     assert any(f"this log ends at {end1}" in ln for ln in slave.log_lines())  # resumed from its own offset
-    end = int(runtime(master.broker_addr)["commitLogMaxOffset"])
+    end = int(runtime_info(master.broker_addr)["commitLogMaxOffset"])
     assert commitlog(slave)[:end] == commitlog(master)[:end]
     # the slave built its own queues: the same max offsets per queue
     for q in range(4):
@@ -184,7 +184,7 @@ def test_a_diverged_slave_refuses_to_apply(ha: Any, rmqd_factory: Any) -> None:
         "namesrvAddr": ha.namesrv().namesrv_addr, "mappedFileSizeCommitLog": 1024 * 1024, **conf})
     diverged.start()
     try:
-        eventually(lambda: "diverged" in runtime(diverged.broker_addr), 20, "the slave says its log diverged")
+        eventually(lambda: "diverged" in runtime_info(diverged.broker_addr), 20, "the slave says its log diverged")
         assert any("diverged log" in ln for ln in diverged.log_lines())
         assert any("diverged log" in ln for ln in master.log_lines())
         assert commitlog(diverged) == before  # nothing applied
@@ -223,9 +223,9 @@ def test_slave_syncs_metadata_and_serves_reads(ha: Any) -> None:
     # a slave refuses writes with RocketMQ's code and says why
     r = send(slave.broker_addr, "Meta", b"no")
     assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (r.remark or "")
-    info = runtime(slave.broker_addr)
+    info = runtime_info(slave.broker_addr)
     assert info["brokerRole"] == "SLAVE" and info["masterAddr"] == f"127.0.0.1:{master.broker_port + 1}"
-    minfo = runtime(master.broker_addr)
+    minfo = runtime_info(master.broker_addr)
     slaves = json.loads(minfo["haSlaves"])
 
     async def via_admin() -> dict[str, str]:
@@ -286,9 +286,9 @@ def test_a_stalled_slave_holds_up_neither_the_master_nor_the_other_slave(ha: Any
         assert send(master.broker_addr, "Two", b"%d" % i * 100).code == 0  # the other slave acknowledges
     assert time.monotonic() - t0 < 60
     eventually(lambda: caught_up(master, fast), 10, "the fast slave kept up")
-    end = int(runtime(master.broker_addr)["commitLogMaxOffset"])
-    assert int(runtime(slow.broker_addr)["commitLogMaxOffset"]) < end
-    lags = {s["lagBytes"] for s in json.loads(runtime(master.broker_addr)["haSlaves"])}
+    end = int(runtime_info(master.broker_addr)["commitLogMaxOffset"])
+    assert int(runtime_info(slow.broker_addr)["commitLogMaxOffset"]) < end
+    lags = {s["lagBytes"] for s in json.loads(runtime_info(master.broker_addr)["haSlaves"])}
     assert 0 in lags and max(lags) > 0  # the master reports each slave's lag
     proxy.paused.clear()
     eventually(lambda: caught_up(master, slow), 20, "the stalled slave caught up once released")

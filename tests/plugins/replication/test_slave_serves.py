@@ -16,9 +16,9 @@ import anyio
 
 from rmq.client import Message, MessageExt, Producer, PushConsumer
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import eventually
+from rmq.testing.daemon import call, eventually, runtime_info
 
-from .conftest import SEG, call, runtime
+from .conftest import SEG
 
 FAST = {"rebalance_interval": 0.5, "heartbeat_interval": 1.0, "persist_interval": 0.5, "pull_retry_delay": 0.2,
         "route_interval": 0.5}
@@ -31,8 +31,8 @@ def pair(rmqd_factory: Any, probe_ms: int) -> tuple[Any, Any, Any]:
     opts = {"plugin": {"processors": {"broker": {"slave_sync_period_ms": 600_000, "slave_topic_probe_ms": probe_ms}}}}
     master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}, extra=opts)
     slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}, extra=opts)
-    eventually(lambda: int(runtime(master.broker_addr).get("haConnectionCount", 0)) == 1, 20, "slave connected")
-    eventually(lambda: runtime(slave.broker_addr).get("masterAddr", "") != "", 20, "slave knows its master")
+    eventually(lambda: int(runtime_info(master.broker_addr).get("haConnectionCount", 0)) == 1, 20, "slave connected")
+    eventually(lambda: runtime_info(slave.broker_addr).get("masterAddr", "") != "", 20, "slave knows its master")
     return ns, master, slave
 
 

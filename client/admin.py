@@ -244,10 +244,8 @@ class Admin(ClientBase):
                     out.append(TopicQueueStats(mq, _long(stats, "minOffset", 0), _long(stats, "maxOffset", 0),
                                                _long(stats, "lastUpdateTimestamp", 0)))
                 continue
-            except BrokerError as exc:  # no member online, no offsets yet, an old broker: commit them here
-                never = exc.code == ResponseCode.SYSTEM_ERROR and "not exist" in (exc.remark or "")
-                if not never and exc.code not in (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                  ResponseCode.CONSUMER_NOT_ONLINE):
+            except BrokerError as exc:
+                if not _answer_by_queue(exc):
                     raise
             for mq in route.subscribe_queues(topic):
                 if mq.broker_name == bd.broker_name:
@@ -329,10 +327,8 @@ class Admin(ClientBase):
                                          what="reset offset")
                 result.update(parse_offset_table(resp.body) if resp.body else {})
                 continue
-            except BrokerError as exc:  # no member online, no offsets yet, an old broker: commit them here
-                never = exc.code == ResponseCode.SYSTEM_ERROR and "not exist" in (exc.remark or "")
-                if not never and exc.code not in (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                  ResponseCode.CONSUMER_NOT_ONLINE):
+            except BrokerError as exc:
+                if not _answer_by_queue(exc):
                     raise
             for mq in route.subscribe_queues(topic):
                 if mq.broker_name != bd.broker_name:
@@ -443,24 +439,25 @@ class Admin(ClientBase):
 
     async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict[str, Any]:
         """GET_CONSUMER_CONNECTION_LIST: members, their clients, subscriptions (the first broker that knows)."""
-        last: Exception | None = None
-        for addr in await self.masters(None, broker_addr):
-            try:
-                return await self._doc(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
-                                       "consumer connection")
-            except BrokerError as e:
-                last = e
-        raise last or ClientError(f"the consumer group[{group}] not online")
+        return await self._first_doc(await self.masters(None, broker_addr), RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                     {"consumerGroup": group}, "consumer connection",
+                                     f"the consumer group[{group}] not online")
 
     async def producer_connection(self, group: str, topic: str) -> dict[str, Any]:
+        return await self._first_doc(await self._topic_masters(topic), RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                     {"producerGroup": group}, "producer connection",
+                                     f"the producer group[{group}] not online")
+
+    async def _first_doc(self, addrs: list[str], code: int, ext: dict[str, str], what: str, nobody: str) -> Any:
+        """The answer of the first of ``addrs`` that knows (a member is connected to some brokers only);
+        else the last refusal, or ClientError(``nobody``) when there was no broker to ask."""
         last: Exception | None = None
-        for addr in await self._topic_masters(topic):
+        for addr in addrs:
             try:
-                return await self._doc(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
-                                       "producer connection")
+                return await self._doc(addr, code, ext, what)
             except BrokerError as e:
                 last = e
-        raise last or ClientError(f"the producer group[{group}] not online")
+        raise last or ClientError(nobody)
 
     async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> dict[str, Any]:
         """GET_CONSUMER_RUNNING_INFO, forwarded by a broker the member is connected to."""
@@ -616,6 +613,13 @@ def _split_client_tables(text: str) -> dict[str, str]:
             break
         i = nxt + 1
     return out
+
+
+def _answer_by_queue(exc: BrokerError) -> bool:
+    """The broker cannot answer for the whole topic (no member online, no offsets yet, an old broker):
+    the caller asks queue by queue instead. False: a real refusal, raised."""
+    never = exc.code == ResponseCode.SYSTEM_ERROR and "not exist" in (exc.remark or "")
+    return never or exc.code in (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.CONSUMER_NOT_ONLINE)
 
 
 def _long(stats: dict[str, Any], key: str, default: int) -> int:

@@ -298,13 +298,18 @@ JAVA_TYPES: Final[Mapping[int, tuple[str, int, int]]] = {
 _SAFE_DIGITS: Final = {bits: len(str(hi)) for bits, (_n, _lo, hi) in JAVA_TYPES.items()}
 
 
+def _absent(key: str, default: Any) -> Any:
+    """A header field the request left out (or empty): ``default``, or HeaderError when it is required."""
+    if default is _REQUIRED:
+        raise HeaderError(key, "is missing")
+    return default
+
+
 def ext_str(cmd: RemotingCommand, key: str, default: Any = _REQUIRED) -> Any:
     """A string field; missing → ``default`` or HeaderError when required."""
     v = cmd.ext.get(key)
     if v is None:
-        if default is _REQUIRED:
-            raise HeaderError(key, "is missing")
-        return default
+        return _absent(key, default)
     return v
 
 
@@ -320,9 +325,7 @@ def ext_int(cmd: RemotingCommand, key: str, default: Any = _REQUIRED, *, bits: i
     """
     v = cmd.ext.get(key)
     if v is None or v == "":
-        if default is _REQUIRED:
-            raise HeaderError(key, "is missing")
-        return default
+        return _absent(key, default)
     if len(v) < _SAFE_DIGITS[bits] and v.isdigit() and v.isascii():
         return int(v)
     return parse_java_int(key, v, bits)
@@ -332,9 +335,7 @@ def ext_i32(cmd: RemotingCommand, key: str, default: Any = _REQUIRED) -> Any:
     """:func:`ext_int` for a Java ``int`` field (queueId, sysFlag, flag, maxMsgNums, perm, …)."""
     v = cmd.ext.get(key)
     if v is None or v == "":
-        if default is _REQUIRED:
-            raise HeaderError(key, "is missing")
-        return default
+        return _absent(key, default)
     if len(v) < 10 and v.isdigit() and v.isascii():
         return int(v)
     return parse_java_int(key, v, 32)
@@ -361,9 +362,7 @@ def ext_bool(cmd: RemotingCommand, key: str, default: Any = _REQUIRED) -> Any:
     """A boolean field: ``true``/``1`` (any case) is True, anything else False (C++ sends "0"/"1")."""
     v = cmd.ext.get(key)
     if v is None or v == "":
-        if default is _REQUIRED:
-            raise HeaderError(key, "is missing")
-        return default
+        return _absent(key, default)
     return v.lower() in _TRUE
 
 

@@ -81,28 +81,29 @@ class Pending:
         return f"<Pending opaque={self.opaque} code={self.code} {self.state}>"
 
 
-class Request:
+class _Incoming:
+    """A command the peer sent us; the subclass says whether it wants an answer (dispatch is on the
+    exact type, ``type(ev) is Request``, so neither subclasses the other)."""
+
+    __slots__ = ("cmd",)
+
+    def __init__(self, cmd: RemotingCommand) -> None:
+        self.cmd = cmd
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.cmd!r})"
+
+
+class Request(_Incoming):
     """A request the peer expects an answer to."""
 
-    __slots__ = ("cmd",)
-
-    def __init__(self, cmd: RemotingCommand) -> None:
-        self.cmd = cmd
-
-    def __repr__(self) -> str:
-        return f"Request({self.cmd!r})"
+    __slots__ = ()
 
 
-class Oneway:
+class Oneway(_Incoming):
     """A request the peer expects no answer to."""
 
-    __slots__ = ("cmd",)
-
-    def __init__(self, cmd: RemotingCommand) -> None:
-        self.cmd = cmd
-
-    def __repr__(self) -> str:
-        return f"Oneway({self.cmd!r})"
+    __slots__ = ()
 
 
 class Response:

@@ -27,22 +27,25 @@ WRONG = (DENIED[0], "not-the-secret")
 SECRET, PUBLIC, OWN_GROUP = "Secret", "TopicPub", "OwnGroup"
 BODY = b"top-secret-body"
 
-ACCOUNTS = f"""
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: "{ADMIN[1]}"
-    admin: true
-  - accessKey: {DENIED[0]}
-    secretKey: "{DENIED[1]}"
-    admin: false
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms:
-      - {PUBLIC}=PUB|SUB
-    groupPerms:
-      - {OWN_GROUP}=SUB
-"""
+def account(creds: tuple[str, str], admin: bool, **fields: str | list[str]) -> str:
+    """One account of a plain_acl.yml: its keys, ``admin``, then ``fields`` in order (a list becomes
+    a YAML list: ``topicPerms=["TopicA=PUB|SUB"]``)."""
+    lines = [f"  - accessKey: {creds[0]}", f'    secretKey: "{creds[1]}"', f"    admin: {str(admin).lower()}"]
+    for key, value in fields.items():
+        if isinstance(value, list):
+            lines += [f"    {key}:", *(f"      - {v}" for v in value)]
+        else:
+            lines.append(f"    {key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def acl_file(*accounts: str) -> str:
+    """A plain_acl.yml text with no global white list and these ``account()`` entries."""
+    return "\nglobalWhiteRemoteAddresses:\naccounts:\n" + "".join(accounts)
+
+
+ACCOUNTS = acl_file(account(ADMIN, True), account(DENIED, False, defaultTopicPerm="DENY", defaultGroupPerm="DENY",
+                                                  topicPerms=[f"{PUBLIC}=PUB|SUB"], groupPerms=[f"{OWN_GROUP}=SUB"]))
 
 
 def role_registries(store: Path, roles: tuple[str, ...] = ("broker", "namesrv", "controller"),

@@ -14,9 +14,10 @@ atomically before it answers. Options (``[plugin.auth.plain]``): ``watch_interva
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,26 @@ def acl_path(cfg: BrokerConfig, source: str) -> Path:
 def _same_path(text: str, path: Path) -> bool:
     """Lexical comparison (no filesystem access): the request names this file or not."""
     return os.path.abspath(os.path.expanduser(text)) == os.path.abspath(path)
+
+
+_AdminCode = Callable[["PlainAclPlugin", "RemotingCommand", AclFile, int], Awaitable["RemotingCommand"]]
+
+
+def _with_acl(failed: int) -> Callable[[_AdminCode], Callable[..., Awaitable[RemotingCommand]]]:
+    """An ACL admin code's handler: it runs with the loaded ACL file and its failure code; with ACL
+    off the request is answered ``failed`` at once."""
+
+    def wrap(handler: _AdminCode) -> Callable[..., Awaitable[RemotingCommand]]:
+        @functools.wraps(handler)
+        async def serve(self: PlainAclPlugin, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            acl = self.acl
+            if acl is None:
+                return cmd.response(failed, "ACL is not enabled on this broker (aclEnable = false)")
+            return await handler(self, cmd, acl, failed)
+
+        return serve
+
+    return wrap
 
 
 class PlainAclPlugin:
@@ -153,18 +174,8 @@ class PlainAclPlugin:
 
     # ------------------------------------------------------------------ admin codes (50-53)
 
-    def _off(self, cmd: RemotingCommand, code: int) -> RemotingCommand | None:
-        if self.acl is None:
-            return cmd.response(code, "ACL is not enabled on this broker (aclEnable = false)")
-        return None
-
-    async def _update(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        failed = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
-        off = self._off(cmd, failed)
-        if off is not None:
-            return off
-        acl = self.acl
-        assert acl is not None
+    @_with_acl(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED)
+    async def _update(self, cmd: RemotingCommand, acl: AclFile, failed: int) -> RemotingCommand:
         ext = cmd.ext
         doc: dict[str, Any] = {k: ext[k] for k in ("accessKey", "secretKey", "whiteRemoteAddress", "admin",
                                                    "defaultTopicPerm", "defaultGroupPerm", "topicPerms",
@@ -179,27 +190,17 @@ class PlainAclPlugin:
         except AclFileError as e:
             return cmd.response(failed, str(e))
         acl.accounts[acct.access_key] = acct
-        return await self._save(cmd, failed, f"account {acct.access_key} written")
+        return await self._save(cmd, acl, failed, f"account {acct.access_key} written")
 
-    async def _delete(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        failed = ResponseCode.DELETE_ACL_CONFIG_FAILED
-        off = self._off(cmd, failed)
-        if off is not None:
-            return off
-        acl = self.acl
-        assert acl is not None
+    @_with_acl(ResponseCode.DELETE_ACL_CONFIG_FAILED)
+    async def _delete(self, cmd: RemotingCommand, acl: AclFile, failed: int) -> RemotingCommand:
         ak = cmd.ext.get("accessKey") or ""
         if acl.accounts.pop(ak, None) is None:
             return cmd.response(failed, f"no account with accessKey {ak!r}")
-        return await self._save(cmd, failed, f"account {ak} deleted")
+        return await self._save(cmd, acl, failed, f"account {ak} deleted")
 
-    async def _whites(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        failed = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
-        off = self._off(cmd, failed)
-        if off is not None:
-            return off
-        acl = self.acl
-        assert acl is not None
+    @_with_acl(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED)
+    async def _whites(self, cmd: RemotingCommand, acl: AclFile, failed: int) -> RemotingCommand:
         target = cmd.ext.get("aclFileFullPath") or ""
         if target and not _same_path(target, acl.path):
             return cmd.response(failed, f"aclFileFullPath {target!r} is not this broker's ACL file")
@@ -209,11 +210,9 @@ class PlainAclPlugin:
         except AddressPatternError as e:
             return cmd.response(failed, f"globalWhiteAddrs: {e}")
         acl.global_white_text, acl.global_white = texts, matchers
-        return await self._save(cmd, failed, "global white list written")
+        return await self._save(cmd, acl, failed, "global white list written")
 
-    async def _save(self, cmd: RemotingCommand, failed: int, what: str) -> RemotingCommand:
-        acl = self.acl
-        assert acl is not None
+    async def _save(self, cmd: RemotingCommand, acl: AclFile, failed: int, what: str) -> RemotingCommand:
         try:
             await anyio.to_thread.run_sync(acl.save)
         except OSError as e:
@@ -222,13 +221,10 @@ class PlainAclPlugin:
         log.info("ACL: %s (%s, version %d)", what, acl.path, acl.counter)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def _info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self._off(cmd, ResponseCode.SYSTEM_ERROR)
-        if off is not None:
-            return off
-        acl = self.acl
+    @_with_acl(ResponseCode.SYSTEM_ERROR)
+    async def _info(self, cmd: RemotingCommand, acl: AclFile, failed: int) -> RemotingCommand:
         cfg = self._broker_cfg
-        assert acl is not None and cfg is not None
+        assert cfg is not None
         version = dumps(acl.data_version())
         addr = f"{cfg.brokerIP1 or '127.0.0.1'}:{cfg.listenPort}"
         return cmd.response(ResponseCode.SUCCESS, None, {

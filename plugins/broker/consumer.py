@@ -44,6 +44,17 @@ def physical_memory() -> int:
         return 8 * 1024**3
 
 
+def first_in_memory(store: Any, topic: str, qid: int, in_memory_bytes: int) -> bool | None:
+    """Whether a queue's first message (offset 0) is still among the newest ``in_memory_bytes`` of the
+    commitlog (accessMessageInMemoryMaxRatio of the memory): a group with no offset yet may start
+    there. None: the queue holds no message at 0."""
+    res = store.get_messages("", topic, qid, 0, 1)
+    if res.status is not GetStatus.FOUND or not res.messages:
+        return None
+    (phys,) = _Q.unpack_from(res.messages[0], 28)
+    return bool(store.max_phy_offset - phys <= in_memory_bytes)
+
+
 class ConsumerProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.ctx = ctx
@@ -151,17 +162,10 @@ class ConsumerProcessor:
             return cmd.response(ext={"offset": str(offset)})
         # Nothing committed: a fresh queue whose first message is still "in memory" starts at 0,
         # anything else is QUERY_NOT_FOUND (the client then applies consumeFromWhere).
-        if b.store.get_min_offset(topic, qid) <= 0 and not self._offset_zero_on_disk(topic, qid):
+        if b.store.get_min_offset(topic, qid) <= 0 and first_in_memory(b.store, topic, qid,
+                                                                        self._in_memory_bytes) is not False:
             return cmd.response(ext={"offset": "0"})
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
-
-    def _offset_zero_on_disk(self, topic: str, qid: int) -> bool:
-        store = self.ctx.store
-        res = store.get_messages("", topic, qid, 0, 1)
-        if res.status is not GetStatus.FOUND or not res.messages:
-            return False
-        (phys,) = _Q.unpack_from(res.messages[0], 28)
-        return store.max_phy_offset - phys > self._in_memory_bytes
 
     async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx

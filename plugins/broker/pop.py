@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,7 @@ from rmq.kernel import (
     dumps,
     record_of,
 )
-from rmq.plugins.broker.consumer import physical_memory
+from rmq.plugins.broker.consumer import first_in_memory, physical_memory
 from rmq.plugins.broker.pop_store import ACK_TAG, BATCH_ACK_TAG, CK_TAG, PopJournal
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -61,6 +60,7 @@ if TYPE_CHECKING:
 
     from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
+    from rmq.plugins.broker.topics import TopicConfig
 
 log = logging.getLogger("rmq.broker.pop")
 refusals = RateLimitedLog(log)
@@ -76,7 +76,6 @@ ORDER_REVIVE_QID = 999  # RocketMQ's revive queue id that marks an ordered (FIFO
 MAX_BATCH = 32
 MAX_POLL_MS = 20_000
 INIT_MIN, INIT_MAX = 0, 1  # RocketMQ's ConsumeInitMode
-_Q = struct.Struct(">q")
 _DELIVERED = frozenset((PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                         PutStatus.SLAVE_NOT_AVAILABLE))
 
@@ -236,17 +235,10 @@ class PopProcessor:
         lo = store.get_min_offset(topic, qid)
         if init_mode == INIT_MIN or topic.startswith("%RETRY%"):
             return lo
-        if self.ctx.config.initPopOffsetByCheckMsgInMem and lo <= 0 and self._first_in_memory(topic, qid):
+        if self.ctx.config.initPopOffsetByCheckMsgInMem and lo <= 0 and first_in_memory(store, topic, qid,
+                                                                                        self._in_memory_bytes):
             return 0
         return max(store.get_max_offset(topic, qid) - 1, 0)
-
-    def _first_in_memory(self, topic: str, qid: int) -> bool:
-        store = self.ctx.store
-        res = store.get_messages("", topic, qid, 0, 1)
-        if res.status is not GetStatus.FOUND or not res.messages:
-            return False
-        (phys,) = _Q.unpack_from(res.messages[0], 28)
-        return store.max_phy_offset - phys <= self._in_memory_bytes  # type: ignore[attr-defined]
 
     def apply_record(self, ck_offset: int, tag: str, body: dict[str, Any]) -> None:
         """Replay one revive record (in the order written): a checkpoint puts its messages in flight
@@ -301,7 +293,11 @@ class PopProcessor:
 
     # ------------------------------------------------------------------ POP_MESSAGE
 
-    def _check(self, cmd: RemotingCommand, group: str, topic: str) -> RemotingCommand | None:
+    def _check(self, cmd: RemotingCommand, group: str, topic: str, qid: int,
+               bad_queue: int) -> TopicConfig | RemotingCommand:
+        """The topic's config when this broker serves the group a pop (or a notification) there, else
+        the refusal to answer with (``bad_queue``: the code for a queue id past the topic's read queues,
+        which RocketMQ answers differently for the two)."""
         b = self.ctx
         if b.is_slave:
             return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "pop is served by masters")
@@ -320,7 +316,10 @@ class PopProcessor:
                                 f"subscription group [{printable(group, 128)}] does not exist")
         if not sg.consumeEnable:
             return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        return None
+        if qid >= tc.readQueueNums:
+            return cmd.response(bad_queue, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                           f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        return tc
 
     async def pop(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_str(cmd, "consumerGroup")
@@ -335,13 +334,9 @@ class PopProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums {n} out of range (1..{MAX_BATCH})")
         if invisible <= 0:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"invisibleTime {invisible} must be above 0")
-        refused = self._check(cmd, group, topic)
-        if refused is not None:
-            return refused
-        tc = self.ctx.topics.table[topic]
-        if qid >= tc.readQueueNums:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}] "
-                                                           f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        tc = self._check(cmd, group, topic, qid, ResponseCode.SYSTEM_ERROR)
+        if isinstance(tc, RemotingCommand):
+            return tc
         etype = cmd.ext.get("expType") or "TAG"
         expr = cmd.ext.get("exp") or "*"
         try:
@@ -484,9 +479,11 @@ class PopProcessor:
 
     # ------------------------------------------------------------------ ACK / CHANGE_INVISIBLETIME
 
-    def _receipt(self, cmd: RemotingCommand) -> tuple[str, str, int, int, int] | RemotingCommand:
-        """(group, topic, queue, offset, pop time) of an ack or change of invisible time, after RocketMQ's
-        checks: the topic exists, the queue is one of its read queues, the offset is within the queue."""
+    def _receipt(self, cmd: RemotingCommand) -> tuple[str, str, int, int, int, QueueState | None] | RemotingCommand:
+        """(group, topic, queue, offset, pop time, queue state) of an ack or change of invisible time, after
+        RocketMQ's checks: the topic exists, the queue is one of its read queues, the offset is within the
+        queue. The queue state only while the receipt is current: the message is in flight and this pop
+        handed it out (not acked since, nor handed out again after its invisible time)."""
         if not self.loaded:
             return cmd.response(ResponseCode.SYSTEM_BUSY, "pop state is being replayed from the revive topic, retry")
         group = ext_str(cmd, "consumerGroup")
@@ -510,7 +507,9 @@ class PopProcessor:
         if not lo <= offset <= hi:
             return cmd.response(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{topic}@{qid}, commit:{offset}, "
                                                          f"store:{lo}~{hi}")
-        return group, topic, qid, offset, pop_time
+        st = self.queues.get((group, topic, qid))
+        f = st.inflight.get(offset) if st is not None else None
+        return group, topic, qid, offset, pop_time, st if f is not None and f.pop_time == pop_time else None
 
     async def ack(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """ACK_MESSAGE: SUCCESS for any receipt of an offset the queue holds, as RocketMQ's; a current
@@ -518,10 +517,8 @@ class PopProcessor:
         found = self._receipt(cmd)
         if isinstance(found, RemotingCommand):
             return found
-        group, topic, qid, offset, pop_time = found
-        st = self.queues.get((group, topic, qid))
-        f = st.inflight.get(offset) if st is not None else None
-        if st is not None and f is not None and f.pop_time == pop_time:
+        group, topic, qid, offset, pop_time, st = found
+        if st is not None:
             del st.inflight[offset]
             await self._done(group, topic, qid, [offset], pop_time)
             self._commit(group, topic, qid, st)
@@ -569,13 +566,9 @@ class PopProcessor:
         group, topic = ext_str(cmd, "consumerGroup"), ext_str(cmd, "topic")
         qid = ext_i32(cmd, "queueId", -1)
         poll = ext_int(cmd, "pollTime", 0)
-        refused = self._check(cmd, group, topic)
-        if refused is not None:
-            return refused
-        tc = self.ctx.topics.table[topic]
-        if qid >= tc.readQueueNums:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{qid}] is illegal, topic:[{topic}] "
-                                                              f"topicConfig.readQueueNums:[{tc.readQueueNums}]")
+        tc = self._check(cmd, group, topic, qid, ResponseCode.MESSAGE_ILLEGAL)
+        if isinstance(tc, RemotingCommand):
+            return tc
         queues = [qid] if qid >= 0 else list(range(tc.readQueueNums))
         deadline = time.monotonic() + min(max(poll, 0), MAX_POLL_MS) / 1000
         while True:
@@ -626,13 +619,12 @@ class PopProcessor:
         found = self._receipt(cmd)
         if isinstance(found, RemotingCommand):
             return found
-        group, topic, qid, offset, pop_time = found
-        st = self.queues.get((group, topic, qid))
-        f = st.inflight.get(offset) if st is not None else None
-        if st is None or f is None or f.pop_time != pop_time:
+        group, topic, qid, offset, _, st = found
+        if st is None:
             return cmd.response(ResponseCode.NO_MESSAGE, (
                 f"receipt of {topic}/{qid}/{offset} is no longer valid: the message was acked or handed out "
                 "again after its invisible time"))
+        f = st.inflight[offset]
         now = now_ms()
         f.pop_time, f.invisible_until, f.invisible_time, f.ck = now, now + invisible, invisible, -1
         await self._checkpoint(group, topic, qid, st, [(offset, f)])  # the new receipt survives a restart

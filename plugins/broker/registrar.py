@@ -31,6 +31,16 @@ def split_namesrv_addrs(value: str) -> list[str]:
     return [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
 
 
+def outbound_client(kernel: Any, name: str, connect_timeout: float, purpose: str) -> RemotingClient:
+    """A remoting client for requests the broker makes itself (it serves none: no handler); RuntimeError
+    naming ``purpose`` when no rmq.remoting plugin makes one."""
+    client = kernel.hook.rmq_remoting_make_client(
+        kernel=kernel, config=RemotingConfig(name=name, connect_timeout=connect_timeout), handler=None)
+    if client is None:
+        raise RuntimeError(f"no rmq.remoting plugin built a client for {purpose}")
+    return client  # type: ignore[no-any-return]
+
+
 class NamesrvRegistrar:
     def __init__(
         self,
@@ -53,12 +63,7 @@ class NamesrvRegistrar:
         self._state: dict[str, bool] = {}
         self._lock = anyio.Lock()
         self.rounds = 0
-        client = kernel.hook.rmq_remoting_make_client(
-            kernel=kernel, config=RemotingConfig(name="broker-outer", connect_timeout=3.0), handler=None
-        )
-        if client is None:
-            raise RuntimeError("no rmq.remoting plugin built a client for namesrv registration")
-        self.client: RemotingClient = client
+        self.client = outbound_client(kernel, "broker-outer", 3.0, "namesrv registration")
 
     def trigger(self) -> None:
         """Ask for a registration round soon (coalesced)."""

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import MASTER, SLAVE, ConfigFile, RemotingConfig, ReplicaLog
+from rmq.kernel import MASTER, SLAVE, ConfigFile, ReplicaLog
 from rmq.plugins.broker.epochs import EpochFile, common_point, epoch_list
+from rmq.plugins.broker.registrar import outbound_client
 from rmq.protocol.access import ADMIN, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_int, ext_str
@@ -154,10 +155,7 @@ class ReplicasManager:
     # ------------------------------------------------------------------ start-up
 
     async def run(self) -> None:
-        self.client = self.kernel.hook.rmq_remoting_make_client(
-            kernel=self.kernel, config=RemotingConfig(name="broker-controller", connect_timeout=CALL_TIMEOUT),
-            handler=None,
-        )
+        self.client = outbound_client(self.kernel, "broker-controller", CALL_TIMEOUT, "the controller calls")
         self.epochs.load()
         try:
             while self.state != "RUNNING":

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import ConfigFile, DataVersion, RemotingConfig
+from rmq.kernel import ConfigFile, DataVersion
+from rmq.plugins.broker.registrar import outbound_client
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.jsonbody import loads
 
 if TYPE_CHECKING:
-    from rmq.kernel import Kernel, RemotingClient
+    from rmq.kernel import Kernel
     from rmq.plugins.broker.controller import BrokerController
 
 log = logging.getLogger("rmq.broker")
@@ -77,12 +78,7 @@ class SlaveSynchronizer:
         self.failed = ""
         self.last_ok_ms = 0
         self._kick = anyio.Event()
-        client = kernel.hook.rmq_remoting_make_client(
-            kernel=kernel, config=RemotingConfig(name="slave-sync", connect_timeout=TIMEOUT), handler=None
-        )
-        if client is None:
-            raise RuntimeError("no rmq.remoting plugin built a client for the slave's metadata sync")
-        self.client: RemotingClient = client
+        self.client = outbound_client(kernel, "slave-sync", TIMEOUT, "the slave's metadata sync")
 
     def kick(self) -> None:
         """Sync soon (the master changed)."""

@@ -77,23 +77,12 @@ class BrokerStats:
         return int(s.get("puts", 0)), int(s.get("get_messages", 0))
 
     def put(self, topic: str, n: int, size: int) -> None:
-        """Messages stored by a send (the message path: three additions)."""
-        c = self.topic_put.get(topic)
-        if c is None:
-            c = self.topic_put[topic] = [0, 0, 0]
-        c[0] += n
-        c[1] += size
-        c[2] += 1
+        """Messages stored by a send."""
+        _count(self.topic_put, topic, n, size)
 
     def got(self, topic: str, group: str, n: int, size: int) -> None:
         """Messages handed to a consumer group by a pull or pop."""
-        key = f"{topic}@{group}"
-        c = self.group_get.get(key)
-        if c is None:
-            c = self.group_get[key] = [0, 0, 0]
-        c[0] += n
-        c[1] += size
-        c[2] += 1
+        _count(self.group_get, f"{topic}@{group}", n, size)
 
     def _table(self, name: str) -> dict[str, list[int]]:
         return self.topic_put if name == "topic_put" else self.group_get
@@ -216,3 +205,13 @@ class BrokerStats:
             "pageCacheLockTimeMills": "0",  # appends hold no lock across an await
             "dispatchMaxBuffer": "0",
         }
+
+
+def _count(table: dict[str, list[int]], key: str, n: int, size: int) -> None:
+    """Add ``n`` messages of ``size`` bytes, one call, to ``key``'s counters (the message path: three additions)."""
+    c = table.get(key)
+    if c is None:
+        c = table[key] = [0, 0, 0]
+    c[0] += n
+    c[1] += size
+    c[2] += 1

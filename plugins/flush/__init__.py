@@ -245,26 +245,34 @@ class SyncFlushPolicy(_PolicyBase):
 
     def _flush_inline(self) -> None:
         """One round on the loop thread (see the class docstring)."""
-        t0 = time.perf_counter()
-        try:
-            flushed = self.store.flush(0)
-        except OSError as e:  # waiters time out (FLUSH_DISK_TIMEOUT); the next put asks again
-            log.error("commitlog flush failed: %s", e)
-            self._fast = 0
+        flushed, took = self._timed_flush()
+        if flushed is None:
             return
-        finally:
-            self.flush_seconds += time.perf_counter() - t0
-        took = time.perf_counter() - t0
         if took >= self.FAST_FLUSH_S:
             _limited.warning("slow-inline", "commitlog flush took %.0f ms on the event loop: group commit goes "
                              "back to its thread until %d flushes in a row are fast", took * 1000, self.INLINE_AFTER)
-        self._fast = self._fast + 1 if took < self.FAST_FLUSH_S else 0
         self.inline_rounds += 1
         self._round_done(flushed)
 
+    def _timed_flush(self) -> tuple[int | None, float]:
+        """One ``store.flush(0)`` and how long it took (counted in ``flush_seconds`` and in the run of fast
+        flushes that lets rounds go inline); None for a failed flush: logged, its waiters time out
+        (FLUSH_DISK_TIMEOUT) and the next put asks again. Called on the loop or the flush thread."""
+        t0 = time.perf_counter()
+        try:
+            flushed = self.store.flush(0)
+        except OSError as e:
+            log.error("commitlog flush failed: %s", e)
+            self._fast = 0
+            return None, 0.0
+        finally:
+            self.flush_seconds += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self._fast = self._fast + 1 if took < self.FAST_FLUSH_S else 0  # read by the loop: an int, no lock
+        return flushed, took
+
     def _rounds(self) -> None:
         """The flush thread: one ``store.flush(0)`` per round while puts wait beyond what is durable."""
-        store = self.store
         loop = self._aloop
         assert loop is not None
         while True:
@@ -276,17 +284,9 @@ class SyncFlushPolicy(_PolicyBase):
                     return
                 self._served = self._wanted  # every put waiting now is appended: this round covers it
                 self._busy = True
-            t0 = time.perf_counter()
-            try:
-                flushed = store.flush(0)
-            except OSError as e:  # waiters time out (FLUSH_DISK_TIMEOUT); the next put asks again
-                log.error("commitlog flush failed: %s", e)
-                self._fast = 0
+            flushed, _ = self._timed_flush()
+            if flushed is None:
                 continue
-            finally:
-                self.flush_seconds += time.perf_counter() - t0
-            took = time.perf_counter() - t0
-            self._fast = self._fast + 1 if took < self.FAST_FLUSH_S else 0  # read by the loop: an int, no lock
             try:
                 loop.call_soon_threadsafe(self._round_done, flushed)
             except RuntimeError:  # the loop closed under us: nobody is waiting any more
@@ -340,23 +340,26 @@ class AsyncFlushPolicy(_PolicyBase):
             await self._flush(least)
 
 
-class AsyncFlushPlugin:
+class _FlushPlugin:
+    """A flush plugin: no options, and the policy it makes for a store."""
+
+    policy: type[AsyncFlushPolicy | SyncFlushPolicy]
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        _check_options(options)
+
+    @hookimpl(trylast=True)
+    def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> AsyncFlushPolicy | SyncFlushPolicy:
+        return self.policy(store, config)
+
+
+class AsyncFlushPlugin(_FlushPlugin):
     """``flushDiskType = ASYNC_FLUSH``."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        _check_options(options)
-
-    @hookimpl(trylast=True)
-    def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> AsyncFlushPolicy:
-        return AsyncFlushPolicy(store, config)
+    policy = AsyncFlushPolicy
 
 
-class SyncFlushPlugin:
+class SyncFlushPlugin(_FlushPlugin):
     """``flushDiskType = SYNC_FLUSH``."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        _check_options(options)
-
-    @hookimpl(trylast=True)
-    def rmq_flush_make_policy(self, kernel: Any, store: Flushable, config: Any) -> SyncFlushPolicy:
-        return SyncFlushPolicy(store, config)
+    policy = SyncFlushPolicy

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rmq.protocol.codes import RequestCode
+from rmq.testing.daemon import eventually, runtime_info
 
 
 def test_push_consumer_fails_over_to_the_slave_and_back(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
@@ -16,14 +17,7 @@ def test_push_consumer_fails_over_to_the_slave_and_back(rmqd_factory: Any, cpp: 
     master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"})
     slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1})
 
-    def slaves() -> int:
-        r = compat.admin(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        return int(json.loads(r.body)["table"].get("haConnectionCount", 0))
-
-    deadline = time.monotonic() + 20
-    while slaves() < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert slaves() == 1
+    eventually(lambda: runtime_info(master.broker_addr).get("haConnectionCount") == "1", 20, "the slave connected")
     r = compat.admin(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
         "topic": "CompatHA", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
         "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
@@ -73,14 +67,7 @@ def test_a_topic_the_master_died_with_is_read_from_the_slave(rmqd_factory: Any, 
     master = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}, extra=opts)
     slave = rmqd_factory(namesrv=False, broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}, extra=opts)
 
-    def slaves() -> int:
-        r = compat.admin(master.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        return int(json.loads(r.body)["table"].get("haConnectionCount", 0))
-
-    deadline = time.monotonic() + 20
-    while slaves() < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert slaves() == 1
+    eventually(lambda: runtime_info(master.broker_addr).get("haConnectionCount") == "1", 20, "the slave connected")
     p = cpp("produce", namesrv=ns.namesrv_addr, topic="CompatHeld", count=5000, method="sync", interval_ms=2)
     p.wait(lambda: sum(1 for ln in p.results() if "i" in ln) >= 1, 60, "the topic auto-created by a send")
     time.sleep(1.0)  # the fault: ~1 s after the topic appeared, with the producer still sending

@@ -51,6 +51,21 @@ def g5(rmqd_factory: Any) -> RmqdProcess:
                                      "timerPrecisionMs": 100})
 
 
+def dlq_bodies(namesrv: str, group: str, reader: str) -> list[bytes]:
+    """The bodies in the first queue of ``group``'s dead-letter topic, pulled by consumer group ``reader``."""
+    import anyio
+
+    from rmq.client import PullConsumer, PullStatus
+
+    async def read() -> list[bytes]:
+        async with PullConsumer(reader, namesrv) as pc:
+            mq = (await pc.fetch_queues(f"%DLQ%{group}"))[0]
+            r = await pc.pull(mq, 0, 8)
+            return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
+
+    return anyio.run(read)
+
+
 def test_produce_and_simple_consume_with_the_5x_sdk(g5: RmqdProcess, compat: Any) -> None:
     compat.create_topic(g5, "G5Normal", 4)
     sent = run5(mode="produce", endpoint=g5.grpc_endpoint, topic="G5Normal", count=5, tag="TagA", keys="k1")
@@ -282,10 +297,6 @@ def test_tls_on_the_grpc_port_when_enforcing(rmqd_factory: Any, compat: Any, tmp
 def test_dlq_after_the_groups_max_attempts(g5: RmqdProcess, compat: Any) -> None:
     """retryMaxTimes 1 on the group: a message nacked twice (change of invisible duration) is not handed
     out a third time but lands in %DLQ%<group>."""
-    import anyio
-
-    from rmq.client import PullConsumer, PullStatus
-
     create5(compat, g5, "G5Dlq", 1)
     body = json.dumps({"groupName": "CG5DLQ", "retryMaxTimes": 1}).encode()
     assert compat.admin(g5.broker_addr, 200, {}, body).code == 0
@@ -298,13 +309,7 @@ def test_dlq_after_the_groups_max_attempts(g5: RmqdProcess, compat: Any) -> None
     assert msgs(run5(mode="receive", endpoint=g5.grpc_endpoint, topic="G5Dlq", group="CG5DLQ", want=1,
                      await_s=1, timeout_s=4)) == []
 
-    async def dlq() -> list[bytes]:
-        async with PullConsumer("CG_DLQ_READ", g5.namesrv_addr) as pc:
-            mq = (await pc.fetch_queues("%DLQ%CG5DLQ"))[0]
-            r = await pc.pull(mq, 0, 8)
-            return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
-
-    assert anyio.run(dlq) == [b"body-0"]
+    assert dlq_bodies(g5.namesrv_addr, "CG5DLQ", "CG_DLQ_READ") == [b"body-0"]
 
 
 def test_permissive_grpc_port_takes_tls_and_plaintext(rmqd_factory: Any, compat: Any, tmp_path: Path) -> None:
@@ -380,17 +385,7 @@ def test_recall_and_forward_to_dlq_over_grpc(rmqd_factory: Any, compat: Any) -> 
 
     anyio.run(go)
 
-    async def dlq() -> list[bytes]:
-        from rmq.client import PullConsumer, PullStatus
-
-        async with PullConsumer("CG_DLQ_READ2", proc.namesrv_addr) as pc:
-            mq = (await pc.fetch_queues("%DLQ%CG5DEAD"))[0]
-            r = await pc.pull(mq, 0, 8)
-            return [m.body for m in r.messages] if r.status is PullStatus.FOUND else []
-
-
-
-    assert anyio.run(dlq) == [b"poison"]
+    assert dlq_bodies(proc.namesrv_addr, "CG5DEAD", "CG_DLQ_READ2") == [b"poison"]
 
 
 def test_routes_span_every_broker_of_a_topic(rmqd_factory: Any, compat: Any) -> None:

@@ -28,17 +28,12 @@ from rmq.plugins.replication.frames import FrameError, TransferDecoder
 from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
+from rmq.testing.acl import account, acl_file
 from rmq.testing.daemon import RmqdProcess, eventually
 
 SEG = 1024 * 1024
 ADMIN = ("rocketmq2", "87654321")
-ACCOUNTS = f"""
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: "{ADMIN[1]}"
-    admin: true
-"""
+ACCOUNTS = acl_file(account(ADMIN, True))
 
 
 def call(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:

@@ -20,29 +20,16 @@ from rmq.protocol.acl import sign
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
+from rmq.testing.acl import account, acl_file
 from rmq.testing.daemon import RmqdProcess
 
 pytestmark = pytest.mark.anyio
 
 USER = ("RocketMQ", "12345678")
 ADMIN = ("rocketmq2", "87654321")
-ACCOUNTS = f"""
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: {USER[0]}
-    secretKey: "{USER[1]}"
-    admin: false
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - TopicA=PUB|SUB
-      - TopicB=SUB
-    groupPerms:
-      - GroupDenied=DENY
-  - accessKey: {ADMIN[0]}
-    secretKey: "{ADMIN[1]}"
-    admin: true
-"""
+ACCOUNTS = acl_file(account(USER, False, defaultTopicPerm="DENY", defaultGroupPerm="SUB",
+                            topicPerms=["TopicA=PUB|SUB", "TopicB=SUB"], groupPerms=["GroupDenied=DENY"]),
+                    account(ADMIN, True))
 
 
 @pytest.fixture

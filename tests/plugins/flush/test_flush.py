@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,11 @@ import pytest
 from rmq.kernel.hookspecs.flush import Flushable, FlushPolicy
 from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageRecord, PutStatus
-from rmq.kernel.watermark import Watermark
 from rmq.plugins.flush import AsyncFlushPlugin, AsyncFlushPolicy, SyncFlushPlugin, SyncFlushPolicy
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.roles import BrokerConfig
 from rmq.testing import make_kernel
+from rmq.testing.flush import CountingFlushable
 from rmq.testing.storage import attach_from_hooks
 
 
@@ -26,34 +25,28 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class Disk:
-    """A ``Flushable`` whose flush takes ``delay`` seconds (a slow or stalled disk)."""
+class Disk(CountingFlushable):
+    """The contract's counting store, but its flush takes ``delay`` seconds (a slow or stalled disk) and
+    each call's ``least_pages`` is kept."""
 
     def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
         self.delay = delay
-        self.durable = Watermark()
-        self.written = 0
-        self.flushed = 0
         self.calls: list[int] = []
-        self.lock = threading.Lock()
 
     @property
-    def max_phy_offset(self) -> int:
-        return self.written
-
-    @property
-    def flushed_offset(self) -> int:
-        return self.flushed
+    def flushed(self) -> int:
+        return self._flushed
 
     def flush(self, least_pages: int) -> int:
         target = self.written
-        with self.lock:
+        with self._lock:
             self.calls.append(least_pages)
-            if least_pages and target // 4096 - self.flushed // 4096 < least_pages:
-                return self.flushed
+            if least_pages and target // 4096 - self._flushed // 4096 < least_pages:
+                return self._flushed
             time.sleep(self.delay)
-            self.flushed = max(self.flushed, target)
-            return self.flushed
+            self._flushed = max(self._flushed, target)
+            return self._flushed
 
 
 def cfg(**kw: Any) -> BrokerConfig:

@@ -17,9 +17,9 @@ import anyio.lowlevel
 import pytest
 
 from rmq.kernel.hookspecs.processors import ProcessorRegistry
-from rmq.kernel.hookspecs.remoting import Connection, RemotingConfig
+from rmq.kernel.hookspecs.remoting import Connection
 from rmq.kernel.kernel import make_handler
-from rmq.plugins.remoting_tcp import TcpConnection, TcpRemotingClient, TcpRemotingServer
+from rmq.plugins.remoting_tcp import TcpConnection, TcpRemotingServer
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import (
     HeaderError,
@@ -27,47 +27,12 @@ from rmq.protocol.command import (
     RemotingCommand,
     RemotingDecodeError,
     ext_i32,
-    ext_int,
 )
 from rmq.protocol.frame import FrameDecoder, encode
 
+from .conftest import client, raw_peer, req, serving
+
 LOG = "rmq.remoting"
-
-
-
-def cfg(**kw: Any) -> RemotingConfig:
-    kw.setdefault("host", "127.0.0.1")
-    kw.setdefault("name", "test")
-    return RemotingConfig(**kw)
-
-
-async def echo_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-    delay = ext_int(cmd, "sleep", 0)
-    if delay:
-        await anyio.sleep(delay / 1000)
-    return cmd.response(ext={"echo": cmd.ext.get("id", "")}, body=cmd.body)
-
-
-@asynccontextmanager
-async def serving(handler: Any = echo_handler, **kw: Any) -> AsyncIterator[TcpRemotingServer]:
-    server = TcpRemotingServer(cfg(**kw), handler)
-    async with anyio.create_task_group() as tg:
-        await tg.start(server.serve)
-        try:
-            yield server
-        finally:
-            await server.aclose()
-            tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def client() -> AsyncIterator[TcpRemotingClient]:
-    async with TcpRemotingClient(cfg()) as c:
-        yield c
-
-
-def req(body: bytes = b"", **ext: str) -> RemotingCommand:
-    return RemotingCommand.request(34, dict(ext), body=body)
 
 
 def frame(header: bytes, body: bytes = b"", st: int = 0) -> bytes:
@@ -151,13 +116,11 @@ async def test_bad_header_without_opaque_closes_only_that_connection(header: byt
 @pytest.mark.anyio
 async def test_oneway_with_bad_header_is_not_answered() -> None:
     with anyio.fail_after(10):
-        async with serving() as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                await stream.send(frame(b'{"code":2147483648,"opaque":5,"flag":2}'))
-                await stream.send(encode(RemotingCommand.request(34, {"id": "x"}, opaque=6)))
-                resp = await read_one(stream)
-                assert resp is not None and resp.opaque == 6  # the oneway got no answer
+        async with raw_peer() as (srv, stream):
+            await stream.send(frame(b'{"code":2147483648,"opaque":5,"flag":2}'))
+            await stream.send(encode(RemotingCommand.request(34, {"id": "x"}, opaque=6)))
+            resp = await read_one(stream)
+            assert resp is not None and resp.opaque == 6  # the oneway got no answer
 
 
 @asynccontextmanager

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingConfig, RemotingServer
+from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingServer
 from rmq.plugins.remoting_tcp import (
     RemotingClosedError,
     RemotingConnectError,
@@ -22,57 +20,13 @@ from rmq.plugins.remoting_tcp import (
     TcpRemotingServer,
 )
 from rmq.protocol.codes import RequestCode, ResponseCode, SerializeType
-from rmq.protocol.command import HeaderError, RemotingCommand, ext_int
+from rmq.protocol.command import HeaderError, RemotingCommand
 from rmq.protocol.frame import FrameDecoder, encode
 from rmq.testing import make_kernel
 
+from .conftest import cfg, client, echo_handler, raw_peer, req, serving
+
 LOG = "rmq.remoting"
-
-
-def cfg(**kw: Any) -> RemotingConfig:
-    kw.setdefault("host", "127.0.0.1")
-    kw.setdefault("port", 0)
-    kw.setdefault("name", "test")
-    return RemotingConfig(**kw)
-
-
-async def echo_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-    """Test handler: ext "sleep" (ms) delays, "close" drops the connection, "fail" raises."""
-    delay = ext_int(cmd, "sleep", 0)
-    if delay:
-        await anyio.sleep(delay / 1000)
-    if cmd.ext.get("close"):
-        await conn.aclose()
-        return None
-    if cmd.ext.get("fail"):
-        raise RuntimeError("handler exploded")
-    if cmd.ext.get("header"):
-        ext_int(cmd, "requiredField")
-    return cmd.response(ext={"echo": cmd.ext.get("id", ""), "conn": str(conn.id)}, body=cmd.body)
-
-
-@asynccontextmanager
-async def serving(handler: Any = echo_handler, **kw: Any) -> AsyncIterator[TcpRemotingServer]:
-    server = TcpRemotingPlugin({}).rmq_remoting_make_server(kernel=None, config=cfg(**kw), handler=handler)
-    async with anyio.create_task_group() as tg:
-        port = await tg.start(server.serve)
-        assert port == server.port and port > 0
-        try:
-            yield server
-        finally:
-            await server.aclose()
-            tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def client(handler: Any = None, **kw: Any) -> AsyncIterator[TcpRemotingClient]:
-    c = TcpRemotingPlugin({}).rmq_remoting_make_client(kernel=None, config=cfg(**kw), handler=handler)
-    async with c:
-        yield c
-
-
-def req(code: int = RequestCode.HEART_BEAT, body: bytes = b"", **ext: str) -> RemotingCommand:
-    return RemotingCommand.request(code, dict(ext), body=body)
 
 
 # --------------------------------------------------------------------------- basics
@@ -423,17 +377,15 @@ async def test_client_without_handler_answers_not_supported() -> None:
 @pytest.mark.anyio
 async def test_cpp_style_oneway_with_flag_zero_is_answered_and_client_drops_unknown_opaque() -> None:
     with anyio.fail_after(10):
-        async with serving() as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"id": "cpp"}, opaque=5)
-                cmd.language = "CPP"
-                await stream.send(encode(cmd))
-                dec = FrameDecoder()
-                got: list[RemotingCommand] = []
-                while not got:
-                    got = dec.feed(await stream.receive())
-                assert got[0].opaque == 5 and got[0].is_response and got[0].ext["echo"] == "cpp"
+        async with raw_peer() as (srv, stream):
+            cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"id": "cpp"}, opaque=5)
+            cmd.language = "CPP"
+            await stream.send(encode(cmd))
+            dec = FrameDecoder()
+            got: list[RemotingCommand] = []
+            while not got:
+                got = dec.feed(await stream.receive())
+            assert got[0].opaque == 5 and got[0].is_response and got[0].ext["echo"] == "cpp"
 
 
 # --------------------------------------------------------------------------- plugin options
@@ -480,18 +432,16 @@ async def test_answers_of_one_read_leave_in_order_and_coalesced(monkeypatch: pyt
 
     monkeypatch.setattr(AsyncioConnection, "_flush", counting_flush)
     with anyio.fail_after(10):
-        async with serving() as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                held = encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": "held", "sleep": "300"},
-                                                      opaque=1000))
-                quick = [encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i)}, opaque=i))
-                         for i in range(50)]
-                await stream.send(held + b"".join(quick))
-                dec = FrameDecoder()
-                got: list[RemotingCommand] = []
-                while len(got) < 51:
-                    got.extend(dec.feed(await stream.receive()))
+        async with raw_peer() as (srv, stream):
+            held = encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": "held", "sleep": "300"},
+                                                  opaque=1000))
+            quick = [encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i)}, opaque=i))
+                     for i in range(50)]
+            await stream.send(held + b"".join(quick))
+            dec = FrameDecoder()
+            got: list[RemotingCommand] = []
+            while len(got) < 51:
+                got.extend(dec.feed(await stream.receive()))
     assert [r.opaque for r in got] == [*range(50), 1000]
     assert [r.ext["echo"] for r in got[:50]] == [str(i) for i in range(50)]
     assert 0 < flushes["n"] < 51  # on asyncio the server writes through AsyncioConnection
@@ -516,19 +466,17 @@ async def test_requests_of_one_read_share_a_task_until_one_suspends() -> None:
 
     kinds = ["plain", "yield", "plain", "held", "plain", "thread", "plain", "yield"]
     with anyio.fail_after(10):
-        async with serving(handler) as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                await stream.send(b"".join(
-                    encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i), "kind": k}, opaque=i))
-                    for i, k in enumerate(kinds)))
-                dec = FrameDecoder()
-                got: list[RemotingCommand] = []
-                while len(got) < len(kinds) - 1:
-                    got.extend(dec.feed(await stream.receive()))
-                release.set()
-                while len(got) < len(kinds):
-                    got.extend(dec.feed(await stream.receive()))
+        async with raw_peer(handler) as (srv, stream):
+            await stream.send(b"".join(
+                encode(RemotingCommand.request(RequestCode.HEART_BEAT, {"id": str(i), "kind": k}, opaque=i))
+                for i, k in enumerate(kinds)))
+            dec = FrameDecoder()
+            got: list[RemotingCommand] = []
+            while len(got) < len(kinds) - 1:
+                got.extend(dec.feed(await stream.receive()))
+            release.set()
+            while len(got) < len(kinds):
+                got.extend(dec.feed(await stream.receive()))
     assert all(r.code == 0 for r in got)
     assert got[-1].opaque == 3
     assert sorted(r.opaque for r in got) == list(range(len(kinds)))
@@ -570,10 +518,8 @@ async def test_a_read_of_heavy_requests_yields_to_the_loop_and_keeps_its_order(
         return cmd.response()
 
     with anyio.fail_after(10):
-        async with serving(handler) as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                got = await one_read_of_requests(stream, 20)
+        async with raw_peer(handler) as (srv, stream):
+            got = await one_read_of_requests(stream, 20)
     assert [r.opaque for r in got] == list(range(20)) and served == list(range(20))
     assert seen_by_callback and seen_by_callback[0] < 20  # the loop ran it before the read was done
 
@@ -597,12 +543,10 @@ async def test_suspending_requests_of_a_read_all_start_before_the_turn_ends() ->
         return cmd.response()
 
     with anyio.fail_after(10):
-        async with serving(handler) as srv:
-            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
-            async with stream:
-                for _read in range(3):
-                    started.clear()
-                    state["queued"] = False
-                    got = await one_read_of_requests(stream, 8)
-                    assert sorted(r.opaque for r in got) == list(range(8))
+        async with raw_peer(handler) as (srv, stream):
+            for _read in range(3):
+                started.clear()
+                state["queued"] = False
+                got = await one_read_of_requests(stream, 8)
+                assert sorted(r.opaque for r in got) == list(range(8))
     assert seen_by_round[1:] == [8, 8]  # the first read taught the connection that requests suspend

@@ -174,21 +174,22 @@ class AdminProcessor:
 
     # ------------------------------------------------------------------ topics
 
-    def _user_topic(self, cmd: RemotingCommand, topic: str, system_remark: str) -> RemotingCommand | None:
-        """The refusal for a name that is invalid or a system topic's (admins may not change those)."""
+    def _user_topic(self, cmd: RemotingCommand, system_remark: str) -> str | RemotingCommand:
+        """The request's topic, or the refusal for a name that is invalid or a system topic's (admins may
+        not change those)."""
+        topic = ext_str(cmd, "topic")
         reason = validate_topic(topic)
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
         if is_system_topic(topic) or topic in self.ctx.topics.system_topics:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] {system_remark}")
-        return None
+        return topic  # type: ignore[no-any-return]
 
     async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
-        topic = ext_str(cmd, "topic")
-        refused = self._user_topic(cmd, topic, "is conflict with system topic.")
-        if refused is not None:
-            return refused
+        topic = self._user_topic(cmd, "is conflict with system topic.")
+        if not isinstance(topic, str):
+            return topic
         read = ext_i32(cmd, "readQueueNums", 16)
         write = ext_i32(cmd, "writeQueueNums", 16)
         if not (0 <= read <= MAX_QUEUE_NUMS and 0 <= write <= MAX_QUEUE_NUMS):
@@ -216,10 +217,9 @@ class AdminProcessor:
 
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
-        topic = ext_str(cmd, "topic")
-        refused = self._user_topic(cmd, topic, "is a system topic and cannot be deleted.")
-        if refused is not None:
-            return refused
+        topic = self._user_topic(cmd, "is a system topic and cannot be deleted.")
+        if not isinstance(topic, str):
+            return topic
         log.info("DELETE_TOPIC_IN_BROKER %s from %s:%d", topic, *conn.remote_addr[:2])
         b.topics.delete(topic)
         b.offsets.delete_topic(topic)

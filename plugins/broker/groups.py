@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel import ConfigFile, DataVersion, dumps
+from rmq.plugins.broker.tables import ConfigTable, entries
 from rmq.plugins.broker.topics import MAX_AUTO_CREATED, AutoCreateLimitError
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.names import printable, require_group
@@ -61,13 +62,11 @@ class SubscriptionGroupConfig:
         return cls(**kwargs)
 
 
-class SubscriptionGroupManager(PersistedTable):
+class SubscriptionGroupManager(ConfigTable[SubscriptionGroupConfig]):
+    kind = "subscription group"
+
     def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
-        self.config = config
-        self.file = ConfigFile(config_dir / "subscriptionGroup.json")
-        self.table: dict[str, SubscriptionGroupConfig] = {}
-        self.data_version = DataVersion()
-        self.dirty = False
+        super().__init__(config, ConfigFile(config_dir / "subscriptionGroup.json"))
         self.max_auto_created = MAX_AUTO_CREATED  # the broker plugin sets max_auto_created_groups
 
     def load(self) -> None:
@@ -82,11 +81,7 @@ class SubscriptionGroupManager(PersistedTable):
     @staticmethod
     def _parse(doc: dict[str, Any], where: str) -> dict[str, SubscriptionGroupConfig]:
         out: dict[str, SubscriptionGroupConfig] = {}
-        table = doc.get("subscriptionGroupTable") or {}
-        if not isinstance(table, dict):
-            log.warning("%s: subscriptionGroupTable is not an object", where)
-            return out
-        for name, d in table.items():
+        for name, d in entries(doc, "subscriptionGroupTable", where).items():
             try:
                 out[require_group(name)] = SubscriptionGroupConfig.from_json(d)
             except (ValueError, TypeError, AttributeError) as e:
@@ -125,15 +120,4 @@ class SubscriptionGroupManager(PersistedTable):
         return sg
 
     def update(self, sg: SubscriptionGroupConfig) -> None:
-        require_group(sg.groupName)
-        old = self.table.get(sg.groupName)
-        self.table[sg.groupName] = sg
-        log.info("subscription group %s: %s", "updated" if old else "created", sg)
-        self._changed()
-
-    def delete(self, group: str) -> bool:
-        if self.table.pop(group, None) is None:
-            return False
-        log.info("subscription group deleted: %s", group)
-        self._changed()
-        return True
+        self._put(require_group(sg.groupName), sg)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rmq.kernel import ConfigFile, PersistedTable, dumps
+from rmq.plugins.broker.tables import entries
 from rmq.protocol.names import printable, require_group, require_topic, validate_group, validate_topic
 
 log = logging.getLogger("rmq.broker")
@@ -34,11 +35,7 @@ class ConsumerOffsetManager(PersistedTable):
     @staticmethod
     def _parse(doc: dict[str, Any], where: str) -> dict[str, dict[int, int]]:
         out: dict[str, dict[int, int]] = {}
-        table = doc.get("offsetTable") or {}
-        if not isinstance(table, dict):
-            log.warning("%s: offsetTable is not an object", where)
-            return out
-        for key, queues in table.items():
+        for key, queues in entries(doc, "offsetTable", where).items():
             topic, _, group = str(key).partition(TOPIC_GROUP_SEP)
             if validate_topic(topic) or validate_group(group) or not isinstance(queues, dict):
                 log.warning("%s: skipping entry %s", where, printable(key, 80))

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmq.kernel import ConfigError, ConfigFile, DataVersion, PersistedTable, dumps
+from rmq.kernel import ConfigError, ConfigFile, DataVersion, dumps
+from rmq.plugins.broker.tables import ConfigTable, entries
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
@@ -119,14 +120,13 @@ class TopicConfig:
         return self.attributes.get("message.type", "NORMAL")
 
 
-class TopicConfigManager(PersistedTable):
+class TopicConfigManager(ConfigTable[TopicConfig]):
     """Topic name -> TopicConfig, persisted; ``on_change`` runs after every mutation (re-register)."""
 
+    kind = "topic"
+
     def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
-        self.config = config
-        self.file = ConfigFile(config_dir / "topics.json")
-        self.table: dict[str, TopicConfig] = {}
-        self.data_version = DataVersion()
+        super().__init__(config, ConfigFile(config_dir / "topics.json"))
         self.system_topics: set[str] = set()
         self.on_change: Callable[[], None] = lambda: None
         self.max_auto_created = MAX_AUTO_CREATED  # the broker plugin sets max_auto_created_topics
@@ -168,11 +168,7 @@ class TopicConfigManager(PersistedTable):
     @staticmethod
     def _parse(doc: dict[str, Any], where: str) -> dict[str, TopicConfig]:
         out: dict[str, TopicConfig] = {}
-        table = doc.get("topicConfigTable") or {}
-        if not isinstance(table, dict):
-            log.warning("%s: topicConfigTable is not an object", where)
-            return out
-        for name, tc in table.items():
+        for name, tc in entries(doc, "topicConfigTable", where).items():
             reason = validate_topic(name)
             if reason is not None or not isinstance(tc, dict):
                 log.warning("%s: skipping topic entry: %s", where, reason or "not an object")
@@ -253,18 +249,7 @@ class TopicConfigManager(PersistedTable):
 
     def update(self, tc: TopicConfig) -> None:
         """Create or replace (admin code 17)."""
-        require_topic(tc.topicName)
-        old = self.table.get(tc.topicName)
-        self.table[tc.topicName] = tc
-        log.info("topic %s: %s", "updated" if old else "created", tc)
-        self._changed()
-
-    def delete(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
-            return False
-        log.info("topic deleted: %s", topic)
-        self._changed()
-        return True
+        self._put(require_topic(tc.topicName), tc)
 
     def create_in_send(
         self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int, remote: str

@@ -69,78 +69,77 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--messages", type=int, default=5000)
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rmq-bench-failover-"))
-    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
-        run(procs, work, args)
+    run(ap.parse_args())
     return 0
 
 
-def run(procs: Daemons, work: Path, args: argparse.Namespace) -> None:
-    """The two rate runs, then the kills, on clusters started through ``procs``."""
-    for all_ack in (False, True):
-        ns, brokers = cluster(procs, work / f"rate-{all_ack}", all_ack)
-        wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
-        m = master_of(brokers)
-        assert m is not None
-        rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
-        print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
-              f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
-        for p in reversed(procs):
-            p.stop()
-    ns, brokers = cluster(procs, work / "kills", True)
-    wait(lambda: whole(brokers), 60, "cluster settled")
-    times = []
-    for k in range(args.kills):
-        m = master_of(brokers)
-        assert m is not None
-        stop = threading.Event()
-        errors: list[str] = []
-        first: list[float] = []
-        killed: list[float] = []
+def run(args: argparse.Namespace) -> None:
+    """The two rate runs, then the kills; every daemon and store goes at the end."""
+    work = Path(tempfile.mkdtemp(prefix="rmq-bench-failover-"))
+    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
+        for all_ack in (False, True):
+            ns, brokers = cluster(procs, work / f"rate-{all_ack}", all_ack)
+            wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
+            m = master_of(brokers)
+            assert m is not None
+            rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
+            print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
+                  f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
+            for p in reversed(procs):
+                p.stop()
+        ns, brokers = cluster(procs, work / "kills", True)
+        wait(lambda: whole(brokers), 60, "cluster settled")
+        times = []
+        for k in range(args.kills):
+            m = master_of(brokers)
+            assert m is not None
+            stop = threading.Event()
+            errors: list[str] = []
+            first: list[float] = []
+            killed: list[float] = []
 
-        def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
-                   errors: list[str] = errors,
-                   addr: str = m.broker_addr) -> None:
-            ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-                   "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
-            last = ""
-            while not stop.is_set():
-                started = time.monotonic()
-                try:
-                    r = call(addr, RequestCode.SEND_MESSAGE, ext, b"x")
-                    ok = r.code == 0
-                    last = f"{addr}: code {r.code} {r.remark}"
-                except Exception as e:
-                    ok = False
-                    last = f"{addr}: {e}"
-                if ok and killed and started > killed[0] and not first:
-                    first.append(time.monotonic())
-                    return
-                if not ok:
-                    errors.append(last)
+            def stream(stop: threading.Event = stop, first: list[float] = first, killed: list[float] = killed,
+                       errors: list[str] = errors,
+                       addr: str = m.broker_addr) -> None:
+                ext = {"producerGroup": "PG", "topic": "FOB", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+                       "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+                last = ""
+                while not stop.is_set():
+                    started = time.monotonic()
                     try:
-                        r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
-                        addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
-                    except Exception:
-                        pass
-                    time.sleep(0.05)
+                        r = call(addr, RequestCode.SEND_MESSAGE, ext, b"x")
+                        ok = r.code == 0
+                        last = f"{addr}: code {r.code} {r.remark}"
+                    except Exception as e:
+                        ok = False
+                        last = f"{addr}: {e}"
+                    if ok and killed and started > killed[0] and not first:
+                        first.append(time.monotonic())
+                        return
+                    if not ok:
+                        errors.append(last)
+                        try:
+                            r = call(ns.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FOB"})
+                            addr = json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0", addr)
+                        except Exception:
+                            pass
+                        time.sleep(0.05)
 
-        t = threading.Thread(target=stream)
-        t.start()
-        time.sleep(1.0)
-        m.kill()
-        killed.append(time.monotonic())
-        t.join(120)
-        stop.set()
-        if not first:
-            raise RuntimeError(f"no send acknowledged after the kill ({errors[-1:]})")
-        times.append(first[0] - killed[0])
-        print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
-        m.start()
-        wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
-    print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
-          f"max {max(times):.2f} s")
+            t = threading.Thread(target=stream)
+            t.start()
+            time.sleep(1.0)
+            m.kill()
+            killed.append(time.monotonic())
+            t.join(120)
+            stop.set()
+            if not first:
+                raise RuntimeError(f"no send acknowledged after the kill ({errors[-1:]})")
+            times.append(first[0] - killed[0])
+            print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
+            m.start()
+            wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
+        print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
+              f"max {max(times):.2f} s")
 
 
 if __name__ == "__main__":

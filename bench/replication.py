@@ -85,53 +85,53 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=5000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--backlog-mb", type=int, default=256, help="at most 500 (one 512 MiB segment)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rmq-bench-repl-"))
-    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
-        run(procs, work, args)
+    run(ap.parse_args())
     return 0
 
 
-def run(procs: Daemons, work: Path, args: argparse.Namespace) -> None:
-    """Sends with one slave (ASYNC_MASTER, SYNC_MASTER), then a fresh slave's catch-up."""
-    ns = procs.start(RmqdProcess(work / "ns", broker=False))
-    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
-        base = {"namesrvAddr": ns.namesrv_addr}
-        master = procs.start(RmqdProcess(work / role / "m", namesrv=False, broker_conf={**base, "brokerRole": role}))
-        slave = procs.start(RmqdProcess(work / role / "s", namesrv=False,
+def run(args: argparse.Namespace) -> None:
+    """Sends with one slave (ASYNC_MASTER, SYNC_MASTER), then a fresh slave's catch-up; every daemon and
+    store goes at the end."""
+    work = Path(tempfile.mkdtemp(prefix="rmq-bench-repl-"))
+    with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
+        ns = procs.start(RmqdProcess(work / "ns", broker=False))
+        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+            base = {"namesrvAddr": ns.namesrv_addr}
+            master = procs.start(RmqdProcess(work / role / "m", namesrv=False, broker_conf={**base, "brokerRole": role}))
+            slave = procs.start(RmqdProcess(work / role / "s", namesrv=False,
+                                            broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
+            anyio.run(wait_slave, master)
+            print(f"{role} + 1 slave, {args.size}-byte messages, {args.messages} per run")
+            for inflight in (1, 32):
+                rate, p50, p99, errors = anyio.run(produce, master.broker_addr, args.messages, args.size, inflight)
+                print(f"  {inflight:>2} in flight: {rate:>9,.0f} msg/s   ack p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
+                      + (f"   ({errors} failed)" if errors else ""))
+            slave.stop()
+            master.stop()
+        # catch-up: a backlog on a master, then a fresh slave
+        seg = 512 * 1024 * 1024  # the whole backlog in one segment: a fresh slave starts at its last one
+        base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": seg}
+        master = procs.start(RmqdProcess(work / "catchup" / "m", namesrv=False,
+                                         broker_conf={**base, "brokerRole": "ASYNC_MASTER"}))
+        end = anyio.run(fill, master.broker_addr, args.backlog_mb)
+        start = end - end % seg
+        slave = procs.start(RmqdProcess(work / "catchup" / "s", namesrv=False,
                                         broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
         anyio.run(wait_slave, master)
-        print(f"{role} + 1 slave, {args.size}-byte messages, {args.messages} per run")
-        for inflight in (1, 32):
-            rate, p50, p99, errors = anyio.run(produce, master.broker_addr, args.messages, args.size, inflight)
-            print(f"  {inflight:>2} in flight: {rate:>9,.0f} msg/s   ack p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
-                  + (f"   ({errors} failed)" if errors else ""))
-        slave.stop()
-        master.stop()
-    # catch-up: a backlog on a master, then a fresh slave
-    seg = 512 * 1024 * 1024  # the whole backlog in one segment: a fresh slave starts at its last one
-    base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": seg}
-    master = procs.start(RmqdProcess(work / "catchup" / "m", namesrv=False,
-                                     broker_conf={**base, "brokerRole": "ASYNC_MASTER"}))
-    end = anyio.run(fill, master.broker_addr, args.backlog_mb)
-    start = end - end % seg
-    slave = procs.start(RmqdProcess(work / "catchup" / "s", namesrv=False,
-                                    broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
-    anyio.run(wait_slave, master)
-    t0 = time.perf_counter()
-    samples = []
-    while True:
-        got = int(anyio.run(runtime, slave.broker_addr)["commitLogMaxOffset"])
-        samples.append(got)
-        if got >= end:
-            break
-        if time.perf_counter() - t0 > 300:
-            raise RuntimeError(f"slave stuck at {got} of {end}")
-        time.sleep(0.05)
-    dt = time.perf_counter() - t0
-    mb = (end - start) / 1e6
-    print(f"catch-up: a fresh slave copied {mb:,.1f} MB (the master's last segment of a "
-          f"{end / 1e6:,.0f} MB log) in {dt:.2f} s = {mb / dt:,.1f} MB/s")
+        t0 = time.perf_counter()
+        samples = []
+        while True:
+            got = int(anyio.run(runtime, slave.broker_addr)["commitLogMaxOffset"])
+            samples.append(got)
+            if got >= end:
+                break
+            if time.perf_counter() - t0 > 300:
+                raise RuntimeError(f"slave stuck at {got} of {end}")
+            time.sleep(0.05)
+        dt = time.perf_counter() - t0
+        mb = (end - start) / 1e6
+        print(f"catch-up: a fresh slave copied {mb:,.1f} MB (the master's last segment of a "
+              f"{end / 1e6:,.0f} MB log) in {dt:.2f} s = {mb / dt:,.1f} MB/s")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import anyio
 import attrs
 
 from rmq.kernel import ConfigFile
+from rmq.plugins.broker.context import TableProcessor
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol import access
@@ -31,6 +32,8 @@ from rmq.protocol.names import is_system_topic, require_group, validate_topic
 from rmq.protocol.tomledit import TomlEditError, edit
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
@@ -140,16 +143,11 @@ RUNTIME_KEYS = frozenset((
 ))
 
 
-class AdminProcessor:
-    def __init__(self, ctx: ProcessorContext) -> None:
-        self.ctx = ctx
-        self._services: Mapping[str, Any] = {}
-
-    def register(self, registry: Any, owner: str) -> None:
+class AdminProcessor(TableProcessor):
+    def requests(self) -> Iterable[tuple[int, Any, access.Access]]:
         rc = RequestCode
-        self._services = registry.services  # the ACL's post-read check and admin test
         # whole-broker listings stay open to any signed account, as RocketMQ 4.9 (slaves sync them)
-        for code, proc, acc in (
+        return (
             (rc.UPDATE_AND_CREATE_TOPIC, self.create_topic, access.ADMIN),
             (rc.DELETE_TOPIC_IN_BROKER, self.delete_topic, access.ADMIN),
             (rc.GET_ALL_TOPIC_CONFIG, self.all_topic_config, access.SIGNED),
@@ -169,8 +167,7 @@ class AdminProcessor:
             (rc.QUERY_MESSAGE, self.query_message, access.topic("topic", access.SUB)),
             (rc.VIEW_MESSAGE_BY_ID, self.view_message,
              access.Access(after_read="SUB on the topic of the message at the offset")),
-        ):
-            registry.register(code, proc, owner=owner, access=acc)
+        )
 
     # ------------------------------------------------------------------ topics
 

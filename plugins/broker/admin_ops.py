@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.plugins.broker.admin import _j, mq_map, readable_record
+from rmq.plugins.broker.context import TableProcessor
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
@@ -22,8 +22,9 @@ from rmq.protocol.message import decode_offset_msg_id
 from rmq.protocol.names import is_system_topic
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rmq.kernel import Connection
-    from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
 
@@ -37,17 +38,12 @@ def _mq(topic: str, broker: str, qid: int) -> dict[str, Any]:
     return {"brokerName": broker, "queueId": qid, "topic": topic}
 
 
-class AdminOpsProcessor:
-    def __init__(self, ctx: ProcessorContext) -> None:
-        self.ctx = ctx
-        self._services: Mapping[str, Any] = {}
-
-    def register(self, registry: Any, owner: str) -> None:
+class AdminOpsProcessor(TableProcessor):
+    def requests(self) -> Iterable[tuple[int, Any, access.Access]]:
         rc = RequestCode
-        self._services = registry.services  # the ACL's post-read check (CONSUME_MESSAGE_DIRECTLY)
         sub, A = access.SUB, access.Access
         group_topic = A(topics=(("topic", sub),), groups=(("group", sub),))
-        for code, proc, acc in (
+        return (
             (rc.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset, access.ADMIN),
             (rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, self.consumer_status, group_topic),
             (rc.QUERY_TOPIC_CONSUME_BY_WHO, self.topic_consumed_by, access.topic("topic", access.ANY)),
@@ -72,8 +68,7 @@ class AdminOpsProcessor:
             (rc.GET_ALL_PRODUCER_INFO, self.all_producer_info, access.SIGNED),
             (rc.GET_TOPIC_CONFIG, self.topic_config, access.topic("topic", access.ANY)),
             (rc.GET_SUBSCRIPTIONGROUP_CONFIG, self.group_config, access.group("group")),
-        ):
-            registry.register(code, proc, owner=owner, access=acc)
+        )
 
     # ------------------------------------------------------------------ offsets
 

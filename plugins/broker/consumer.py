@@ -13,11 +13,11 @@ import os
 import random
 import struct
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import GetStatus, PutStatus, RateLimitedLog, record_of
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
+from rmq.plugins.broker.context import TableProcessor
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
@@ -27,6 +27,8 @@ from rmq.protocol.message import MessageDecodeError, decode_message, offset_msg_
 from rmq.protocol.names import DLQ_PREFIX, RETRY_PREFIX, printable, require_group, require_topic
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rmq.kernel import Connection
     from rmq.plugins.broker.context import ProcessorContext
 
@@ -55,18 +57,16 @@ def first_in_memory(store: Any, topic: str, qid: int, in_memory_bytes: int) -> b
     return bool(store.max_phy_offset - phys <= in_memory_bytes)
 
 
-class ConsumerProcessor:
+class ConsumerProcessor(TableProcessor):
     def __init__(self, ctx: ProcessorContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self._in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
-        self._services: Mapping[str, Any] = {}
 
-    def register(self, registry: Any, owner: str) -> None:
+    def requests(self) -> Iterable[tuple[int, Any, access.Access]]:
         rc = RequestCode
-        self._services = registry.services  # the ACL's post-read check (send-back)
         consume = access.topic("topic", access.SUB, group="consumerGroup")
         read = access.topic("topic", access.SUB)
-        for code, proc, acc in (
+        return (
             (rc.HEART_BEAT, self.heart_beat, access.Access(resolve=access.heartbeat)),
             (rc.UNREGISTER_CLIENT, self.unregister_client, access.group("consumerGroup?")),
             (rc.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list, access.group()),
@@ -82,8 +82,7 @@ class ConsumerProcessor:
              access.group("group", after_read="SUB on the topic of the message at the commit-log offset")),
             # compiles a subscription expression: reads and changes nothing
             (rc.CHECK_CLIENT_CONFIG, self.check_client_config, access.SIGNED),
-        ):
-            registry.register(code, proc, owner=owner, access=acc)
+        )
 
     # ------------------------------------------------------------------ membership
 

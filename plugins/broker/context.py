@@ -10,11 +10,13 @@ the processor modules use nothing outside it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rmq.kernel import BrokerContext
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from rmq.kernel import Connection, MessageFilter, PutResult, ReplicationService
     from rmq.plugins.broker.clients import ConsumerManager, ProducerManager
     from rmq.plugins.broker.groups import SubscriptionGroupManager
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.replicas import ReplicasManager
     from rmq.plugins.broker.stats import BrokerStats
     from rmq.plugins.broker.topics import TopicConfigManager
+    from rmq.protocol.access import Access
 
 
 @runtime_checkable
@@ -83,3 +86,20 @@ class ProcessorContext(BrokerContext, Protocol):
     async def wait_slave(self, result: PutResult) -> None:
         """SYNC_MASTER: wait until a slave holds ``result``'s bytes; sets the status otherwise."""
         ...
+
+
+class TableProcessor:
+    """A request processor declared as a table: ``requests()`` lists its (code, handler, access) rows and
+    ``register`` enters them, keeping the registry's services for the handlers' post-read ACL checks."""
+
+    def __init__(self, ctx: ProcessorContext) -> None:
+        self.ctx = ctx
+        self._services: Mapping[str, Any] = {}
+
+    def requests(self) -> Iterable[tuple[int, Any, Access]]:
+        raise NotImplementedError
+
+    def register(self, registry: Any, owner: str) -> None:
+        self._services = registry.services
+        for code, handler, acc in self.requests():
+            registry.register(code, handler, owner=owner, access=acc)

@@ -88,13 +88,19 @@ def test_consumers_read_only_what_every_sync_state_set_member_holds(tmp_path: Pa
                 x.proc.send_signal(signal.SIGCONT)
                 stopped.remove(x)
 
+            def stall_a_then_send(prefix: bytes) -> tuple[int, list[bytes]]:
+                """Slave A stalls once it holds the master's whole log, then 20 WAIT=false sends: (the log
+                end A holds, the bodies sent)."""
+                end = offsets(master)[1]
+                wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
+                stall(a)
+                bodies = [b"%s-%03d" % (prefix, i) for i in range(20)]
+                for body in bodies:
+                    assert send(master.broker_addr, body, False).code == 0
+                return end, bodies
+
             # slave A stalls: WAIT=false sends are stored (and copied to B), served by nobody
-            end = offsets(master)[1]
-            wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
-            stall(a)
-            second = [b"more-%03d" % i for i in range(20)]
-            for body in second:
-                assert send(master.broker_addr, body, False).code == 0
+            end, second = stall_a_then_send(b"more")
             m_max = offsets(master)[1]
             wait(lambda: offsets(b)[1] == m_max, 30, "slave B holds every byte")
             assert readable(master.broker_addr) == first
@@ -111,12 +117,7 @@ def test_consumers_read_only_what_every_sync_state_set_member_holds(tmp_path: Pa
             wait(lambda: offsets(b)[0] == m_max, 30, "B's confirm offset reaches the log end")
 
             # the master restarts while A stalls: it confirms no more than A held
-            end = offsets(master)[1]
-            wait(lambda: offsets(a)[1] == end, 30, "slave A holds the master's whole log")
-            stall(a)
-            third = [b"late-%03d" % i for i in range(20)]
-            for body in third:
-                assert send(master.broker_addr, body, False).code == 0
+            end, third = stall_a_then_send(b"late")
             assert offsets(master)[0] == end
             master.kill()
             master.start()

@@ -220,11 +220,19 @@ async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, An
             "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--messages", type=int, default=100_000)
+def load_options(doc: str | None, messages: int, *, inflight: bool = True) -> argparse.ArgumentParser:
+    """A bench's command line with the load the sending benches share: --messages (default ``messages``),
+    --size and, with ``inflight``, --inflight."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=messages)
     p.add_argument("--size", type=int, default=1024)
-    p.add_argument("--inflight", type=int, default=32)
+    if inflight:
+        p.add_argument("--inflight", type=int, default=32)
+    return p
+
+
+def main() -> None:
+    p = load_options(__doc__, 100_000)
     p.add_argument("--latency-count", type=int, default=5000)
     p.add_argument("--wake-count", type=int, default=300)
     p.add_argument("--batch", type=int, default=0, help="messages per SEND_BATCH_MESSAGE (0: single sends)")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from broker import QUEUES, process_cpu, throughput  # bench/ is on sys.path when run as a script
+from broker import QUEUES, load_options, process_cpu, throughput  # bench/ is on sys.path when run as a script
 
 _LEN = struct.Struct(">I")
 _ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
@@ -168,10 +168,7 @@ def rmqd_run(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=150_000)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--inflight", type=int, default=32)
+    ap = load_options(__doc__, 150_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--serve", choices=["raw", "codec"], help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -26,7 +26,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker import batch_cmd, create_topic, pct, pipelined, send_cmd  # noqa: E402
+from broker import batch_cmd, create_topic, load_options, pct, pipelined, send_cmd  # noqa: E402
 
 from rmq.kernel.hookspecs.remoting import RemotingConfig  # noqa: E402
 from rmq.plugins.remoting_tcp import TcpRemotingClient  # noqa: E402
@@ -81,9 +81,7 @@ async def fill(addr: str, mb: int, size: int = 4096) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=5000)
-    ap.add_argument("--size", type=int, default=1024)
+    ap = load_options(__doc__, 5000, inflight=False)
     ap.add_argument("--backlog-mb", type=int, default=256, help="at most 500 (one 512 MiB segment)")
     run(ap.parse_args())
     return 0

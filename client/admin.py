@@ -39,6 +39,11 @@ class ClusterInfo:
         names = self.clusters.get(cluster, []) if cluster else list(self.brokers)
         return [a for n in sorted(names) if (a := self.brokers.get(n, {}).get(0))]
 
+    def members(self) -> list[tuple[str, str, int, str]]:
+        """Every broker as (cluster, broker name, broker id, address), sorted: the cluster list's rows."""
+        return [(cluster, name, bid, addr) for cluster, names in sorted(self.clusters.items())
+                for name in sorted(names) for bid, addr in sorted(self.brokers.get(name, {}).items())]
+
 
 @attrs.frozen(slots=True)
 class QueueProgress:

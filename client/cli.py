@@ -190,19 +190,16 @@ async def _invoke_all(a: Admin, addrs: list[str], code: int, ext: dict[str, str]
 async def cluster_list(t: Tools) -> Shown:
     """Clusters, brokers and their runtime figures."""
     async with t.admin() as a:
-        info = await a.cluster_info()
         rows = []
-        for cluster, names in sorted(info.clusters.items()):
-            for name in sorted(names):
-                for bid, addr in sorted(info.brokers.get(name, {}).items()):
-                    try:
-                        rt = await a.broker_runtime_info(addr)
-                    except ClientError:
-                        rt = {}
-                    rows.append({"clusterName": cluster, "brokerName": name, "brokerId": bid, "brokerAddr": addr,
-                                 "putTps": rt.get("putTps", ""), "getTransferedTps": rt.get("getTransferedTps", ""),
-                                 "brokerVersionDesc": rt.get("brokerVersionDesc", ""),
-                                 "msgPutTotalTodayNow": rt.get("msgPutTotalTodayNow", "")})
+        for cluster, name, bid, addr in (await a.cluster_info()).members():
+            try:
+                rt = await a.broker_runtime_info(addr)
+            except ClientError:
+                rt = {}
+            rows.append({"clusterName": cluster, "brokerName": name, "brokerId": bid, "brokerAddr": addr,
+                         "putTps": rt.get("putTps", ""), "getTransferedTps": rt.get("getTransferedTps", ""),
+                         "brokerVersionDesc": rt.get("brokerVersionDesc", ""),
+                         "msgPutTotalTodayNow": rt.get("msgPutTotalTodayNow", "")})
     cols = ["clusterName", "brokerName", "brokerId", "brokerAddr", "putTps", "getTransferedTps"]
     return Shown(rows, ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#InTPS", "#OutTPS"],
                  [[r[c] for c in cols] for r in rows])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -19,17 +19,27 @@ from rmq.kernel.hookspecs.lifecycle import MASTER, SLAVE
 from rmq.testing import make_kernel
 
 
-class Counting:
+class RoleService:
+    """A test plugin whose ``service(kernel, broker)`` runs while the broker has ``role`` (the kernel
+    names a role service after its function)."""
+
+    role = MASTER
+
+    @hookimpl
+    def rmq_role_lifespan(self, kernel: Any, role: str, broker: Any) -> Any:
+        return self.service(kernel, broker) if role == self.role else None
+
+    def service(self, kernel: Any, broker: Any) -> AbstractAsyncContextManager[None]:
+        raise NotImplementedError
+
+
+class Counting(RoleService):
     """A service of one role: counts enters/exits, and ticks in a background task while entered."""
 
     def __init__(self, name: str, role: str, events: list[str]) -> None:
         self.name, self.role, self.events = name, role, events
         self.enters = self.exits = self.ticks = 0
         self.running = False
-
-    @hookimpl
-    def rmq_role_lifespan(self, kernel: Any, role: str, broker: Any) -> Any:
-        return self.service(kernel, broker) if role == self.role else None
 
     @asynccontextmanager
     async def service(self, kernel: Any, broker: Any) -> AsyncIterator[None]:
@@ -54,15 +64,13 @@ class Counting:
             self.events.append(f"exit {self.name}")
 
 
-class Failing:
-    @hookimpl
-    def rmq_role_lifespan(self, kernel: Any, role: str, broker: Any) -> Any:
-        return self.broken() if role == MASTER else None
-
+class Failing(RoleService):
     @asynccontextmanager
-    async def broken(self) -> AsyncIterator[None]:
+    async def broken(self, kernel: Any, broker: Any) -> AsyncIterator[None]:
         raise OSError("timer log unreadable")
         yield  # pragma: no cover
+
+    service = broken
 
 
 async def settle() -> None:
@@ -120,13 +128,9 @@ async def test_a_cancelled_caller_still_completes_the_role_change() -> None:
     events: list[str] = []
     slow_exit: list[str] = []
 
-    class Slow:
-        @hookimpl
-        def rmq_role_lifespan(self, kernel: Any, role: str, broker: Any) -> Any:
-            return self.span() if role == MASTER else None
-
+    class Slow(RoleService):
         @asynccontextmanager
-        async def span(self) -> AsyncIterator[None]:
+        async def service(self, kernel: Any, broker: Any) -> AsyncIterator[None]:
             try:
                 yield
             finally:

@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -32,37 +31,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from replication import produce  # noqa: E402
 
 from rmq.protocol.codes import RequestCode  # noqa: E402
-from rmq.testing.daemon import Daemons, RmqdProcess, call, eventually, runtime_info  # noqa: E402
+from rmq.testing.daemon import ControllerGroup, Daemons, call  # noqa: E402
 
 
-def info(p: RmqdProcess) -> dict[str, str]:
-    return runtime_info(p.broker_addr)
-
-
-def wait(pred: Any, timeout: float, what: str) -> Any:
-    return eventually(pred, timeout, what)
-
-
-def cluster(procs: Daemons, work: Path, all_ack: bool) -> tuple[RmqdProcess, list[RmqdProcess]]:
+def cluster(procs: Daemons, work: Path, all_ack: bool) -> ControllerGroup:
     """Three controllers and three brokers of one group (64 MiB segments, as a default broker)."""
-    group = procs.controller_group(
+    return procs.controller_group(
         work, 3, controllers=3, raft_password="bench-raft-secret", mappedFileSizeCommitLog=64 * 1024 * 1024,
-        allAckInSyncStateSet=all_ack, controllerHeartBeatTimeoutMills=3000, brokerHeartbeatInterval=500,
-        syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000, haMaxTimeSlaveNotCatchup=5000,
+        allAckInSyncStateSet=all_ack, controllerHeartBeatTimeoutMills=3000, haMaxTimeSlaveNotCatchup=5000,
         registerNameServerPeriod=2000)
-    return group.namesrv, group.brokers
-
-
-def master_of(brokers: list[RmqdProcess]) -> RmqdProcess | None:
-    for b in brokers:
-        if b.proc is not None and b.proc.poll() is None and info(b).get("controllerRole") == "MASTER":
-            return b
-    return None
-
-
-def whole(brokers: list[RmqdProcess]) -> bool:
-    m = master_of(brokers)
-    return m is not None and len(json.loads(info(m)["syncStateSet"])) == len(brokers)
 
 
 def main() -> int:
@@ -78,21 +55,17 @@ def run(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="rmq-bench-failover-"))
     with Daemons(scratch=work) as procs:  # the stores go at the end: GiB-sized segments
         for all_ack in (False, True):
-            ns, brokers = cluster(procs, work / f"rate-{all_ack}", all_ack)
-            wait(lambda brokers=brokers: whole(brokers), 60, "cluster settled")
-            m = master_of(brokers)
-            assert m is not None
+            m = cluster(procs, work / f"rate-{all_ack}", all_ack).settled()[0]
             rate, p50, p99, errors = anyio.run(produce, m.broker_addr, args.messages, 1024, 32)
             print(f"allAckInSyncStateSet={str(all_ack).lower():5}: {rate:>8,.0f} msg/s  ack p50 {p50:.2f} ms  "
                   f"p99 {p99:.2f} ms" + (f"  ({errors} failed)" if errors else ""))
             for p in reversed(procs):
                 p.stop()
-        ns, brokers = cluster(procs, work / "kills", True)
-        wait(lambda: whole(brokers), 60, "cluster settled")
+        group = cluster(procs, work / "kills", True)
+        ns = group.namesrv
+        m = group.settled()[0]
         times = []
         for k in range(args.kills):
-            m = master_of(brokers)
-            assert m is not None
             stop = threading.Event()
             errors: list[str] = []
             first: list[float] = []
@@ -137,7 +110,7 @@ def run(args: argparse.Namespace) -> None:
             times.append(first[0] - killed[0])
             print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
             m.start()
-            wait(lambda: whole(brokers), 90, "the killed broker back in the SyncStateSet")
+            m = group.settled(90)[0]  # the killed broker back in the SyncStateSet
         print(f"failover over {len(times)} kills: min {min(times):.2f} s, median {statistics.median(times):.2f} s, "
               f"max {max(times):.2f} s")
 

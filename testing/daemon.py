@@ -274,7 +274,9 @@ class Daemons(list[RmqdProcess]):
     def controller_group(self, workdir: Path, brokers: int, *, controllers: int = 1, raft_password: str | None = None,
                          broker_extra: dict[str, Any] | None = None, **broker_conf: Any) -> ControllerGroup:
         """A name server, ``controllers`` controllers (one Raft group) and ``brokers`` brokers of broker-a in
-        controller mode (1 MiB commitlog segments, then ``broker_conf``), each in a folder of ``workdir``."""
+        controller mode (:data:`CONTROLLER_BROKER_CONF`, then ``broker_conf``; ``broker_extra``: more tables
+        of the brokers' rmqd.toml, e.g. plugin options), each in a folder of ``workdir``. Returns once all
+        have started; :meth:`ControllerGroup.settled` waits for the roles."""
         ns = self.start(RmqdProcess(workdir / "ns", broker=False))
         ports = [free_port() for _ in range(controllers)]
         addrs = [f"127.0.0.1:{p}" for p in ports]
@@ -284,20 +286,32 @@ class Daemons(list[RmqdProcess]):
             "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
             "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}}))
             for i in range(controllers)]
-        conf = {"namesrvAddr": ns.namesrv_addr, "enableControllerMode": True, "controllerAddr": ";".join(addrs),
-                "mappedFileSizeCommitLog": 1024 * 1024, **broker_conf}
+        conf = {**CONTROLLER_BROKER_CONF, "namesrvAddr": ns.namesrv_addr, "controllerAddr": ";".join(addrs),
+                **broker_conf}
+        # one after the other: started together, two brokers take the same next broker id from the controller
         members = [self.start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf, extra=broker_extra))
                    for i in range(brokers)]
         return ControllerGroup(ns, ctls, members, addrs)
 
 
+# controller-mode brokers for tests: 1 MiB segments, and heartbeats, metadata sync and SyncStateSet checks
+# often enough that a role change settles within seconds
+CONTROLLER_BROKER_CONF: dict[str, Any] = {
+    "enableControllerMode": True, "mappedFileSizeCommitLog": 1024 * 1024, "brokerHeartbeatInterval": 500,
+    "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000}
+
+
 class ControllerGroup(NamedTuple):
+    """The processes of :meth:`Daemons.controller_group`: the smallest set-up in which a broker is promoted
+    and demoted (failover, ``electMaster``). The brokers start as RocketMQ's do in controller mode (fenced,
+    then the controller names the master), so none is a master "at start": wait for :meth:`settled`."""
+
     namesrv: RmqdProcess
     controllers: list[RmqdProcess]
     brokers: list[RmqdProcess]
     controller_addrs: list[str]
 
-    def settled(self) -> tuple[RmqdProcess, ...] | None:
+    def roles(self) -> tuple[RmqdProcess, ...] | None:
         """(master, *slaves) once one broker is master, the others slaves, and all of them in its sync
         state set; None before (for ``eventually``)."""
         roles = [runtime_info(b.broker_addr)["controllerRole"] for b in self.brokers]
@@ -307,6 +321,30 @@ class ControllerGroup(NamedTuple):
         if len(json.loads(runtime_info(master.broker_addr)["syncStateSet"])) != len(roles):
             return None
         return master, *(b for b in self.brokers if b is not master)
+
+    def settled(self, timeout: float = 60, master: RmqdProcess | None = None) -> tuple[RmqdProcess, ...]:
+        """Wait for :meth:`roles` (with ``master`` the master, when given)."""
+        what = "a master with every broker in its sync state set" + (f" ({master.broker_addr})" if master else "")
+        return eventually(lambda: (r := self.roles()) and (master is None or r[0] is master) and r,  # type: ignore[no-any-return]
+                          timeout, what, interval=0.2)
+
+    def elect(self, broker: RmqdProcess, timeout: float = 60) -> tuple[RmqdProcess, ...]:
+        """electMaster ``broker`` (through the name server's admin client, as an operator would) and wait
+        until it serves as master; returns (it, *the others). The others may still be rejoining as slaves:
+        :meth:`settled` waits for that (seconds that a test with a deadline of its own may not have)."""
+        from rmq.client import Admin
+
+        target = int(runtime_info(broker.broker_addr)["controllerBrokerId"])
+
+        async def elect() -> dict[str, str]:
+            async with Admin(self.namesrv.namesrv_addr) as admin:
+                return await admin.elect_master(self.controller_addrs[0], "DefaultCluster", "broker-a", target)
+
+        answer = anyio.run(elect)
+        assert answer["masterBrokerId"] == str(target), answer
+        eventually(lambda: runtime_info(broker.broker_addr)["controllerRole"] == "MASTER", timeout,
+                   f"{broker.broker_addr} serving as master")
+        return broker, *(b for b in self.brokers if b is not broker)
 
 
 def eventually(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

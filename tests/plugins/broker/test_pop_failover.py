@@ -16,8 +16,7 @@ import pytest
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.message import decode_messages
-from rmq.testing.daemon import call, eventually
-from rmq.testing.pair import start_pair
+from rmq.testing.daemon import Daemons, call, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +48,9 @@ def revive_records(addr: str) -> int:
 
 
 def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
-    pair = start_pair(tmp_path)
-    try:
-        master, slave = pair.settled()
+    with Daemons() as procs:
+        group = procs.controller_group(tmp_path, 2)
+        master, slave = group.settled()
         assert call(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": "PopFO", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0, "order": "false"}).code == 0
@@ -70,7 +69,7 @@ def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
         assert written == 3  # two checkpoints, one ack
         eventually(lambda: revive_records(slave.broker_addr) == written, 30, "the revive records on the slave")
 
-        pair.elect(slave)
+        group.elect(slave)
         new = slave.broker_addr
         got = eventually(lambda: (r := pop(new, 32, 60_000)).code in (0, ResponseCode.PULL_NOT_FOUND) and r,
                          30, "pops served by the new master")
@@ -85,5 +84,3 @@ def test_a_promoted_slave_keeps_the_pop_state(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert [x.body for _, x in later] == [b"m2"], "m2 after its invisible time; m0 and m1 never"
         assert later[0][0] >= popped_at + DUE_S - 0.5 and later[0][1].reconsume_times == 1
-    finally:
-        pair.stop()

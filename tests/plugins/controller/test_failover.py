@@ -28,14 +28,12 @@ from rmq.testing.daemon import ControllerGroup, Daemons, RmqdProcess, call, even
 pytestmark = pytest.mark.slow
 
 
-
 def info(p: RmqdProcess) -> dict[str, str]:
     return runtime_info(p.broker_addr)
 
 
 def wait(pred: Any, timeout: float, what: str) -> Any:
     return eventually(pred, timeout, what, interval=0.2)
-
 
 
 def start_group(tmp_path: Any, procs: Daemons, n_brokers: int, **broker: Any) -> ControllerGroup:
@@ -50,22 +48,15 @@ def send_ext(i: int) -> dict[str, str]:
 
 def test_master_killed_new_master_elected_nothing_acknowledged_lost(tmp_path: Any) -> None:
     with Daemons() as procs:
-        ns, controllers, brokers, ctl_addrs = start_group(
-            tmp_path, procs, 3, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=3000,
-            brokerHeartbeatInterval=500, syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
-            haMaxTimeSlaveNotCatchup=5000, registerNameServerPeriod=2000, slaveTimeout=3000)
+        group = start_group(tmp_path, procs, 3, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=3000,
+                            haMaxTimeSlaveNotCatchup=5000, registerNameServerPeriod=2000, slaveTimeout=3000)
+        ns, controllers, brokers, ctl_addrs = group
 
         def roles() -> dict[str, RmqdProcess]:
             return {info(b)["controllerRole"] + str(k): b for k, b in enumerate(brokers)
                     if b.proc is not None and b.proc.poll() is None}
 
-        def settled() -> bool:
-            r = roles()
-            masters = [b for k, b in r.items() if k.startswith("MASTER")]
-            return len(masters) == 1 and len(json.loads(info(masters[0])["syncStateSet"])) == 3
-
-        wait(settled, 60, "one master with all three brokers in its SyncStateSet")
-        master = next(b for k, b in roles().items() if k.startswith("MASTER"))
+        master = group.settled()[0]
 
         acked: dict[bytes, int] = {}
         stop = threading.Event()
@@ -211,16 +202,14 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins(tmp_path: Any) ->
     import signal
 
     with Daemons() as procs:
-        ns, _controllers, brokers, ctl_addrs = start_group(
-            tmp_path, procs, 2, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=30000,
-            checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, slaveTimeout=1000)
+        group = start_group(tmp_path, procs, 2, allAckInSyncStateSet=True, controllerHeartBeatTimeoutMills=30000,
+                            checkSyncStateSetPeriod=500, haMaxTimeSlaveNotCatchup=3000, slaveTimeout=1000)
+        ns, ctl_addrs = group.namesrv, group.controller_addrs
 
         def sss(b: RmqdProcess) -> list[int]:
             return json.loads(info(b)["syncStateSet"])  # type: ignore[no-any-return]
 
-        master = wait(lambda: next((b for b in brokers if info(b)["controllerRole"] == "MASTER" and len(sss(b)) == 2),
-                                   None), 60, "a master with its slave in sync")
-        slave = next(b for b in brokers if b is not master)
+        master, slave = group.settled()
         assert send_and_ack(master.broker_addr)
         assert slave.proc is not None
         slave.proc.send_signal(signal.SIGSTOP)

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import RmqdProcess
-from rmq.testing.pair import start_pair
+from rmq.testing.daemon import Daemons, RmqdProcess, call
 
-from .test_failover import _records, call, info, wait
+from .test_failover import _records, info, wait
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +60,10 @@ def pulled(addr: str, topic: str) -> list[Any]:
 
 
 def test_master_only_services_run_exactly_while_the_broker_is_master(tmp_path: Path) -> None:
-    pair = start_pair(tmp_path, {"messageDelayLevel": f"1s 1s {RETRY_DELAY_S}s {RETRY_DELAY_S}s"},
-                      extra={"plugins": {"extensions": ["role_journal"]}})
-    try:
-        brokers = pair.brokers
-        master, slave = pair.settled()
+    with Daemons() as procs:
+        group = procs.controller_group(tmp_path, 2, broker_extra={"plugins": {"extensions": ["role_journal"]}},
+                                       messageDelayLevel=f"1s 1s {RETRY_DELAY_S}s {RETRY_DELAY_S}s")
+        master, slave = group.settled()
         parked: bytes | None = None
         for cycle in range(4):
             # the services of the role, and only those, run on each broker
@@ -95,13 +93,11 @@ def test_master_only_services_run_exactly_while_the_broker_is_master(tmp_path: P
             assert r.code == 0, r.remark
             wait(lambda: len(json.loads(info(master)["syncStateSet"])) == 2, 30, "the slave in sync before the switch")
             old = master
-            pair.elect(slave)
-            master, slave = pair.settled(master=slave)  # the roles swap, the old master in the new one's set
+            group.elect(slave)
+            master, slave = group.settled(master=slave)  # the roles swap, the old master in the new one's set
             assert slave is old
         # each broker was promoted and demoted; the third-party service entered and exited with the role
-        for b in brokers:
+        for b in group.brokers:
             events = [(e["event"], e["role"]) for e in journal(b)]
             assert events.count(("enter", "MASTER")) >= 2 and events.count(("exit", "MASTER")) >= 2, events
             assert all(a[0] != c[0] for a, c in zip(events, events[1:], strict=False)), events  # enter, exit, ...
-    finally:
-        pair.stop()

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from rmq.protocol.codes import RequestCode
-from rmq.testing.daemon import RmqdProcess
-from rmq.testing.pair import start_pair
+from rmq.testing.daemon import Daemons, RmqdProcess, call
 
-from .test_failover import call, info, wait
+from .test_failover import info, wait
 from .test_role_services import pulled, send
 
 pytestmark = pytest.mark.slow
@@ -35,9 +34,9 @@ def topics(p: RmqdProcess) -> set[str]:
 
 
 def test_a_promoted_slave_delivers_a_timer_message_for_a_topic_it_had_not_synced(tmp_path: Path) -> None:
-    pair = start_pair(tmp_path, {"timerPrecisionMs": 100}, extra=NO_SYNC)
-    try:
-        master, slave = pair.settled()
+    with Daemons() as procs:
+        group = procs.controller_group(tmp_path, 2, broker_extra=NO_SYNC, timerPrecisionMs=100)
+        master, slave = group.settled()
         # the slave's one metadata sync (on learning its master) is done before the topic exists
         wait(lambda: "topic config synced from master" in slave.log_path.read_text(), 30, "the slave's first sync")
         r = call(master.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
@@ -51,10 +50,8 @@ def test_a_promoted_slave_delivers_a_timer_message_for_a_topic_it_had_not_synced
         assert "TT" not in topics(slave)  # what makes the case: the new master has no config for the topic
 
         old = master
-        master, _ = pair.elect(slave)
+        master, _ = group.elect(slave)
         got = wait(lambda: [m for m in pulled(master.broker_addr, "TT") if m.body == b"timed"], DELAY_S + 30,
                    "the timer message delivered by the promoted slave")
         assert got[0].store_host == master.broker_addr != old.broker_addr
         assert "TT" in topics(master)
-    finally:
-        pair.stop()

@@ -9,8 +9,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from rmq.kernel.config import load_config
 from rmq.protocol.tls import structure_tls
+
+pytestmark = pytest.mark.integration  # runs `rmqd config` in a process of its own (tests/conftest.py: tiers)
 
 
 def rmqd_config(cwd: Path, *args: str) -> str:

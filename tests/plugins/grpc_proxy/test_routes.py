@@ -8,12 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 
 from rmq.plugins.grpc_proxy.v2 import definition_pb2 as d
 from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
 from rmq.protocol.codes import RequestCode
 from rmq.testing import faults as F
+
+pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
 
 MD = (("x-mq-client-id", "routes@1@1@x"),)
 TOPIC = "GRoutes"

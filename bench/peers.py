@@ -1,12 +1,15 @@
-"""Durable produce side by side: rmqd SYNC_FLUSH against the stores a user would run instead.
+"""Produce side by side: rmqd against Apache RocketMQ 4.9.8 itself and the stores a user would run instead.
 
-    python bench/peers.py [--size 1024] [--inflight 1,8,32] [--seconds 5] [--peers redis,nats]
+    python bench/peers.py [--size 1024] [--inflight 1,8,32] [--seconds 5] [--flush sync,async]
+                          [--peers java,redis,nats]
 
 One run, one machine, the same message size and concurrency for everyone:
 
-* **rmqd** (namesrv + broker, ``flushDiskType = SYNC_FLUSH``, a fresh store in a temp dir), driven by
-  the official C++ client (PyPI ``rocketmq`` 0.4.4: K threads, one synchronous send each) and by
-  ``rmq.client`` (K tasks on one asyncio producer, one ``await send`` each);
+* **rmqd** (namesrv + broker, ``flushDiskType`` SYNC_FLUSH and/or ASYNC_FLUSH, a fresh store in a temp
+  dir), driven by the official C++ client (PyPI ``rocketmq`` 0.4.4: K threads, one synchronous send
+  each) and by ``rmq.client`` (K tasks on one asyncio producer, one ``await send`` each);
+* **the Java broker**, Apache RocketMQ 4.9.8 built from source (``../shared/java`` or ``$RMQ_JAVA_HOME``:
+  its NameServer and Broker JVMs, the same flush modes), driven by the same two clients;
 * **Redis** (Debian's ``redis-server``, started here on loopback: AOF on, ``appendfsync always``),
   driven by ``redis-benchmark -c K`` with ``XADD`` of a SIZE-byte field;
 * **NATS JetStream** (Debian's ``nats-server``, file storage, ``sync_interval: always`` where the server
@@ -15,8 +18,9 @@ One run, one machine, the same message size and concurrency for everyone:
 
 Each driver runs in its own process for ``--seconds`` after a short warm-up and reports msgs/s and
 the p50/p99 latency of one acknowledged send. The table gives rmqd's throughput as a ratio of
-Redis', and the CPU per acknowledged send of the server process and of the driving process: on
-a small machine both share the cores, so a client's own cost bounds what any server can show. Peers that are not installed are listed as skipped; figures never change the exit status,
+Redis', the CPU per acknowledged send of the server process and of the driving process (on a small
+machine both share the cores, so a client's own cost bounds what any server can show), and the
+broker's resident memory at rest (before the first send) and its peak under load. Peers that are not installed are listed as skipped; figures never change the exit status,
 only errors do.
 """
 
@@ -174,17 +178,45 @@ def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, fl
 DRIVERS = {"cpp": drive_cpp, "rmq": drive_rmq, "nats": drive_nats}
 
 
+def rss_mib(pid: int) -> float:
+    """Resident set of ``pid`` in MiB (Linux /proc; NaN when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def child(kind: str, target: str, size: int, k: int, seconds: float, server_pid: int | None = None) -> dict[str, float]:
     """Run one driver in a fresh process (no GIL or client state shared between measurements);
-    with ``server_pid``, the server's CPU over the run goes in as ``server_us`` per send."""
+    with ``server_pid``, the server's CPU over the run goes in as ``server_us`` per send and its peak
+    resident memory, sampled while the driver runs, as ``rss_mib``."""
     cmd = [sys.executable, __file__, "--child", kind, target, str(size), str(k), str(seconds)]
     s0 = process_cpu(server_pid) if server_pid else float("nan")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    peak = [float("nan")]
+    done = threading.Event()
+
+    def sample() -> None:
+        while server_pid and not done.wait(0.2):
+            r = rss_mib(server_pid)
+            peak[0] = r if peak[0] != peak[0] else max(peak[0], r)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    finally:
+        done.set()
+        sampler.join()
     if out.returncode != 0:
         raise RuntimeError(f"{kind} driver failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     r: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     if server_pid:
         r["server_us"] = (process_cpu(server_pid) - s0) / r["n"] * 1e6 if r["n"] else float("nan")
+        r["rss_mib"] = peak[0]
     return r
 
 
@@ -230,28 +262,60 @@ def _redis_csv(text: str) -> dict[str, str]:
     return dict(zip(head, vals, strict=False))
 
 
-def start_rmqd(tmp: Path) -> Any:
-    from rmq.testing.daemon import RmqdProcess
-
-    rmqd = RmqdProcess(tmp / "rmqd", broker_conf={"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20})
-    rmqd.start()
+async def create_topic(broker_addr: str, namesrv_addr: str) -> None:
+    """The bench topic with 4 queues (RocketMQ's default), then until the name server routes it."""
     from rmq.kernel.hookspecs.remoting import RemotingConfig
-    from rmq.plugins.remoting_tcp import (
-        TcpRemotingClient,  # create the topic with 4 queues, as RocketMQ's default
-    )
+    from rmq.plugins.remoting_tcp import TcpRemotingClient
     from rmq.protocol.codes import RequestCode
     from rmq.protocol.command import RemotingCommand
 
-    async def create() -> None:
-        async with TcpRemotingClient(RemotingConfig(name="bench")) as c:
-            r = await c.invoke(rmqd.broker_addr, RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4",
-                                                      "perm": "6"}), 10)
-            assert r.code == 0, r
+    async with TcpRemotingClient(RemotingConfig(name="bench")) as c:
+        r = await c.invoke(broker_addr, RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4",
+                                                  "perm": "6", "defaultTopic": "TBW102",
+                                                  "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
+                                                  "order": "false"}), 10)
+        assert r.code == 0, r
+        for _ in range(300):
+            r = await c.invoke(namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                     {"topic": TOPIC}), 10)
+            if r.code == 0:
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{namesrv_addr} has no route for {TOPIC}")
 
-    asyncio.run(create())
-    time.sleep(1.0)  # the registration with the new topic reaches the name server
-    return rmqd
+
+class Server:
+    """A broker under test: where clients find it, the process whose CPU and memory count, how to stop it."""
+
+    def __init__(self, namesrv: str, pid: int, stop: Any) -> None:
+        self.namesrv, self.pid, self.stop = namesrv, pid, stop
+        self.rest_mib = rss_mib(pid)
+
+
+def start_rmqd(tmp: Path, flush: str) -> Server:
+    from rmq.testing.daemon import RmqdProcess
+
+    rmqd = RmqdProcess(tmp / f"rmqd-{flush}", broker_conf={"flushDiskType": flush,
+                                                           "mappedFileSizeCommitLog": 256 << 20})
+    rmqd.start()
+    asyncio.run(create_topic(rmqd.broker_addr, rmqd.namesrv_addr))
+    assert rmqd.proc is not None
+    return Server(rmqd.namesrv_addr, rmqd.proc.pid, rmqd.stop)
+
+
+def start_java(tmp: Path, flush: str) -> Server:
+    """Apache RocketMQ 4.9.8's NameServer + Broker JVMs; the broker's process is the one measured."""
+    from rmq.testing.java import JavaBroker
+
+    java = JavaBroker(tmp / f"java-{flush}", flush=flush, conf={"mappedFileSizeCommitLog": 256 << 20})
+    java.start()
+    try:
+        asyncio.run(create_topic(java.broker_addr, java.namesrv_addr))
+    except BaseException:
+        java.stop()
+        raise
+    return Server(java.namesrv_addr, java.broker_pid, java.stop)
 
 
 def nats_start(tmp: Path) -> tuple[subprocess.Popen[bytes], int, str]:
@@ -303,11 +367,18 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--inflight", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--peers", default="redis,nats", help="comma-separated: redis, nats")
+    ap.add_argument("--warmup", type=float, default=5.0,
+                    help="seconds of untimed load on each broker first (the JVM's JIT compiles the hot path)")
+    ap.add_argument("--flush", default="sync", help="comma-separated flushDiskType of both brokers: sync, async")
+    ap.add_argument("--peers", default="java,redis,nats", help="comma-separated: java, redis, nats")
     args = ap.parse_args()
     ks = [int(x) for x in args.inflight.split(",")]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    flushes = [f"{f.strip().upper()}_FLUSH" for f in args.flush.split(",") if f.strip()]
+    from rmq.testing.java import java_home
+
     have = {
+        "java": java_home() is not None,
         "redis": shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None,
         "nats": shutil.which("nats-server") is not None and _importable("nats"),
     }
@@ -319,14 +390,20 @@ def main() -> int:
         skipped = [p for p in peers if not have.get(p)]
         if skipped:
             print(f"# not installed, skipped: {', '.join(skipped)}", flush=True)
-        rmqd = start_rmqd(tmp)
-        try:
-            for k in ks:
-                pid = rmqd.proc.pid if rmqd.proc is not None else None
-                results[("rmqd + C++ client", k)] = child("cpp", rmqd.namesrv_addr, args.size, k, args.seconds, pid)
-                results[("rmqd + rmq.client", k)] = child("rmq", rmqd.namesrv_addr, args.size, k, args.seconds, pid)
-        finally:
-            rmqd.stop()
+        brokers = [("rmqd", start_rmqd)] + ([("Java 4.9.8", start_java)] if "java" in peers and have["java"] else [])
+        for flush in flushes:
+            for name, start in brokers:
+                server = start(tmp, flush)
+                label = f"{name} {flush.split('_')[0].lower()}"
+                try:
+                    if args.warmup > 0:
+                        child("rmq", server.namesrv, args.size, max(ks), args.warmup)
+                    for k in ks:
+                        for kind, client in (("cpp", "C++"), ("rmq", "rmq.client")):
+                            r = child(kind, server.namesrv, args.size, k, args.seconds, server.pid)
+                            results[(f"{label} + {client}", k)] = {**r, "rest_mib": server.rest_mib}
+                finally:
+                    server.stop()
         if "redis" in peers and have["redis"]:
             for k in ks:
                 results[("Redis XADD, AOF always", k)] = redis_run(tmp, args.size, k, args.seconds)
@@ -338,15 +415,18 @@ def main() -> int:
             finally:
                 proc.terminate()
                 proc.wait(10)
-    print(f"\n{'system':<26} {'in flight':>9} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs Redis':>9}"
-          f" {'server µs':>10} {'client µs':>10}")
+    print(f"\n{'system':<30} {'in flight':>9} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs Redis':>9}"
+          f" {'server µs':>10} {'client µs':>10} {'RSS rest':>9} {'RSS load':>9}")
+    nan = float("nan")
     for (name, k), r in results.items():
         redis = results.get(("Redis XADD, AOF always", k))
         ratio = f"{r['rate'] / redis['rate']:.2f}" if redis and redis["rate"] else "-"
-        print(f"{name:<26} {k:>9} {r['rate']:>10,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {ratio:>9}"
-              f" {r.get('server_us', float('nan')):>10.1f} {r.get('client_us', float('nan')):>10.1f}")
+        print(f"{name:<30} {k:>9} {r['rate']:>10,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {ratio:>9}"
+              f" {r.get('server_us', nan):>10.1f} {r.get('client_us', nan):>10.1f}"
+              f" {r.get('rest_mib', nan):>9.0f} {r.get('rss_mib', nan):>9.0f}")
     print("(server µs / client µs: CPU of the server process / of the driving process per acknowledged send;"
-          " on a 2-core machine the two share the cores)")
+          " on a 2-core machine the two share the cores. RSS MiB of the broker process at rest and its peak"
+          " under load; the Java figures leave out its NameServer JVM, rmqd's include its name server role)")
     return 0
 
 

@@ -44,6 +44,7 @@ class Stats:
         self.total_ok = 0
         self.total_failed = 0
         self.start = time.perf_counter()
+        self.last_tick = self.start
         self.lines: list[str] = []
 
     def record(self, ms: float, n: int = 1) -> None:
@@ -74,8 +75,16 @@ class Stats:
         self.ok = 0
         self.failed = 0
         self.lat = []
+        self.last_tick = time.perf_counter()
         self.lines.append(line)
         return line
+
+    def close(self, label: str, quiet: bool) -> None:
+        """The last, partial interval: shown like the others, and counted in the summary (a run shorter
+        than a second, or a slow start on a busy machine, still prints its rate line)."""
+        line = self.tick(label, max(1e-9, time.perf_counter() - self.last_tick))
+        if not quiet:
+            print(line, flush=True)
 
     def summary(self, label: str, elapsed: float, unit: str = "msgs") -> str:
         lat = sorted(self.all_lat)
@@ -88,12 +97,9 @@ class Stats:
 
 
 async def _reporter(stats: Stats, label: str, quiet: bool) -> None:
-    last = time.perf_counter()
     while True:
         await anyio.sleep(1.0)
-        now = time.perf_counter()
-        line = stats.tick(label, now - last)
-        last = now
+        line = stats.tick(label, time.perf_counter() - stats.last_tick)
         if not quiet:
             print(line, flush=True)
 
@@ -169,7 +175,7 @@ async def run_producer(args: argparse.Namespace) -> Stats:
                         workers.start_soon(sync_worker)
             elapsed = time.perf_counter() - t_start
             tg.cancel_scope.cancel()
-    stats.tick("send", max(1e-9, time.perf_counter() - t_start - math.floor(elapsed)))
+    stats.close("send", args.quiet)
     print(stats.summary(f"producer {args.mode} size={args.size} batch={args.batch} c={args.concurrency}", elapsed))
     return stats
 
@@ -205,7 +211,7 @@ async def run_consumer(args: argparse.Namespace) -> Stats:
                 await done.wait()
             tg.cancel_scope.cancel()
     end = time.perf_counter()
-    stats.tick("consume", 1.0)
+    stats.close("consume", args.quiet)
     elapsed = end - (first[0] if first else end)
     stats.total_ok = count
     print(stats.summary(f"consumer (first message to last, {count} msgs)", elapsed))
@@ -306,7 +312,7 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
                 while received + stats.failed + stats.total_failed < sent:  # noqa: ASYNC110 - bounded drain
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
-    stats.tick("e2e", 1.0)
+    stats.close("e2e", args.quiet)
     how = "producer in its own process" if args.split else "producer and consumer in one process"
     missing = sent - received - stats.total_failed
     print(stats.summary(f"end-to-end latency at {args.rate}/s target ({sent} sent, {how})", elapsed)

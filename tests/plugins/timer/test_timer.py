@@ -88,8 +88,11 @@ async def test_delivered_on_time_never_early(rmqd_factory: Any) -> None:
         r = await p.send(Message("TmA", b"past", deliver_at=now_ms() - 5000))  # due: stored as sent
         assert r.recall_handle is None
         early = await drain(ns, "TmA", timeout=0.3)
-        assert sorted(m.body for m in early) == [b"past", b"warm-up"]
-        got = await drain(ns, "TmA", wait_for=2 + len(sent))
+        drained_at = now_ms()
+        # the due ones are there at once; a timed one only if sending took past its time (a busy machine)
+        assert {b"past", b"warm-up"} <= {m.body for m in early}
+        assert all(sent[m.body] <= drained_at for m in early if m.body in sent), [m.body for m in early]
+        got = await drain(ns, "TmA", wait_for=2 + len(sent))  # from the start again: every message
     timed = {m.body: m for m in got if m.body in sent}
     assert set(timed) == set(sent)
     for body, due in sent.items():

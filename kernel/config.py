@@ -34,7 +34,9 @@ import attrs
 import cattrs
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
-from rmq.protocol.rocketmq_keys import ALIASES, refusal
+from rmq.protocol import javaprops
+from rmq.protocol.rocketmq_conf import ConfFileError, config_format, document, locate
+from rmq.protocol.rocketmq_keys import ALIASES, ignored, refusal
 from rmq.protocol.tomledit import toml_value
 
 
@@ -106,6 +108,8 @@ class RootConfig:
     tls: dict[str, Any] = attrs.field(factory=dict)  # opaque here: the transports read it
     tables: dict[str, Any] = attrs.field(factory=dict, metadata={"internal": True})
     source: str = attrs.field(default="<defaults>", metadata={"internal": True})
+    #: RocketMQ keys accepted and ignored ("broker.serverWorkerThreads <why>"): logged at start, dumped as comments
+    ignored: list[str] = attrs.field(factory=list, metadata={"internal": True})
 
     def __getattr__(self, name: str) -> Any:
         if name in ROLE_SECTIONS or name in declared():
@@ -241,30 +245,56 @@ def embedded_default() -> dict[str, Any]:
     return {name: dict(table) for name, table in tables.items() if table is not None}
 
 
+def _read_properties(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """A RocketMQ ``broker.conf`` / ``namesrv.conf`` as the TOML tables it stands for, and each key's line."""
+    types = {r: {f.name: f.type for f in attrs.fields(section_class(r))} for r in ROLE_SECTIONS if r in declared()}
+    try:
+        return document(javaprops.parse(text), source, types)
+    except javaprops.PropertiesError as e:
+        raise ConfigError(f"{source}:{e.line}: {e.message}") from None
+    except ConfFileError as e:
+        raise ConfigError(str(e)) from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RootConfig:
     """Read, override and validate; raise ``ConfigError`` with one precise line on any problem.
 
-    With no file the embedded default applies: both roles on with defaults.
+    With no file the embedded default applies: both roles on with defaults. A file is TOML, or RocketMQ's
+    own properties (``config_format``: ``.toml``; ``.conf`` / ``.properties``; else by content).
     """
+    lines: dict[str, int] = {}
     if path is None:
         doc: dict[str, Any] = embedded_default()
         source = EMBEDDED
     else:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
         except OSError as e:
             raise ConfigError(f"{source}: cannot read: {e.strerror or e}") from None
         try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{source}: invalid TOML: {e}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            text = raw.decode("latin-1")  # what Java's Properties.load reads; TOML must be UTF-8
+            if config_format(source, text) == "toml":
+                raise ConfigError(f"{source}: not UTF-8 ({e.reason} at byte {e.start})") from None
+        if config_format(source, text) == "properties":
+            doc, lines = _read_properties(text, source)
+        else:
+            try:
+                doc = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"{source}: invalid TOML: {e}") from None
     for item in overrides:
-        dotted, sep, raw = item.partition("=")
+        dotted, sep, raw_value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item}: expected section.key=value")
-        _coerce_override(doc, dotted.strip(), raw.strip())
-    return structure_config(doc, source)
+        _coerce_override(doc, dotted.strip(), raw_value.strip())
+        lines.pop(dotted.strip(), None)  # a problem with it is the override's, not the file line's
+    try:
+        return structure_config(doc, source)
+    except ConfigError as e:
+        raise ConfigError(locate(str(e), source, lines)) from None
 
 
 def _structure_table(name: str, table: Any, source: str) -> Any:
@@ -285,6 +315,12 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
             if aliases[old] in table:
                 raise ConfigError(f"{source}: {name}.{old} and {name}.{aliases[old]} are one setting; keep one")
             doc[name] = table = {aliases[old] if k == old else k: v for k, v in table.items()}
+    dropped = []  # RocketMQ keys that only tune Java internals, or ask for what rmq does anyway
+    for name in (n for n in ROLE_SECTIONS if n in declared() and isinstance(doc.get(n), dict)):
+        fields = {f.name for f in attrs.fields(section_class(name))}
+        why = {k: ignored(name, k, v) for k, v in doc[name].items() if k not in fields}
+        dropped += [f"{name}.{k} {w}" for k, w in why.items() if w is not None]
+        doc[name] = {k: v for k, v in doc[name].items() if why.get(k) is None}
     for key in (k for k in doc if k not in KERNEL_TABLES and k not in declared()):
         if key in ROLE_SECTIONS:
             raise ConfigError(f"{source}: {_undeclared(key)}")
@@ -298,7 +334,7 @@ def structure_config(doc: dict[str, Any], source: str = "<dict>") -> RootConfig:
         raise
     except Exception as e:  # cattrs wraps everything in validation groups
         raise ConfigError(_render_error(e, source, section)) from None
-    cfg.source = source
+    cfg.source, cfg.ignored = source, dropped
     if not cfg.roles():
         raise ConfigError(f"{source}: no role enabled: add a [namesrv], [controller] and/or [broker] section")
     for ns, tables in cfg.plugin.items():
@@ -325,6 +361,7 @@ def dump_config(cfg: RootConfig) -> str:
     from rmq.protocol.tls import KEYS, TlsConfigError, structure_tls
 
     out: list[str] = [f"# effective configuration (source: {cfg.source})"]
+    out += [f"# ignored: {line}" for line in cfg.ignored]
 
     def table(name: str, values: dict[str, Any]) -> None:
         out.append(f"\n[{name}]")

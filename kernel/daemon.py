@@ -2,8 +2,9 @@
 
     rmqd                       embedded default: namesrv + broker, default ports, ./rmq-store
     rmqd --config rmqd.toml    roles and plugins from TOML
+    rmqd --config broker.conf  RocketMQ's own broker.conf / namesrv.conf (Java properties), as they are
     rmqd plugins               every namespace, installed entry points, which are selected
-    rmqd config                the effective configuration as TOML
+    rmqd config                the effective configuration as TOML (``--format toml``), whatever the file's format
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def setup_logging(level: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmqd", description="rmq daemon: RocketMQ NameServer and/or Broker")
     p.add_argument("command", nargs="?", default="run", choices=["run", "plugins", "config"])
-    p.add_argument("-c", "--config", help="TOML file (default: embedded namesrv + broker)")
+    p.add_argument("-c", "--config", help="TOML file, or RocketMQ's broker.conf / namesrv.conf (.conf, .properties: "
+                                          "Java properties); default: embedded namesrv + broker")
+    p.add_argument("--format", choices=["toml"], default="toml", help="what `rmqd config` prints (default: toml)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="override one setting, e.g. --set broker.listenPort=10921 (repeatable)",
@@ -95,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         setup_logging(args.log_level or config.log.level)
+        if config.ignored:  # never silent: one line; `rmqd config` says why for each
+            log.info("%s: %d RocketMQ keys accepted and ignored (Java internals, or what rmq does anyway): %s",
+                     config.source, len(config.ignored), ", ".join(i.split(" ", 1)[0] for i in config.ignored))
         if args.command == "config":
             sys.stdout.write(dump_config(config))
             return 0

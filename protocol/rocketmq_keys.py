@@ -1,8 +1,10 @@
-"""RocketMQ's configuration keys and what rmqd does with each: honoured, or refused at start with why.
+"""RocketMQ's configuration keys and what rmqd does with each: honoured, ignored, or refused at start with why.
 
-A RocketMQ operator brings a ``broker.conf`` / ``namesrv.conf``; every key in it must either take
-its RocketMQ effect or stop ``rmqd`` with one line saying why, never be dropped silently and never
-be called "unknown" when RocketMQ knows it. The lists are built from the real classes read in
+A RocketMQ operator brings a ``broker.conf`` / ``namesrv.conf``; every key in it must take its RocketMQ
+effect, or be one that only tunes Java internals (thread pools, Netty, locks, statistics) or asks for
+what rmq does anyway, which is accepted, ignored and listed (IGNORED, NOOP; logged at start, shown by
+``rmqd config``), or stop ``rmqd`` with one line saying why; never be dropped silently and never be
+called "unknown" when RocketMQ knows it. The lists are built from the real classes read in
 apache/rocketmq: 4.9.8's BrokerConfig, MessageStoreConfig, NettyServerConfig, NettyClientConfig (all
 four are read from one broker.conf) and NamesrvConfig, and 5.3.3's additions to them plus its
 ControllerConfig and BrokerIdentity. Pure data: ``kernel/config.py`` looks a refused key up when
@@ -57,17 +59,21 @@ HONOURED: dict[str, str] = {
                   "electMasterMaxRetryCount bindAddress",
 }
 
+# Java-internal tuning: accepted and ignored (IGNORED), so a RocketMQ deployment's files start rmqd unchanged
 _THREADS = ("sizes a Java thread pool; rmq serves requests on one event loop per process (disk syncs in "
-            "worker threads it sizes itself), so there is nothing to size: remove it")
+            "worker threads it sizes itself)")
 _POOL_QUEUE = ("bounds a Java thread pool's queue; rmq queues no requests outside their connections (sends "
-               "are bounded by sendThreadPoolQueueCapacity): remove it")
+               "are bounded by sendThreadPoolQueueCapacity)")
 _WAIT_QUEUE = ("is how long a request may wait in a Java thread pool's queue; only sends queue in rmq "
-               "(waitTimeMillsInSendQueue): remove it")
-_NETTY = "is a Netty setting rmq has no use for (asyncio sockets, one event loop per process): remove it"
+               "(waitTimeMillsInSendQueue)")
+_NETTY = "is a Netty setting (threads, buffers, pooling, epoll); rmq's sockets are asyncio's"
 _NETTY_CLIENT = ("is a setting of RocketMQ's Netty client (the broker's connections to name servers and its "
-                 "master); rmq's has no such knob: remove it")
-_UNUSED = "is declared by RocketMQ 4.9 but never read by it: remove it"
-_COMMERCIAL = "is commercial usage accounting the open-source broker's statistics carry; rmq meters nothing: remove it"
+                 "master); rmq's client has no such knob")
+_UNUSED = "is declared by RocketMQ 4.9 but never read by it"
+_COMMERCIAL = "feeds commercial usage accounting in the broker's statistics; rmq meters nothing"
+_JAVA = "tunes Java's store internals (locks, heap copies, page warming, deferred unmapping)"
+_STATS_IGNORED = "switches a RocketMQ statistics detail; rmq keeps its own statistics (GET_BROKER_RUNTIME_INFO)"
+_ONLY_WITH = "only matters with {0}=true, which rmq refuses"
 _DLEDGER = ("configures DLedger commitlog replication, which rmq does not have: replicate with classic HA "
             "(brokerRole) or RocketMQ 5's controller mode (enableControllerMode): remove it")
 _LMQ = "configures light message queues (LMQ, multi-dispatch for MQTT), which rmq does not have: remove it"
@@ -75,10 +81,8 @@ _TRANSIENT = ("configures the transient store pool (writes into off-heap buffers
               "copy optimisation; rmq writes into the mapped segment directly: remove it")
 _CQ_EXT = ("configures the consume queue extension (filter bitmaps), which rmq does not have; SQL92 "
            "filters are evaluated per message: remove it")
-_BLOOM = ("configures the bloom-filter bitmaps of consumer filters (with the consume queue extension), "
-          "which rmq does not have: remove it")
-_STATS = ("switches a RocketMQ statistics detail; rmq always keeps its statistics (GET_BROKER_RUNTIME_INFO, "
-          "[broker] metricsExporterType): remove it")
+_BLOOM = ("tunes the bloom-filter bitmaps that speed SQL92 filtering up (with enableConsumeQueueExt, which rmq "
+          "refuses); rmq evaluates every message, with the same result")
 _ROCKSDB = "configures the RocksDB consume queue store; rmq keeps consume queues in mapped files: remove it"
 _COMPACTION = "configures compacted topics, which rmq does not have: remove it"
 _POP_BUFFER = ("tunes RocketMQ 5's POP checkpoint buffer and revive scan; rmq writes each checkpoint and ack "
@@ -100,6 +104,12 @@ _DNS = "looks the addresses up through an address server or DNS; rmq takes them 
 
 #: RocketMQ key -> why rmq refuses it (a clause that follows "<section>.<key> ")
 REFUSED: dict[str, dict[str, str]] = {"broker": {}, "namesrv": {}, "controller": {}}
+#: RocketMQ key -> why rmq accepts and ignores it: it only tunes Java internals (thread pools, Netty, locks,
+#: statistics) or only matters together with a key rmq refuses. Logged at start and in ``rmqd config``.
+IGNORED: dict[str, dict[str, str]] = {"broker": {}, "namesrv": {}, "controller": {}}
+#: a refused key -> the value (as text, lower case) at which it asks for what rmq does anyway: accepted and
+#: ignored at that value (``forceRegister=true``, ``enableDLegerCommitLog=false``), refused at any other
+NOOP: dict[str, dict[str, str]] = {"broker": {}, "namesrv": {}, "controller": {}}
 
 
 def _refuse(sections: str, keys: str, why: str) -> None:
@@ -108,32 +118,40 @@ def _refuse(sections: str, keys: str, why: str) -> None:
             REFUSED[section][key] = why
 
 
-_refuse("broker", """sendMessageThreadPoolNums putMessageFutureThreadPoolNums pullMessageThreadPoolNums
+def _ignore(sections: str, keys: str, why: str) -> None:
+    for section in sections.split():
+        for key in keys.split():
+            IGNORED[section][key] = why
+
+
+_ignore("broker", """sendMessageThreadPoolNums putMessageFutureThreadPoolNums pullMessageThreadPoolNums
     processReplyMessageThreadPoolNums queryMessageThreadPoolNums adminBrokerThreadPoolNums clientManageThreadPoolNums
     consumerManageThreadPoolNums heartbeatThreadPoolNums endTransactionThreadPoolNums ackMessageThreadPoolNums
     litePullMessageThreadPoolNums loadBalanceProcessorThreadPoolNums recoverThreadPoolNums
     batchDispatchRequestThreadPoolNums dispatchCqThreads compactionThreadNum timerGetMessageThreadNum
     timerPutMessageThreadNum""", _THREADS)
-_refuse("broker", """putThreadPoolQueueCapacity pullThreadPoolQueueCapacity replyThreadPoolQueueCapacity
+_ignore("broker", """putThreadPoolQueueCapacity pullThreadPoolQueueCapacity replyThreadPoolQueueCapacity
     queryThreadPoolQueueCapacity clientManagerThreadPoolQueueCapacity consumerManagerThreadPoolQueueCapacity
     heartbeatThreadPoolQueueCapacity endTransactionPoolQueueCapacity ackThreadPoolQueueCapacity
     adminBrokerThreadPoolQueueCapacity litePullThreadPoolQueueCapacity loadBalanceThreadPoolQueueCapacity""",
         _POOL_QUEUE)
-_refuse("broker", """waitTimeMillsInPullQueue waitTimeMillsInHeartbeatQueue waitTimeMillsInTransactionQueue
+_ignore("broker", """waitTimeMillsInPullQueue waitTimeMillsInHeartbeatQueue waitTimeMillsInTransactionQueue
     waitTimeMillsInAckQueue waitTimeMillsInAdminBrokerQueue waitTimeMillsInLitePullQueue""", _WAIT_QUEUE)
-_refuse("broker namesrv controller", """serverWorkerThreads serverCallbackExecutorThreads serverSelectorThreads
+_ignore("broker namesrv controller", """serverWorkerThreads serverCallbackExecutorThreads serverSelectorThreads
     serverOnewaySemaphoreValue serverAsyncSemaphoreValue serverChannelMaxIdleTimeSeconds serverSocketSndBufSize
     serverSocketRcvBufSize writeBufferHighWaterMark writeBufferLowWaterMark serverSocketBacklog
     serverPooledByteBufAllocatorEnable useEpollNativeSelector serverNettyWorkerGroupEnable
     enableShutdownGracefully shutdownWaitTimeSeconds""", _NETTY)
-_refuse("broker", """clientWorkerThreads clientCallbackExecutorThreads clientOnewaySemaphoreValue
+_ignore("broker", """clientWorkerThreads clientCallbackExecutorThreads clientOnewaySemaphoreValue
     clientAsyncSemaphoreValue connectTimeoutMillis channelNotActiveInterval clientChannelMaxIdleTimeSeconds
     clientSocketSndBufSize clientSocketRcvBufSize clientPooledByteBufAllocatorEnable clientCloseSocketIfTimeout
     disableCallbackExecutor disableNettyWorkerGroup enableReconnectForGoAway isScanAvailableNameSrv
-    maxReconnectIntervalTimeSeconds socksProxyConfig""", _NETTY_CLIENT)
-_refuse("broker", "flushConsumerOffsetHistoryInterval filterServerNums highSpeedMode maxDelayTime putMsgIndexHightWater",
+    maxReconnectIntervalTimeSeconds""", _NETTY_CLIENT)
+_refuse("broker", "socksProxyConfig", "routes the broker's connections through a SOCKS proxy, which rmq's client "
+        "does not do: remove it")
+_ignore("broker", "flushConsumerOffsetHistoryInterval filterServerNums highSpeedMode maxDelayTime putMsgIndexHightWater",
         _UNUSED)
-_refuse("broker", """commercialEnable commercialTimerCount commercialTransCount commercialBigCount commercialBaseCount
+_ignore("broker", """commercialEnable commercialTimerCount commercialTransCount commercialBigCount commercialBaseCount
     commercialSizePerMsg""", _COMMERCIAL)
 _refuse("broker", "storePathDLedgerCommitLog enableDLegerCommitLog dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId",
         _DLEDGER)
@@ -142,11 +160,11 @@ _refuse("broker", """commitIntervalCommitLog commitCommitLogLeastPages commitCom
     transientStorePoolEnable transientStorePoolSize fastFailIfNoBufferInStorePool wakeCommitWhenPutMessage""",
         _TRANSIENT)
 _refuse("broker", "enableConsumeQueueExt mappedFileSizeConsumeQueueExt bitMapLengthConsumeQueueExt", _CQ_EXT)
-_refuse("broker", "enableCalcFilterBitMap expectConsumerNumUseFilter maxErrorRateOfBloomFilter filterDataCleanTimeSpan",
+_ignore("broker", "enableCalcFilterBitMap expectConsumerNumUseFilter maxErrorRateOfBloomFilter filterDataCleanTimeSpan",
         _BLOOM)
-_refuse("broker", """enableDetailStat autoDeleteUnusedStats enableScheduleMessageStats accountStatsEnable
+_ignore("broker", """enableDetailStat autoDeleteUnusedStats enableScheduleMessageStats accountStatsEnable
     accountStatsPrintZeroValues maxStatsIdleTimeInMinutes transactionMetricFlushInterval printChannelGroups
-    printChannelGroupsMinNum estimateAccumulation""", _STATS)
+    printChannelGroupsMinNum estimateAccumulation""", _STATS_IGNORED)
 _refuse("broker", """storeType rocksdbCQDoubleWriteEnable rocksdbCompressionType rocksdbFlushWalFrequency
     rocksdbWalFileRollingThreshold bottomMostCompressionTypeForConsumeQueueStore cleanRocksDBDirtyCQIntervalMin
     enableRocksDBLog memTableFlushIntervalMs realTimePersistRocksDBConfig statRocksDBCQIntervalSec""", _ROCKSDB)
@@ -172,7 +190,8 @@ _refuse("broker controller", """metricsGrpcExporterTarget metricsGrpcExporterHea
 _refuse("broker", "metricsOtelCardinalityLimit", _OTEL)
 _refuse("broker", "transactionOpBatchInterval transactionOpMsgMaxSize",
         "batches RocketMQ 5's transaction op messages; rmq writes one op per ended half: remove it")
-_refuse("broker", "isBrokerContainer isInBrokerContainer isolateLogEnable brokerConfigPath", _CONTAINER)
+_refuse("broker", "isBrokerContainer isInBrokerContainer brokerConfigPath", _CONTAINER)
+_ignore("broker", "isolateLogEnable", "names Java's log files per broker; rmq logs to stderr")
 _refuse("broker", """timerCheckMetricsWhen timerEnableCheckMetrics timerMetricSmallThreshold timerProgressLogIntervalMs
     timerEnableDisruptor timerWarmEnable timerColdDataCheckIntervalMs timerSkipUnknownError timerRollWindowSlot""",
         _TIMER_INTERNAL)
@@ -180,11 +199,11 @@ _refuse("broker namesrv controller", "rocketmqHome", _HOME)
 _refuse("broker namesrv controller", "configBlackList", _BLACKLIST)
 _refuse("broker", "fetchNamesrvAddrByAddressServer fetchNameSrvAddrByDnsLookup fetchControllerAddrByDnsLookup "
         "fetchNamesrvAddrInterval updateNameServerAddrPeriod", _DNS)
-_refuse("namesrv", """clientRequestThreadPoolNums defaultThreadPoolNums""", _THREADS)
-_refuse("namesrv", "clientRequestThreadPoolQueueCapacity defaultThreadPoolQueueCapacity unRegisterBrokerQueueCapacity",
+_ignore("namesrv", """clientRequestThreadPoolNums defaultThreadPoolNums""", _THREADS)
+_ignore("namesrv", "clientRequestThreadPoolQueueCapacity defaultThreadPoolQueueCapacity unRegisterBrokerQueueCapacity",
         _POOL_QUEUE)
-_refuse("controller", "controllerThreadPoolNums", _THREADS)
-_refuse("controller", "controllerRequestThreadPoolQueueCapacity", _POOL_QUEUE)
+_ignore("controller", "controllerThreadPoolNums", _THREADS)
+_ignore("controller", "controllerRequestThreadPoolQueueCapacity", _POOL_QUEUE)
 _refuse("controller", "metricsExporterType metricsPromExporterPort metricsPromExporterHost",
         "configures metrics of RocketMQ's controller; rmq's controller exports none: remove it")
 
@@ -194,11 +213,7 @@ REFUSED["broker"].update({
                           "[plugins] storage = [...]: move them there",
     "notifyConsumerIdsChangedEnable": "is the broker-wide switch; rmq honours the subscription group's own "
                                       "notifyConsumerIdsChangedEnable: remove it and set it on the groups",
-    "transferMsgByHeap": "chooses heap copies or zero-copy for pull results; rmq always answers from the mapped "
-                         "segment: remove it",
     "disableConsumeIfConsumerReadSlowly": "disables groups that read far behind, which rmq does not do: remove it",
-    "consumerFallbehindThreshold": "is the lag at which disableConsumeIfConsumerReadSlowly acts, which rmq does "
-                                   "not do: remove it",
     "brokerFastFailureEnable": "switches the send queue's fast failure, which rmq always applies "
                                "(waitTimeMillsInSendQueue, osPageCacheBusyTimeOutMills): remove it",
     "startAcceptSendRequestTimeStamp": "delays sends until a given time, which rmq does not do: remove it",
@@ -206,32 +221,10 @@ REFUSED["broker"].update({
     "forceRegister": "is always true in rmq (the whole topic table is registered every round): remove it",
     "readOnlyCommitLogStorePaths": "adds read-only commitlog directories; rmq has one (storePathCommitLog): "
                                    "remove it",
-    "useReentrantLockWhenPutMessage": "chooses the Java lock around appends; rmq has one writer on its event "
-                                      "loop and no lock: remove it",
-    "destroyMapedFileIntervalForcibly": "is how long a deleted segment may stay mapped; a deleted segment is "
-                                        "unlinked at once and unmapped when its last reader lets go, so there is "
-                                        "nothing to destroy forcibly: remove it",
-    "redeleteHangedFileInterval": "retries deleting a segment a reader holds; rmq unlinks at once and unmaps when "
-                                  "the last reader lets go: remove it",
-    "warmMapedFileEnable": "pre-touches new segments, which rmq does not do: remove it",
-    "flushLeastPagesWhenWarmMapedFile": "is warmMapedFileEnable's flush step, which rmq does not do: remove it",
-    "maxTransferBytesOnMessageInDisk": "splits pull sizes by memory residency, which rmq does not do: "
-                                       "maxTransferBytesOnMessageInMemory bounds every pull: remove it",
-    "maxTransferCountOnMessageInDisk": "splits pull sizes by memory residency, which rmq does not do: "
-                                       "maxTransferCountOnMessageInMemory bounds every pull: remove it",
     "offsetCheckInSlave": "corrects pull offsets on a slave, which rmq does not do: remove it",
-    "debugLockEnable": "is a Java lock-debugging switch: remove it",
     "duplicationEnable": "is duplication mode (a broker replaying another's offsets), which rmq does not have: "
                          "remove it",
-    "diskFallRecorded": "switches a Java store-latency statistic rmq does not keep: remove it",
     "defaultQueryMaxNum": "bounds query-by-key results; rmq bounds them by maxMsgsNumBatch: remove it",
-    "isEnableBatchPush": "switches HA batch pushing; rmq's HA always ships in haTransferBatchSize chunks: remove it",
-    "enableBatchPush": "switches HA batch pushing; rmq's HA always ships in haTransferBatchSize chunks: remove it",
-    "enableScheduleAsyncDeliver": "chooses asynchronous delivery of due delay-level messages; rmq's schedule "
-                                  "service has one delivery loop: remove it",
-    "scheduleAsyncDeliverMaxPendingLimit": "tunes enableScheduleAsyncDeliver, which rmq does not have: remove it",
-    "scheduleAsyncDeliverMaxResendNum2Blocked": "tunes enableScheduleAsyncDeliver, which rmq does not have: "
-                                                "remove it",
     "useTLS": "is set in rmq's [tls] table (tls.enable, tls.server.mode): move it there",
     "allowRecallWhenBrokerNotWriteable": "lets a broker without write permission take recalls, which rmq does "
                                          "not do: remove it",
@@ -332,8 +325,6 @@ REFUSED["broker"].update({
     "wakeFlushWhenPutMessage": "is not supported: rmq's flush policy decides when to flush: remove it",
 })
 REFUSED["namesrv"].update({
-    "configStorePath": "is where RocketMQ writes namesrv.properties; rmq reads its TOML only: remove it",
-    "productEnvName": "names an environment for the address server, which rmq does not have: remove it",
     "clusterTest": "is a RocketMQ test switch: remove it",
     "deleteTopicWithBrokerRegistration": "is not supported: remove it",
     "enableAllTopicList": "gates GET_ALL_TOPIC_LIST_FROM_NAMESERVER, which rmq always serves: remove it",
@@ -345,7 +336,7 @@ REFUSED["namesrv"].update({
     "supportActingMaster": "is slave-acting-master, which rmq does not have: remove it",
 })
 REFUSED["controller"].update({
-    "configStorePath": "is where RocketMQ writes controller.properties; rmq reads its TOML only: remove it",
+    "configStorePath": "is where RocketMQ writes controller.properties; rmq's controller keeps no such file: remove it",
     "listenPort": "is not how rmq's controller listens: each node serves on its own peer's port in "
                   "controllerDLegerPeers: remove it",
     "jraftConfig": "configures jRaft; rmq's controller runs its own Raft: remove it",
@@ -357,10 +348,61 @@ REFUSED["controller"].update({
 })
 
 
+# single 4.9.8 keys that only tune Java internals, or only act together with a key rmq refuses
+for _key, _why in {
+    "transferMsgByHeap": _JAVA, "useReentrantLockWhenPutMessage": _JAVA, "destroyMapedFileIntervalForcibly": _JAVA,
+    "redeleteHangedFileInterval": _JAVA, "warmMapedFileEnable": _JAVA, "flushLeastPagesWhenWarmMapedFile": _JAVA,
+    "debugLockEnable": _JAVA, "diskFallRecorded": _STATS_IGNORED,
+    "maxTransferBytesOnMessageInDisk": "sizes pulls served from disk; rmq sizes every pull by "
+                                       "maxTransferBytesOnMessageInMemory",
+    "maxTransferCountOnMessageInDisk": "sizes pulls served from disk; rmq sizes every pull by "
+                                       "maxTransferCountOnMessageInMemory",
+    "enableBatchPush": "chooses how Java's HA service batches; rmq's ships haTransferBatchSize chunks",
+    "isEnableBatchPush": "chooses how Java's HA service batches; rmq's ships haTransferBatchSize chunks",
+    "enableScheduleAsyncDeliver": "chooses how Java's schedule service hands due messages over; rmq's has one loop",
+    "scheduleAsyncDeliverMaxPendingLimit": _ONLY_WITH.format("enableScheduleAsyncDeliver"),
+    "scheduleAsyncDeliverMaxResendNum2Blocked": _ONLY_WITH.format("enableScheduleAsyncDeliver"),
+    "consumerFallbehindThreshold": _ONLY_WITH.format("disableConsumeIfConsumerReadSlowly"),
+    **dict.fromkeys(("transientStorePoolSize", "commitIntervalCommitLog", "commitCommitLogLeastPages",
+                     "commitCommitLogThoroughInterval", "fastFailIfNoBufferInStorePool"),
+                    _ONLY_WITH.format("transientStorePoolEnable")),
+    **dict.fromkeys(("dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId", "storePathDLedgerCommitLog"),
+                    _ONLY_WITH.format("enableDLegerCommitLog")),
+    **dict.fromkeys(("mappedFileSizeConsumeQueueExt", "bitMapLengthConsumeQueueExt"),
+                    _ONLY_WITH.format("enableConsumeQueueExt")),
+    "maxLmqConsumeQueueNum": _ONLY_WITH.format("enableLmq"),
+}.items():
+    REFUSED["broker"].pop(_key, None)
+    IGNORED["broker"][_key] = _why
+IGNORED["namesrv"]["configStorePath"] = ("is where RocketMQ writes the settings UPDATE_NAMESRV_CONFIG changes; rmq "
+                                         "writes them into the config file it started from")
+IGNORED["namesrv"]["productEnvName"] = _ONLY_WITH.format("clusterTest")
+NOOP["broker"].update({
+    "forceRegister": "true", "compressedRegister": "false", "notifyConsumerIdsChangedEnable": "true",
+    "disableConsumeIfConsumerReadSlowly": "false", "brokerFastFailureEnable": "true",
+    "startAcceptSendRequestTimeStamp": "0", "messageStorePlugIn": "", "readOnlyCommitLogStorePaths": "",
+    "enableDLegerCommitLog": "false", "enableLmq": "false", "enableMultiDispatch": "false",
+    "enableConsumeQueueExt": "false", "transientStorePoolEnable": "false", "duplicationEnable": "false",
+    "offsetCheckInSlave": "false", "fetchNamesrvAddrByAddressServer": "false",
+    "configBlackList": "configblacklist;brokerconfigpath",
+})
+NOOP["namesrv"].update({"clusterTest": "false", "configBlackList": "configblacklist;configstorepath;kvconfigpath"})
+
+
 def refusal(section: str, key: str) -> str | None:
     """Why ``section.key`` (a RocketMQ key rmq does not take) is refused, or None for a key RocketMQ
     does not know either (the caller says "unknown key")."""
     return REFUSED.get(section, {}).get(key)
+
+
+def ignored(section: str, key: str, value: object) -> str | None:
+    """Why ``section.key = value`` is accepted and ignored (it only tunes Java internals, or asks for what
+    rmq does anyway), or None when the key must be honoured or refused."""
+    if key in IGNORED.get(section, {}):
+        return IGNORED[section][key]
+    noop = NOOP.get(section, {}).get(key)
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value).strip().lower()
+    return "asks for what rmq does anyway" if noop is not None and text == noop else None
 
 
 def honoured(section: str) -> list[str]:

@@ -29,7 +29,7 @@ from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
-from rmq.protocol.tomledit import TomlEditError, edit
+from rmq.protocol.rocketmq_conf import edit_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -452,8 +452,8 @@ class AdminProcessor(TableProcessor):
         if changes and b.config_file:  # as RocketMQ rewrites broker.properties: the change survives a restart
             try:
                 await anyio.to_thread.run_sync(ConfigFile(Path(b.config_file)).edit,
-                                               partial(edit, table="broker", changes=changes))
-            except (TomlEditError, OSError) as e:
+                                               partial(edit_text, b.config_file, table="broker", changes=changes))
+            except (ValueError, OSError) as e:  # the edit would not read back safely
                 log.warning("UPDATE_BROKER_CONFIG applied but not persisted: %s", e)
                 return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()

@@ -28,7 +28,7 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
-from rmq.protocol.tomledit import TomlEditError, edit
+from rmq.protocol.rocketmq_conf import edit_text
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, ProcessorRegistry, RemotingServer
@@ -148,8 +148,8 @@ class NamesrvService:
         if changes and self.config_file:  # as RocketMQ persists namesrv.properties
             try:
                 await anyio.to_thread.run_sync(ConfigFile(Path(self.config_file)).edit,
-                                               partial(edit, table="namesrv", changes=changes))
-            except (TomlEditError, OSError) as e:
+                                               partial(edit_text, self.config_file, table="namesrv", changes=changes))
+            except (ValueError, OSError) as e:  # the edit would not read back safely
                 log.warning("UPDATE_NAMESRV_CONFIG applied but not persisted: %s", e)
                 return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
         return cmd.response()

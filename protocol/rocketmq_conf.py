@@ -64,7 +64,8 @@ def _role(entries: list[javaprops.Entry], source: str, fields: Mapping[str, Mapp
           ) -> tuple[str, str]:
     """The role whose file this is, and why (for messages)."""
     known = {r: _known(r, fields) for r in ROLES}
-    for role, others in (("broker", ("namesrv", "controller")), ("namesrv", ("broker",)), ("controller", ())):
+    for role, others in (("broker", ("namesrv", "controller")), ("namesrv", ("broker",)),
+                         ("controller", ("broker", "namesrv"))):
         for e in entries:
             if e.key in known[role] and not any(e.key in known[o] for o in others):
                 return role, f"line {e.line} sets {e.key}"

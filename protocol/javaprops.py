@@ -7,7 +7,9 @@ line as written, and :func:`escape` writes a key or value back. The grammar is j
 - natural lines end at LF, CR or CRLF; a line's leading spaces, tabs and form feeds are skipped; a
   line that is then empty, or starts with ``#`` or ``!``, is a comment (a comment never continues);
 - a line ending in an odd number of backslashes continues on the next one: that backslash and the
-  line break are dropped, as is the next line's leading white space (an empty next line ends it);
+  line break are dropped, as is the next line's leading white space (an empty next line ends it); a
+  backslash with nothing before it begins no line (what follows is read afresh, comments included),
+  except at the very end of the text, where it is an entry with the empty key (Java 9+'s LineReader);
 - the key runs to the first unescaped ``=``, ``:`` or white space; white space around it and at
   most one ``=``/``:`` separate it from the value, which runs to the end of the line (trailing white
   space included, as in Java);
@@ -68,7 +70,8 @@ def _odd_backslashes(s: str) -> bool:
 
 def _logical_lines(text: str) -> list[tuple[str, int, int]]:
     """(logical line, first physical line, last physical line) for every non-comment, non-empty line."""
-    lines = [content for content, _ in split_lines(text)]
+    natural = split_lines(text)
+    lines = [content for content, _ in natural]
     out: list[tuple[str, int, int]] = []
     i = 0
     while i < len(lines):
@@ -77,16 +80,23 @@ def _logical_lines(text: str) -> list[tuple[str, int, int]]:
         i += 1
         if not buf or buf[0] in "#!":
             continue
+        keep = True
         while _odd_backslashes(buf):
             buf = buf[:-1]
             if i >= len(lines):
+                # Java's quirk: a backslash that ends the text (or is followed only by a CR or an LF, not
+                # a CRLF) still yields its line, even an empty one: the key ""
+                keep = bool(buf) or natural[-1][1] != "\r\n"
+                break
+            if not buf:  # nothing before the backslash: the logical line has not begun; start afresh
+                keep = False
                 break
             nxt = lines[i].lstrip(_WS)
             i += 1
             if not nxt:
                 break
             buf += nxt
-        if buf:
+        if keep:
             out.append((buf, start + 1, i))
     return out
 

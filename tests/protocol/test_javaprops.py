@@ -34,7 +34,10 @@ def test_continuations_and_line_numbers() -> None:
     assert [e.line for e in parse("x=1\r\ny=2\rz=3\n")] == [1, 2, 3]  # CRLF, CR and LF each end one line
     assert [e.line for e in parse("x=1\x0by=2\u2028z=3\x85w")] == [1]  # nothing else ends a line
     assert parse("#c\\\n  k = v") == [Entry("k", "v", 2, 2)]
-    assert parse("\\\n#k=v") == [Entry("#k", "v", 1, 2)]  # a continued line is not a comment
+    assert parse("a\\\n#k=v") == [Entry("a#k", "v", 1, 2)]  # a continued line is no comment...
+    assert parse("\\\n#k=v\n\\\n\n k=v") == [Entry("k", "v", 5, 5)]  # ...unless nothing came before the backslash
+    assert parse("x=1\n\\") == parse("x=1\n\\\n") == [Entry("x", "1", 1, 1), Entry("", "", 2, 2)]  # Java's EOF quirk
+    assert parse("x=1\n\\\r\n") == [Entry("x", "1", 1, 1)]
 
 
 def test_escapes() -> None:

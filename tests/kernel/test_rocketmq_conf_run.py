@@ -21,7 +21,8 @@ import pytest
 from rmq.client import Message, MessageExt, Producer, PushConsumer
 from rmq.client.testing import FAST
 from rmq.kernel.config import load_config
-from rmq.testing.daemon import RmqdProcess, eventually, free_port, runtime_info
+from rmq.protocol.codes import RequestCode
+from rmq.testing.daemon import RmqdProcess, call, eventually, free_port, runtime_info
 
 pytestmark = pytest.mark.integration  # rmqd processes started from files, not through the rmqd fixtures
 
@@ -121,6 +122,12 @@ def test_a_rocketmq_broker_file_starts_rmqd_and_serves(tmp_path: Path, name: str
         try:
             eventually(lambda: runtime_info(b.broker_addr).get("brokerRole") is not None, 30, "broker answers")
             round_trip(ns.namesrv_addr, f"ConfT_{name.split('.')[0].replace('-', '_')}")
+            # updateBrokerConfig persists into the file, as a properties line, the rest as it was
+            before = conf.read_text()
+            r = call(b.broker_addr, RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4\n")
+            assert r.code == 0 and r.remark in (None, ""), r.remark
+            assert conf.read_text() == before + "brokerPermission=4\n"
+            assert load_config(conf).broker.brokerPermission == 4
         finally:
             b.stop()
     finally:

@@ -22,6 +22,7 @@ from rmq.protocol.command import HeaderError, RemotingCommand, ext_i32, ext_int
 from rmq.protocol.common import (
     MAX_PROPERTIES_BYTES,
     Perm,
+    SysFlag,
     prop_value,
     properties_problem,
     set_props,
@@ -115,12 +116,17 @@ class SendProcessor:
         v = get(keys.flag)
         flag = int(v) if v and len(v) < 10 and v.isdigit() and v.isascii() else ext_i32(cmd, keys.flag)
         props = get(keys.properties) or ""
+        batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         # as 4.9 stores it: without WAIT=true (9 bytes a message; WAIT=false stays, the store's SYNC_FLUSH
         # needs it) and with CLUSTER = this broker's cluster (a request-reply responder builds the reply topic
-        # from it). Any other WAIT value: answered without waiting for the slave (isWaitStoreMsgOK)
+        # from it). Any other WAIT value: answered without waiting for the slave (isWaitStoreMsgOK). A batch's
+        # own properties are appended to each member whole, WAIT=true included, as 4.9's batch encoder does;
+        # a delayed or half message keeps it too (4.9 encodes their properties again after putting it back)
         waits = True
         i = props.find("WAIT\x01true")
-        if i >= 0 and (i == 0 or props[i - 1] == "\x02"):
+        if batch or (i >= 0 and _reencoded(props, sys_flag)):
+            waits = waits_for_store(props)
+        elif i >= 0 and (i == 0 or props[i - 1] == "\x02"):
             j = i + 9
             if j == len(props):
                 props = props[:i - 1] if i else ""
@@ -134,7 +140,6 @@ class SendProcessor:
             props = set_props(props, {"CLUSTER": cfg.brokerClusterName})
         else:
             props = f"{props}{self._cluster}" if not props or props[-1] == "\x02" else f"{props}\x02{self._cluster}"
-        batch = code == _BATCH_CODE or get(keys.batch) in _TRUE
         body = cmd.body
 
         tc = b.topics.table.get(topic)
@@ -355,6 +360,18 @@ class SendProcessor:
             remark = f"{remark} {result.remark}".strip() if remark else result.remark
         refusals.warning(f"put.{status.name}", "put refused by the store: %s %s", status.name, result.remark)
         return cmd.response(code, remark)
+
+
+def _reencoded(props: str, sys_flag: int) -> bool:
+    """Whether 4.9 stores this message's properties as sent, WAIT=true included: its CommitLog encodes a
+    delayed message's again (REAL_TOPIC / REAL_QID added; a plain or committed one), and its transaction
+    bridge a half message's (TRAN_MSG=true), both from the map SendMessageProcessor had put WAIT back into."""
+    if "TRAN_MSG\x01" in props and (prop_value(props, "TRAN_MSG") or "").lower() == "true":
+        return True
+    if "DELAY\x01" not in props or sys_flag & SysFlag.TX_MASK not in (SysFlag.TX_NOT, SysFlag.TX_COMMIT):
+        return False
+    level = prop_value(props, "DELAY") or ""
+    return level.isascii() and level.isdigit() and int(level) > 0
 
 
 def _holds(b: ProcessorContext, store: Any, conn: Connection) -> bool:

@@ -53,6 +53,18 @@ async def test_send_v2_and_batches(broker_env: Any) -> None:
         assert [m.body for m in msgs] == [b"v2", b"b0", b"b1", b"b2", b"b0", b"b1", b"b2"]
         assert [m.queue_offset for m in msgs] == list(range(7))
         assert msgs[2].properties["UNIQ_KEY"] == "U1"
+        # a batch's own properties (MessageBatch's WAIT=true) stay on every member as 4.9 stores them (its
+        # batch encoder appends them whole); a single message's WAIT=true is dropped (9 bytes saved)
+        r = await env.send("T2", encode_batch(items), code=RequestCode.SEND_BATCH_MESSAGE, props={"WAIT": "true"})
+        one = await env.send("T2", b"one", props={"WAIT": "true"})
+        assert r.code == one.code == 0
+        kept = decode_messages((await env.pull("T2", 0, 7)).body)
+        assert [m.properties.get("WAIT") for m in kept] == ["true", "true", "true", None]
+        # so do a delayed message's and a half message's: 4.9 encodes their properties again after the fact
+        r = await env.send("T2", b"later", props={"WAIT": "true", "DELAY": "1"})
+        assert r.code == 0
+        held = decode_messages((await env.pull("SCHEDULE_TOPIC_XXXX", 0, 0)).body)
+        assert [m.properties.get("WAIT") for m in held] == ["true"]
         bad = await env.send("T2", b"\x00\x00\x00\x30garbage", batch="1")
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL
 

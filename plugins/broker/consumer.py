@@ -275,7 +275,7 @@ class ConsumerProcessor(TableProcessor):
             topic = DLQ_PREFIX + group
             dtc = b.topics.create_in_send_back(topic, 1, Perm.READ_WRITE, 2 if unit else 0)
             queue_id = random.randrange(dtc.writeQueueNums or 1)
-            changes[Prop.DELAY] = None
+            changes[Prop.DELAY] = "0"  # as 4.9's setDelayTimeLevel(0): the dead letter says DELAY=0
             log.info("message %s of group %s reached %d reconsumes: to %s", offset_msg_id(b.store_host, phys),
                      group, msg.reconsume_times, topic)
         else:

@@ -133,6 +133,7 @@ async def test_send_back_retry_then_dlq(broker_env: Any) -> None:
         d = await env.pull("%DLQ%" + group, 0, 0, group=group)
         dm = decode_messages(d.body)[0]
         assert dm.body == b"payload" and dm.reconsume_times == 2 and dm.properties["RETRY_TOPIC"] == "RT"
+        assert dm.properties["DELAY"] == "0"  # 4.9 stores the dead letter with delay level 0, not without
         r = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 10**9, "group": group, "delayLevel": 0})
         assert r.code == ResponseCode.SYSTEM_ERROR
 

@@ -129,7 +129,7 @@ public final class Driver {
         } else if (t instanceof RequestTimeoutException) {
             m.put("code", ((RequestTimeoutException) t).getResponseCode());
         }
-        m.put("message", String.valueOf(t.getMessage()));
+        m.put("remark", String.valueOf(t.getMessage()));
         return m;
     }
 

@@ -46,6 +46,9 @@ class MessageRecord:
     reconsume_times: int = 0
     prepared_tx_offset: int = 0
     store_timestamp: int = 0  # 0 = the store stamps it; a transaction commit copies the half's
+    # False: answered once appended whatever its WAIT says (no sync flush, no slave wait), as RocketMQ's
+    # setWaitStoreMsgOK(false) after the properties were encoded: a renewed half keeps its stored WAIT
+    waits: bool = True
 
 
 class PutStatus(enum.IntEnum):

@@ -151,7 +151,7 @@ class BrokerController:
                 return refused
         result = await self.store.put_message(rec)
         if (self.sync_master and self.replication is not None and result.status is PutStatus.PUT_OK
-                and waits_for_store(rec.properties)):
+                and rec.waits and waits_for_store(rec.properties)):
             await self.wait_slave(result)
         return result
 

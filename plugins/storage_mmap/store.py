@@ -317,7 +317,7 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
         # the tail below is repeated in put_messages: a shared coroutine would cost each put ~0.5 µs
         end = result.wrote_offset + result.wrote_bytes
         if self._sync:  # wait for the disk, unless the producer said WAIT=false
-            if waits_for_store(msg.properties) and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
+            if msg.waits and waits_for_store(msg.properties) and not await self.policy.wait_flushed(end):  # type: ignore[union-attr]
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
         elif end - self.reput.offset > self._backlog:
             await anyio.lowlevel.checkpoint()  # let the reput loop catch up with a put-only caller

@@ -257,10 +257,11 @@ class TransactionCheckService:
             d >= i for d in done) else ops_end)
 
     async def _put_back(self, half: MessageExt, checks: int, extra: dict[str, str] | None = None) -> PutResult:
-        # WAIT=false as RocketMQ's renewHalfMessageInner: on a SYNC_MASTER without a slave the copy is stored
-        # (PUT_OK), not SLAVE_NOT_AVAILABLE, which would skip the check and copy the half again every round
-        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks), Prop.WAIT: "false",
-                                                    **(extra or {})})
+        # not waited for, as RocketMQ's renewHalfMessageInner: on a SYNC_MASTER without a slave the copy is
+        # stored (PUT_OK), not SLAVE_NOT_AVAILABLE, which would skip the check and copy the half again every
+        # round. Its stored WAIT stays as it was (RocketMQ clears it after encoding): a commit copies it on
+        rec = record_of(half, TRANS_HALF_TOPIC, 0, {Prop.TRANSACTION_CHECK_TIMES: str(checks), **(extra or {})})
+        rec.waits = False
         return await self.broker.put(rec)
 
     async def _check(self, half: MessageExt, checks: int) -> bool:
@@ -286,7 +287,9 @@ class TransactionCheckService:
         c = decode_message(raw)
         copy = encode_message(
             half.properties.get(Prop.REAL_TOPIC) or c.topic, c.body,
-            queue_id=int(half.properties.get(Prop.REAL_QID) or 0), flag=c.flag, properties=c.properties,
+            queue_id=int(half.properties.get(Prop.REAL_QID) or 0), flag=c.flag,
+            # the producer is shown WAIT=false: RocketMQ's renew set it on the message it then sends
+            properties={**c.properties, Prop.WAIT: "false"},
             sys_flag=c.sys_flag, queue_offset=c.queue_offset, commit_log_offset=c.commit_log_offset,
             born_timestamp=c.born_timestamp, born_host=c.born_host, store_timestamp=c.store_timestamp,
             store_host=c.store_host_raw or c.store_host, reconsume_times=c.reconsume_times,

@@ -203,6 +203,18 @@ class Judge:
         assert_same(views, [o.side.name for o in outs])
         return views[0]
 
+    def same_steps(self, steps: list[tuple[str, dict[str, Any]]], *, normalise: Callable[
+            [list[dict[str, Any]]], list[dict[str, Any]]] | None = None, drop: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Like :meth:`same` for scenarios of several driver runs (a producer restarted): each step on both
+        brokers at once, one after the other; what each side saw, in order, is compared whole."""
+        seen: list[list[dict[str, Any]]] = [[] for _ in self.sides]
+        for cmd, opts in steps:
+            for i, o in enumerate(self.run(cmd, **opts)):
+                seen[i] += [{**line, "step": cmd} for line in o.lines]
+        views = [self.view(lines, normalise=normalise, drop=drop) for lines in seen]
+        assert_same(views, [s.name for s in self.sides])
+        return views[0]
+
     @staticmethod
     def view(lines: list[dict[str, Any]], *, normalise: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
              | None = None, drop: Iterable[str] = ()) -> list[dict[str, Any]]:

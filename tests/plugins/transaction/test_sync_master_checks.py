@@ -1,6 +1,7 @@
 """A transaction check on a SYNC_MASTER with no slave: the put-back of the half (RocketMQ's
-renewHalfMessageInner) and the op records carry WAIT=false, so they are stored as PUT_OK and the
-producer is asked; answered SLAVE_NOT_AVAILABLE the check would skip the producer every round."""
+renewHalfMessageInner: not waited for, its stored WAIT unchanged) and the op records (WAIT=false) are
+stored as PUT_OK and the producer is asked; answered SLAVE_NOT_AVAILABLE the check would skip the
+producer every round."""
 
 from __future__ import annotations
 

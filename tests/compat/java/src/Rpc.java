@@ -106,8 +106,34 @@ final class Rpc {
         }
     }
 
+    /**
+     * enableMsgTrace on a producer and a push consumer: one message sent and consumed; both flush their
+     * trace records to RMQ_SYS_TRACE_TOPIC at shutdown. Prints the msgId for queryMsgTraceById.
+     */
     static void trace() throws Exception {
-        throw new UnsupportedOperationException("trace");
+        String topic = Driver.opt("topic");
+        Driver.createTopic(topic);
+        DefaultMQProducer p = new DefaultMQProducer("PG_" + topic, true);
+        p.setNamesrvAddr(Driver.opt("ns"));
+        p.setInstanceName("traced-producer");
+        p.start();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("G_" + topic, true);
+        c.setNamesrvAddr(Driver.opt("ns"));
+        c.setInstanceName("traced-consumer");
+        c.subscribe(topic, "*");
+        CountDownLatch got = new CountDownLatch(1);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            msgs.forEach(m -> got.countDown());
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        Consumers.settle(List.of(c), Driver.intOpt("queues", 4));
+        org.apache.rocketmq.client.producer.SendResult r = p.send(Driver.numbered(topic, 0));
+        Driver.emit("send", "idx", 0, "result", Driver.sendResult(r));
+        Driver.emit("consumed", "ok", got.await(60, TimeUnit.SECONDS));
+        Thread.sleep(1000);  // the consumer's trace record is made after the listener returned
+        c.shutdown();
+        p.shutdown();
     }
 
     static void acl() throws Exception {

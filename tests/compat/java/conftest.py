@@ -91,6 +91,38 @@ def judge(java_home: Path, driver_classes: Path, tmp_path_factory: pytest.TempPa
         jb.stop()
 
 
+def acl_home(home: Path, overlay: Path, plain_acl: str) -> Path:
+    """A RocketMQ home of the test's own whose conf/plain_acl.yml is ``plain_acl`` (the Java broker reads
+    its ACL from ``$ROCKETMQ_HOME/conf``): links to the shared build, which stays untouched."""
+    (overlay / "conf").mkdir(parents=True)
+    for item in home.iterdir():
+        if item.name not in ("conf", "clienthome"):
+            (overlay / item.name).symlink_to(item)
+    for item in (home / "conf").iterdir():
+        if item.name != "plain_acl.yml":
+            (overlay / "conf" / item.name).symlink_to(item)
+    (overlay / "conf" / "plain_acl.yml").write_text(plain_acl)
+    return overlay
+
+
+@pytest.fixture(scope="module")
+def acl_judge(java_home: Path, driver_classes: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
+    """rmqd and the Java broker with aclEnable and the same accounts (rmq.testing.acl's), for one module."""
+    from rmq.testing.acl import ACCOUNTS
+
+    tmp = tmp_path_factory.mktemp("acl-judge")
+    acl_file = tmp / "plain_acl.yml"
+    acl_file.write_text(ACCOUNTS)
+    home = acl_home(java_home, tmp / "java-home", ACCOUNTS)
+    rm, jb = start_pair(tmp, home, {"aclEnable": True}, rmqd_conf={"plainAclFile": str(acl_file)})
+    try:
+        yield Judge(java_home, driver_classes, [Side("rmqd", rm.namesrv_addr, tmp / "client-rmqd", rm),
+                                                Side("java", jb.namesrv_addr, tmp / "client-java", jb)])
+    finally:
+        rm.stop()
+        jb.stop()
+
+
 @pytest.fixture
 def names(request: pytest.FixtureRequest) -> str:
     """A name of the test's own (topics, groups): tests share the brokers."""

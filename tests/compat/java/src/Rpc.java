@@ -136,7 +136,60 @@ final class Rpc {
         p.shutdown();
     }
 
+    /**
+     * One account's view of an ACL broker (``--ak``/``--sk``, none for an anonymous client): the topic is
+     * made by the admin account (``--adminAk``/``--adminSk``), then this account sends two messages, pulls
+     * the queues and reads its group's consume offset; each step prints its result or its exception.
+     */
     static void acl() throws Exception {
-        throw new UnsupportedOperationException("acl");
+        String topic = Driver.opt("topic");
+        String ak = Driver.opts.remove("ak");
+        String sk = Driver.opts.remove("sk");
+        Driver.opts.put("ak", Driver.opt("adminAk"));
+        Driver.opts.put("sk", Driver.opt("adminSk"));
+        Driver.createTopic(topic);
+        Driver.opts.remove("ak");
+        Driver.opts.remove("sk");
+        if (ak != null) {
+            Driver.opts.put("ak", ak);
+            Driver.opts.put("sk", sk);
+        }
+        DefaultMQProducer p = new DefaultMQProducer("PG_" + topic, Driver.rpcHook());
+        p.setNamesrvAddr(Driver.opt("ns"));
+        p.setInstanceName("acl-p-" + System.nanoTime());
+        p.setRetryTimesWhenSendFailed(0);
+        p.start();
+        for (int i = 0; i < 2; i++) {
+            try {
+                Driver.emit("send", "idx", i, "result", Driver.sendResult(p.send(Driver.numbered(topic, i),
+                        Consumers.BY_IDX, 0)));
+            } catch (Exception e) {
+                Driver.emit("send", "idx", i, "error", Driver.error(e));
+            }
+        }
+        p.shutdown();
+        org.apache.rocketmq.client.consumer.DefaultMQPullConsumer c =
+            new org.apache.rocketmq.client.consumer.DefaultMQPullConsumer(Driver.opt("group"), Driver.rpcHook());
+        c.setNamesrvAddr(Driver.opt("ns"));
+        c.setInstanceName("acl-c-" + System.nanoTime());
+        c.start();
+        org.apache.rocketmq.common.message.MessageQueue q0 =
+            new java.util.TreeSet<>(c.fetchSubscribeMessageQueues(topic)).first();
+        try {
+            org.apache.rocketmq.client.consumer.PullResult r = c.pull(q0, "*", 0, 32);
+            List<Object> bodies = new ArrayList<>();
+            if (r.getMsgFoundList() != null) {
+                r.getMsgFoundList().forEach(m -> bodies.add(new String(m.getBody(), StandardCharsets.UTF_8)));
+            }
+            Driver.emit("pull", "status", String.valueOf(r.getPullStatus()), "bodies", bodies);
+        } catch (Exception e) {
+            Driver.emit("pull", "error", Driver.error(e));
+        }
+        try {
+            Driver.emit("consumeOffset", "offset", c.fetchConsumeOffset(q0, true));
+        } catch (Exception e) {
+            Driver.emit("consumeOffset", "error", Driver.error(e));
+        }
+        c.shutdown();
     }
 }

@@ -118,7 +118,7 @@ def without_idle_retry_offsets(lines: list[dict[str, Any]]) -> list[dict[str, An
     server poll, which may come before or after its first heartbeat created the topic."""
     return [line for line in lines if not (
         line["kind"] == "offset" and line["queue"]["topic"].startswith("%RETRY%")
-        and line["brokerOffset"] == line["consumerOffset"] == 0)]
+        and line["brokerOffset"] == line.get("consumerOffset", 0) == 0)]
 
 
 def _msg_key(line: dict[str, Any]) -> tuple[Any, ...]:

@@ -74,6 +74,7 @@ class ScheduleService:
         self.delays = list(broker.delay_levels)
         self.poll_interval = poll_interval
         self.offsets: dict[int, int] = {level: 0 for level in range(1, len(self.delays) + 1)}
+        self.loaded: set[int] = set()  # levels the file named: they stay in it, as RocketMQ's offset table keeps them
         self.file = ConfigFile(broker.config_dir / "delayOffset.json")
         self.dirty = False
         self.delivered = 0
@@ -87,6 +88,7 @@ class ScheduleService:
                 level = int(k)
                 if level in self.offsets:
                     self.offsets[level] = int(v)
+                    self.loaded.add(level)
         for level in self.offsets:
             qid = level - 1
             lo = self.store.get_min_offset(SCHEDULE_TOPIC, qid)
@@ -100,7 +102,10 @@ class ScheduleService:
         log.info("schedule service: %d delay levels, %d messages pending", len(self.delays), pending)
 
     def encode(self) -> str:
-        return dumps({"offsetTable": {str(k): v for k, v in self.offsets.items()}}, pretty=True, int_keys=True)
+        """``delayOffset.json``: as RocketMQ writes it, only the levels that ever moved (or were in the file);
+        a level it never delivered from has no entry (a 4.9.8 broker reading the file takes none as 0)."""
+        table = {str(k): v for k, v in self.offsets.items() if v or k in self.loaded}
+        return dumps({"offsetTable": table}, pretty=True, int_keys=True)
 
     def persist(self) -> None:
         try:

@@ -36,8 +36,9 @@ from rmq.plugins.transaction.service import (
 from rmq.protocol.access import ADMIN, AUTHORIZER, PUB, Access, check_after_read
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import ext_int
-from rmq.protocol.common import Prop
+from rmq.protocol.common import Perm, Prop
 from rmq.protocol.message import MessageDecodeError, decode_message
+from rmq.protocol.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
     from rmq.kernel import BrokerContext, Kernel, ProcessorRegistry
@@ -110,6 +111,11 @@ class TransactionPlugin:
 
     @asynccontextmanager
     async def transaction_check(self, kernel: Kernel, broker: BrokerContext) -> AsyncIterator[None]:
+        # the half and op topics get their configs (one queue each), as RocketMQ 5 gives them at start and
+        # 4.9.8 the half topic at its first check: tools list them, a pull reads them, a Java broker that
+        # opens these files later finds them
+        for topic in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC):
+            broker.ensure_topic(topic, 1, Perm.READ_WRITE)
         svc = self.service = TransactionCheckService(broker)
         try:
             async with kernel.background(svc.run):

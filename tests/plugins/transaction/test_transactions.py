@@ -16,6 +16,7 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
+from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import decode_message
 from rmq.testing.daemon import RmqdProcess
 
@@ -41,8 +42,8 @@ async def create_topic(addr: str, topic: str) -> None:
         assert r.code == 0
 
 
-async def bodies(ns: str, topic: str, wait_for: int = 0, timeout: float = 15) -> list[bytes]:
-    got: list[bytes] = []
+async def bodies(ns: str, topic: str, wait_for: int = 0, timeout: float = 15, raw: bool = False) -> list[Any]:
+    got: list[Any] = []
     async with PullConsumer("TX_CHECK", ns) as pc:
         mq = (await pc.fetch_queues(topic))[0]
         with anyio.move_on_after(timeout):
@@ -50,7 +51,7 @@ async def bodies(ns: str, topic: str, wait_for: int = 0, timeout: float = 15) ->
             while True:
                 r = await pc.pull(mq, offset, 32)
                 if r.status is PullStatus.FOUND:
-                    got += [m.body for m in r.messages]
+                    got += r.messages if raw else [m.body for m in r.messages]
                     offset = r.next_begin_offset
                     continue
                 if len(got) >= wait_for:
@@ -80,6 +81,15 @@ async def test_commit_rollback_and_invisible_until_committed(tx_rmqd: RmqdProces
     assert await bodies(ns, "TxA", wait_for=2) == [b"one", b"three"]
     await anyio.sleep(2.5)  # several check passes: nothing settled is asked about or delivered again
     assert await bodies(ns, "TxA", wait_for=2) == [b"one", b"three"]
+    # the half and op queues are topics of the broker's table (RocketMQ 5 creates both at start, 4.9.8 the
+    # half one at its first check): tools and a Java broker later opening these files read them
+    async with TcpRemotingClient(RemotingConfig(name="tx-topics")) as c:
+        r = await c.invoke(tx_rmqd.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 5)
+    table = loads(r.body)["topicConfigTable"]
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"):
+        assert (table[topic]["readQueueNums"], table[topic]["writeQueueNums"], table[topic]["perm"]) == (1, 1, 6)
+    assert [m.body for m in await bodies(ns, "RMQ_SYS_TRANS_HALF_TOPIC", wait_for=3, raw=True)] \
+        == [b"one", b"two", b"three"]
 
 
 async def test_unknown_outcome_is_settled_by_a_check_to_another_producer(tx_rmqd: RmqdProcess) -> None:

@@ -45,7 +45,7 @@ FORM_LIMIT = 30.0  # seconds to receive a form's body (the listener's bodyTimeou
 CSRF_COOKIE, CSRF_FIELD = "rmq_csrf", "csrf"
 MAX_FORM = 1 << 20  # bytes of a form body (a test message's body included)
 MAX_LIST = 64  # messages shown by one browse
-SYSTEM_GROUPS = frozenset(("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS",
+SYSTEM_GROUPS = frozenset(("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                            "CID_ONSAPI_OWNER", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS"))
 DROP_ON_RESEND = frozenset(("UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "DELAY",
                             "TRAN_MSG", "PGROUP", "CONSUME_START_TIME", "RECONSUME_TIME", "MAX_RECONSUME_TIMES",

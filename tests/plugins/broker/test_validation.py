@@ -150,6 +150,9 @@ async def test_group_admin_validates_names(broker_env: Any) -> None:
         r = await env.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "TOOLS_CONSUMER"})
         assert r.code == ResponseCode.SYSTEM_ERROR and "system group" in r.remark
         assert "TOOLS_CONSUMER" in env.broker.groups.table and "a/../b" not in env.broker.groups.table
+        # RocketMQ 5's transaction check group, by its value (MixAll.CID_SYS_RMQ_TRANS = "CID_RMQ_SYS_TRANS"):
+        # the name its offsets are kept under in consumerOffset.json
+        assert "CID_RMQ_SYS_TRANS" in env.broker.groups.table and "CID_SYS_RMQ_TRANS" not in env.broker.groups.table
 
 
 class _Peer:

@@ -9,7 +9,8 @@ real topic and queue as a new record without ``DELAY``. That makes consumer
 retries (send-back uses levels 3+) and client delay levels work.
 
 Options (``[plugin.processors.schedule]``): ``poll_interval_ms`` (100).
-Also serves GET_ALL_DELAY_OFFSET (45) on the broker role.
+Also serves GET_ALL_DELAY_OFFSET (45) on the broker role: a master its live table, a slave the table its
+metadata sync last copied from the master (RocketMQ 5's slave reloads it after each sync).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import attrs
 
 from rmq.kernel import MASTER, hookimpl, structure_options
@@ -49,6 +51,7 @@ class SchedulePlugin:
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: ScheduleOptions = structure_options(ScheduleOptions, options)
         self.service: ScheduleService | None = None
+        self._broker: BrokerContext | None = None
 
     @hookimpl
     def rmq_processors_register(self, kernel: Kernel, registry: ProcessorRegistry) -> None:
@@ -57,12 +60,22 @@ class SchedulePlugin:
                               access=SIGNED)  # a slave's metadata sync, as GET_ALL_CONSUMER_OFFSET
 
     async def all_delay_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        if self.service is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "schedule service not running")
-        return cmd.response(body=self.service.encode().encode())
+        if self.service is not None:
+            return cmd.response(body=self.service.encode().encode())
+        body = b""
+        if self._broker is not None:  # a slave: the file its metadata sync wrote
+            path = self._broker.config_dir / "delayOffset.json"
+            try:
+                body = await anyio.to_thread.run_sync(path.read_bytes)
+            except FileNotFoundError:
+                pass
+        if not body.strip():
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+        return cmd.response(body=body)
 
     @hookimpl
     def rmq_broker_put_stages(self, kernel: Kernel, broker: BrokerContext) -> list[DelayLevelStage]:
+        self._broker = broker
         return [DelayLevelStage(broker.delay_levels)]
 
     @hookimpl

@@ -16,7 +16,7 @@ from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingPlugin
 from rmq.plugins.schedule import SchedulePlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
-from rmq.protocol.codes import RequestCode
+from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
 from rmq.protocol.jsonbody import loads as loads_lenient
@@ -26,10 +26,11 @@ from rmq.testing import make_kernel
 pytestmark = pytest.mark.anyio
 
 
-def kernel(tmp: Path, levels: str, **opts: Any) -> Any:
+def kernel(tmp: Path, levels: str, brokerRole: str = "ASYNC_MASTER", brokerId: int = 0, **opts: Any) -> Any:
     conf = {"broker": {"listenHost": "127.0.0.1", "listenPort": 0, "brokerIP1": "127.0.0.1",
                        "storePathRootDir": str(tmp), "mappedFileSizeCommitLog": 4 * 1024 * 1024,
-                       "messageDelayLevel": levels, "flushDelayOffsetInterval": 200}}
+                       "messageDelayLevel": levels, "flushDelayOffsetInterval": 200,
+                       "brokerRole": brokerRole, "brokerId": brokerId}}
     return make_kernel([TcpRemotingPlugin({}), MmapStoragePlugin({}), AsyncFlushPlugin({}), TagFilterPlugin({}),
                         BrokerPlugin({}), SchedulePlugin(opts)], conf)
 
@@ -93,3 +94,19 @@ def test_options_are_validated() -> None:
         SchedulePlugin({"poll_interval_ms": 0})
     with pytest.raises(ValueError, match="unknown option .nope.; known options: poll_interval_ms"):
         SchedulePlugin({"nope": 1})
+
+
+async def test_a_slave_answers_the_delay_offsets_its_sync_copied(tmp_path: Path) -> None:
+    """A slave runs no delivery; GET_ALL_DELAY_OFFSET answers the table its metadata sync last wrote (as a
+    RocketMQ 5 slave, which reloads it after each sync): a Java or rmqd slave of this slave, or a tool,
+    reads the master's offsets, not an error."""
+    cfg = tmp_path / "config"
+    async with kernel(tmp_path, "1s 1s", brokerRole="SLAVE", brokerId=1) as k:
+        b = k.services["broker"]
+        async with TcpRemotingClient(RemotingConfig(name="t")) as c:
+            r = await c.invoke(b.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET), 5)
+            assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "No delay offset in this broker"
+            cfg.mkdir(parents=True, exist_ok=True)
+            (cfg / "delayOffset.json").write_text('{"offsetTable":{2:7}}')  # as the sync writes it
+            r = await c.invoke(b.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET), 5)
+            assert r.code == 0 and loads_lenient(r.body) == {"offsetTable": {"2": 7}}

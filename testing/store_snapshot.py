@@ -326,8 +326,7 @@ async def populate(namesrv_addr: str, broker_addr: str, normal: int = 300) -> di
 
 def settled(addr: str, counts: dict[str, int]) -> bool:
     """True once the broker has finished what :func:`populate` set in motion: the due delayed messages
-    delivered (and their delay offset persisted: RocketMQ 4.9.8 answers GET_ALL_DELAY_OFFSET from its
-    file), every transaction's op message stored, and the transaction check past them all (the writer runs
+    delivered (and their delay offset moved), every transaction's op message stored, and the transaction check past them all (the writer runs
     it every second: RocketMQ 4.9.8 gives the half topic its topic config only then)."""
     async def run() -> bool:
         async with StoreReader(addr) as r:

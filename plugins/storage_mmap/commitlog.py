@@ -135,9 +135,10 @@ class CommitLog(MappedFileQueue):
     def load(self) -> None:
         """Map every segment; each must be named by a multiple of the size and follow the previous one.
 
-        A segment of the wrong length (truncated, or grown by a tool) is resized to the
-        configured size and logged: its lost bytes read as zeros, which recovery treats
-        like any other damage. A name out of sequence is a ``StoreError``: refuse to start.
+        A segment shorter than the configured size (truncated) is resized to it and logged: its
+        lost bytes read as zeros, which recovery treats like any other damage. A longer segment or
+        a name out of sequence is a ``StoreError`` (refuse to start, nothing touched): the store was
+        written with another mappedFileSizeCommitLog, as RocketMQ refuses such a store.
         """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)

@@ -51,10 +51,14 @@ class MappedFileQueue:
     def check_segments(self, *, fix_size: bool, size_name: str) -> tuple[str, list[Path], list[Path]]:
         """``(why, segments that fit, the first one that does not and every later one)`` of the
         directory, mapping nothing. A segment does not fit for a name that is no multiple of
-        ``file_size``, a gap before it, or a wrong length unless ``fix_size`` resizes it (logged);
-        ``size_name`` is the config key named in the reason (``why`` is "" when all fit)."""
+        ``file_size``, a gap before it, a length over ``file_size``, or a shorter length unless
+        ``fix_size`` resizes it (logged); ``size_name`` is the config key named in the reason (``why``
+        is "" when all fit). A longer segment is never cut and nothing is resized unless every segment
+        fits: both mean the store was written with another size (a RocketMQ store's 1 GiB segments
+        under a smaller setting), and cutting or padding its files would lose or change its data."""
         prev_end: int | None = None
         paths = list_segments(self.dir)
+        short: list[tuple[Path, int]] = []
         for n, path in enumerate(paths):
             start = int(path.name)
             problem = ""
@@ -67,15 +71,21 @@ class MappedFileQueue:
                     actual = path.stat().st_size
                 except OSError as e:
                     actual, problem = self.file_size, f"cannot stat it ({e})"
-                if actual != self.file_size and fix_size:
-                    log.warning("%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
-                                path, actual, self.file_size)
-                    os.truncate(path, self.file_size)
+                if actual > self.file_size:
+                    problem = (f"file is {actual} bytes, more than {size_name} {self.file_size}: set {size_name} "
+                               f"to the size the store was written with")
+                elif actual != self.file_size and fix_size:
+                    short.append((path, actual))
                 elif actual != self.file_size:
                     problem = f"file is {actual} bytes, expected {self.file_size}"
-            if problem:
-                return f"{path}: {problem}", paths[:n], paths[n:]
+            if problem:  # the segments that fit end before the first one left short
+                fit = paths.index(short[0][0]) if short else n
+                return f"{path}: {problem}", paths[:fit], paths[n:]
             prev_end = start + self.file_size
+        for path, actual in short:
+            log.warning("%s: segment is %d bytes, expected %d; resized (missing bytes read as zeros)",
+                        path, actual, self.file_size)
+            os.truncate(path, self.file_size)
         return "", paths, []
 
     # ------------------------------------------------------------------ offsets

@@ -361,6 +361,26 @@ async def test_wrong_sized_segment_is_named_and_resized(
 
 
 @pytest.mark.anyio
+async def test_a_store_of_another_segment_size_is_refused_untouched(
+    tmp_path: Path, store_factory: Callable[..., Any]
+) -> None:
+    """A store moved from a broker with another mappedFileSizeCommitLog (RocketMQ's default 1 GiB beside
+    rmqd's embedded 64 MiB) is refused with the key named, as RocketMQ refuses it, and none of its files
+    is cut or padded: the setting fixed, it opens with every message."""
+    async with store_factory(tmp_path) as store:
+        await put_many(store, 700, size=200)  # > 2 segments
+    before = {p.name: p.read_bytes() for p in segments(tmp_path)}
+    assert len(before) >= 3
+    for size in (SEG // 2, SEG * 2):  # segments longer than the setting; names off its multiples
+        with pytest.raises(StoreError, match="mappedFileSizeCommitLog"):
+            async with store_factory(tmp_path, mappedFileSizeCommitLog=size):
+                pass
+        assert {p.name: p.read_bytes() for p in segments(tmp_path)} == before
+    async with store_factory(tmp_path) as store:
+        assert store.get_max_offset("T", 0) == 700
+
+
+@pytest.mark.anyio
 async def test_second_store_on_same_directory_is_refused(
     tmp_path: Path, store_factory: Callable[..., Any]
 ) -> None:

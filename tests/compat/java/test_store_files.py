@@ -14,9 +14,19 @@ from typing import Any
 import anyio
 import pytest
 
+from rmq.client import Message, MessageQueue, Producer
+from rmq.protocol.message import decode_message
 from rmq.testing.daemon import RmqdProcess, eventually
 from rmq.testing.java import JavaBroker
-from rmq.testing.store_snapshot import differences, populate, settled, snapshot
+from rmq.testing.store_snapshot import (
+    PENDING_LEVEL,
+    TOPICS,
+    StoreReader,
+    differences,
+    populate,
+    settled,
+    snapshot,
+)
 
 pytestmark = pytest.mark.java
 
@@ -36,6 +46,46 @@ ROCKETMQ5_EXTRAS = ("topics/RMQ_SYS_TRANS_OP_HALF_TOPIC", "topics/rmq_sys_REVIVE
 #: 1024-queue topic and the groups of Alibaba's ONS HTTP proxy; in a store they came from, rmqd keeps them
 JAVA_BUILTINS = ("topics/BenchmarkTest", "queues/BenchmarkTest", "groups/CID_ONS-HTTP-PROXY",
                  "groups/CID_ONSAPI_OWNER", "groups/CID_ONSAPI_PERMISSION", "groups/CID_ONSAPI_PULL")
+
+
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # RocketMQ's default
+
+
+def delayed(addr: str) -> list[Any]:
+    """The delivered delayed messages (StoreDelay's two queues)."""
+    async def run() -> list[Any]:
+        async with StoreReader(addr) as r:
+            out = []
+            for q in range(TOPICS["StoreDelay"]):
+                lo, hi = await r.offsets("StoreDelay", q)
+                out += [decode_message(raw) for raw in await r.pull_all("StoreDelay", q, lo, hi)]
+            return out
+    return anyio.run(run)  # type: ignore[no-any-return]
+
+
+def delivered(addr: str) -> int:
+    return len(delayed(addr))
+
+
+async def send_one(namesrv: str) -> Any:
+    async with Producer("store_after_move", namesrv, retry_times=0) as p:
+        return await p.send(Message("StoreNormal", b"after the move"), queue=MessageQueue("StoreNormal", "broker-a", 0))
+
+
+#: the delay levels with the pending messages' level made short: they come due once the store has moved
+PENDING_DUE = " ".join("1s" if i == PENDING_LEVEL - 1 else d for i, d in enumerate(DELAY_LEVELS.split()))
+
+
+def _goes_on(namesrv: str, broker: str, after: dict[str, Any]) -> None:
+    """The moved store goes on: the pending delayed messages come due (their level shortened for the test)
+    and are delivered once, the due ones not again; a new message takes the next queue and commitlog
+    offsets."""
+    eventually(lambda: delivered(broker) == 6, 60, "the pending delayed messages delivered")
+    assert sorted(m.body for m in delayed(broker)) == \
+        sorted([f"due-{i}".encode() for i in range(3)] + [f"pending-{i}".encode() for i in range(3)])
+    sent = anyio.run(send_one, namesrv)
+    assert sent.queue_offset == after["queues"]["StoreNormal"][0][1]
+    assert int(sent.offset_msg_id[16:], 16) >= max(m["commitLogOffset"] + m["storeSize"] for m in after["messages"])
 
 
 def _rmqd(workdir: Path, store: Path, conf: dict[str, Any], port: int | None = None) -> RmqdProcess:
@@ -83,6 +133,8 @@ def test_java_store_opens_in_rmqd(tmp_path: Path, java_home: Path) -> None:
         after = snapshot(rmqd.broker_addr)
     _covered(before, java.store_dir)
     _compare(before, after, ("java", "rmqd"))
+    with _rmqd(tmp_path / "rmqd", java.store_dir, {**READER, "messageDelayLevel": PENDING_DUE}, java.broker_port) as rmqd:
+        _goes_on(rmqd.namesrv_addr, rmqd.broker_addr, after)
 
 
 def test_rmqd_store_opens_in_java(tmp_path: Path, java_home: Path) -> None:
@@ -95,3 +147,7 @@ def test_rmqd_store_opens_in_java(tmp_path: Path, java_home: Path) -> None:
         after = snapshot(java.broker_addr)
     _covered(before, store)
     _compare(before, after, ("rmqd", "java"))
+    with JavaBroker(tmp_path / "java2", broker_port=port, conf={
+            **READER, "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
+            "messageDelayLevel": PENDING_DUE}) as java:
+        _goes_on(java.namesrv_addr, java.broker_addr, after)

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq.client import Admin, Message, Producer, SendStatus
+from rmq.client import Admin, Message, Producer, PullConsumer, PullStatus, SendStatus
 from rmq.protocol import jsonbody
 from rmq.testing.daemon import Daemons, RmqdProcess, eventually, runtime_info
 from rmq.testing.java import JavaBroker
@@ -76,6 +76,20 @@ def sync_gaps(master: dict[str, Any], slave_addr: str, delay_file: Path | None) 
     return anyio.run(run)
 
 
+def read_through_route(namesrv: str) -> list[str]:
+    """Offset msgIds of StoreNormal's queue 0 as a client reads them, finding the broker by the route."""
+    async def run() -> list[str]:
+        async with PullConsumer("repl_route_reader", namesrv) as c:
+            mq = next(q for q in await c.fetch_queues("StoreNormal") if q.queue_id == 0)
+            ids: list[str] = []
+            while True:
+                r = await c.pull(mq, len(ids), 32)
+                if r.status is not PullStatus.FOUND:
+                    return ids
+                ids += [m.offset_msg_id for m in r.messages]
+    return anyio.run(run)
+
+
 def replicate_and_fail_over(namesrv: str, master_addr: str, master_log: Path, slave_addr: str,
                             slave_log: Path, kill_master: Any, names: tuple[str, str],
                             delay_file: Path | None = None) -> None:
@@ -115,15 +129,20 @@ def replicate_and_fail_over(namesrv: str, master_addr: str, master_log: Path, sl
     diffs = differences(want, got, names)
     assert not diffs, "\n".join(diffs)
     assert sum(1 for m in got["messages"] if m["topic"] == "StoreNormal") > 300
+    # a client finds the slave through the name server once the master left the route
+    queue0 = [m["offsetMsgId"] for m in want["messages"] if m["topic"] == "StoreNormal" and m["queueId"] == 0]
+    eventually(lambda: read_through_route(namesrv) == queue0, 120, "queue 0 read from the slave via the route")
 
 
 def test_java_slave_follows_rmqd_sync_master(tmp_path: Path, java_home: Path) -> None:
     with Daemons() as procs:
-        master = procs.start(RmqdProcess(tmp_path / "rmqd", broker_conf={**GEOMETRY, "brokerRole": "SYNC_MASTER"}))
+        # rmqd's name server on its own (it outlives the master); the Java slave's own one stays unused
+        ns = procs.start(RmqdProcess(tmp_path / "ns", broker=False))
+        master = procs.start(RmqdProcess(tmp_path / "rmqd", namesrv=False, broker_conf={
+            **GEOMETRY, "brokerRole": "SYNC_MASTER", "namesrvAddr": ns.namesrv_addr}))
         with JavaBroker(tmp_path / "java", conf={**SLAVE, "haMasterAddress": f"127.0.0.1:{master.broker_port + 1}",
-                                                   "namesrvAddr": master.namesrv_addr}) as slave:
-            # the master's name server (its own broker); the Java slave's own name server stays unused
-            replicate_and_fail_over(master.namesrv_addr, master.broker_addr, tmp_path / "rmqd" / "store" / "commitlog",
+                                                   "namesrvAddr": ns.namesrv_addr}) as slave:
+            replicate_and_fail_over(ns.namesrv_addr, master.broker_addr, tmp_path / "rmqd" / "store" / "commitlog",
                                     slave.broker_addr, slave.store_dir / "commitlog",
                                     lambda: master.stop(signal.SIGKILL), ("rmqd master", "java slave"),
                                     slave.store_dir / "config" / "delayOffset.json")
@@ -132,8 +151,10 @@ def test_java_slave_follows_rmqd_sync_master(tmp_path: Path, java_home: Path) ->
 def test_rmqd_slave_follows_java_sync_master(tmp_path: Path, java_home: Path) -> None:
     with JavaBroker(tmp_path / "java", flush="ASYNC_FLUSH", conf={**GEOMETRY, "brokerRole": "SYNC_MASTER"}) as master, \
             Daemons() as procs:
+        # no haMasterAddress: the slave learns its master's HA address from the Java name server's answer
+        # to its registration, as a 4.9 slave does
         slave = procs.start(RmqdProcess(tmp_path / "rmqd", namesrv=False, broker_conf={
-            **SLAVE, "haMasterAddress": f"127.0.0.1:{master.ha_port}", "namesrvAddr": master.namesrv_addr}))
+            **SLAVE, "namesrvAddr": master.namesrv_addr}))
         replicate_and_fail_over(master.namesrv_addr, master.broker_addr, master.store_dir / "commitlog",
                                 slave.broker_addr, tmp_path / "rmqd" / "store" / "commitlog",
                                 lambda: master.stop_broker(signal.SIGKILL), ("java master", "rmqd slave"))

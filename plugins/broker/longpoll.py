@@ -5,7 +5,9 @@ A pull that finds nothing and carries the SUSPEND flag parks a waiter here. The
 ``rmq_dispatch_make_dispatchers``: for each stored record it wakes the waiters of
 that queue whose offset is now readable and whose filter may match. A periodic
 check (every 5 s, or shortPollingTimeMills without long polling) wakes waiters a
-notification missed; each waiter also has its own deadline.
+notification missed, and those whose consumer's connection closed (a request read is served
+even when its peer has gone, so a pull held for up to an hour must not outlive its consumer
+by more than a check); each waiter also has its own deadline.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from rmq.kernel import DispatchRequest, MessageFilter
+    from rmq.kernel import Connection, DispatchRequest, MessageFilter
 
 
 class _Waiter:
-    __slots__ = ("offset", "filter", "event")
+    __slots__ = ("offset", "filter", "conn", "event")
 
-    def __init__(self, offset: int, mfilter: MessageFilter | None) -> None:
+    def __init__(self, offset: int, mfilter: MessageFilter | None, conn: Connection | None) -> None:
         self.offset = offset
         self.filter = mfilter
+        self.conn = conn
         self.event = anyio.Event()
 
 
@@ -46,15 +49,17 @@ class PullHoldService:
         mfilter: MessageFilter | None,
         timeout: float,
         current_max: Callable[[], int],
+        conn: Connection | None = None,
     ) -> bool:
-        """Wait until the queue grows past ``offset`` (a message that may match) or ``timeout``.
+        """Wait until the queue grows past ``offset`` (a message that may match) or ``timeout``,
+        or until the periodic check finds ``conn`` (the consumer's) closed.
 
-        Returns True when woken by data, False on timeout. ``current_max`` is re-read
-        after parking, so a message stored between the failed read and the park is
-        never missed.
+        Returns True when woken (by data, or for a closed connection), False on timeout.
+        ``current_max`` is re-read after parking, so a message stored between the failed read
+        and the park is never missed.
         """
         key = (topic, queue_id)
-        w = _Waiter(offset, mfilter)
+        w = _Waiter(offset, mfilter, conn)
         waiters = self.waiters.get(key)
         if waiters is None:
             waiters = self.waiters[key] = []
@@ -88,12 +93,13 @@ class PullHoldService:
             w.event.set()
 
     def check_all(self, get_max_offset: Callable[[str, int], int]) -> int:
-        """The periodic re-check: wake every waiter whose queue grew (filters re-checked by the pull)."""
+        """The periodic re-check: wake every waiter whose queue grew (filters re-checked by the pull)
+        or whose connection closed."""
         woken = 0
         for (topic, qid), waiters in list(self.waiters.items()):
             newest = get_max_offset(topic, qid)
             for w in waiters:
-                if newest > w.offset and not w.event.is_set():
+                if (newest > w.offset or (w.conn is not None and w.conn.closed)) and not w.event.is_set():
                     w.event.set()
                     woken += 1
         return woken

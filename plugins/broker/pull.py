@@ -169,7 +169,7 @@ class PullProcessor:
                 hold_ms = cfg.shortPollingTimeMills
             if hold_ms > 0:
                 await b.hold.hold(topic, queue_id, offset, mfilter, hold_ms / 1000,
-                                  lambda: store.get_max_offset(topic, queue_id))
+                                  lambda: store.get_max_offset(topic, queue_id), conn)
                 return await self.process(conn, cmd, False)
         if code == _MOVED:
             log.debug("pull offset moved: %s %s q%d offset %d -> %d (min %d max %d)", group, topic, queue_id,

@@ -148,19 +148,25 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         return self._outcome(pending, cmd, timeout)
 
     async def aclose(self) -> None:
-        self._close("closed locally")
+        self._abandon("closed locally")
         if self._transport is not None:
             self._transport.close()  # what is queued still goes out; connection_lost finishes the rest
 
     def abort(self) -> None:
-        """Close at once, dropping unsent bytes (server shutdown)."""
-        self._close("closed locally")
+        """Close at once, dropping unsent bytes and cancelling the requests still running (server shutdown)."""
+        self._abandon("closed locally")
         if self._transport is not None:
             self._transport.abort()
 
     async def wait_closed(self) -> None:
         """Return once the transport is gone and close callbacks ran."""
         await asyncio.shield(self._done)
+
+    async def served(self) -> None:
+        """Return once every request read has been served: after the peer closed, what it sent
+        before closing still runs (see :mod:`~rmq.plugins.remoting_tcp.core`)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks.values()))
 
     # ------------------------------------------------------------------ writing
 
@@ -320,7 +326,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             serve = self._serve
             t0 = time.monotonic()
             for i in range(start, stop):
-                if self._closed:
+                if self._abandoned:  # closed locally; a peer's close still lets its requests run
                     return
                 coro = serve(cmds[i])
                 try:
@@ -367,7 +373,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
     # ------------------------------------------------------------------ closing
 
     def _fail(self, reason: str) -> None:
-        """Close because of ``reason``: queued answers still go out, nothing more is read."""
+        """Close because of ``reason``: queued answers still go out, nothing more is read; the
+        requests read so far are still served."""
         self._close(reason)
         if self._transport is not None:
             self._transport.close()

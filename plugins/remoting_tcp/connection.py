@@ -84,7 +84,10 @@ class TcpConnection(ConnectionCore):
         return self._outcome(pending, cmd, timeout)
 
     async def aclose(self) -> None:
-        self._close("closed locally")
+        self._abandon("closed locally")
+        await self._close_stream()
+
+    async def _close_stream(self) -> None:
         with anyio.CancelScope(shield=True):
             with contextlib.suppress(Exception):  # a broken socket may fail to close any way; it is gone
                 await self._stream.aclose()
@@ -150,6 +153,10 @@ class TcpConnection(ConnectionCore):
     async def run(self) -> None:
         """Serve the connection until EOF, error, idle timeout or ``aclose``; then clean up.
 
+        Once reading ended the connection closes (its close callbacks run) and the requests
+        already read are served to their end before ``run`` returns (see
+        :mod:`~rmq.plugins.remoting_tcp.core`); ``aclose`` cancels them instead.
+
         The supervisor of this connection: it returns normally whatever happened to the
         connection (only cancellation propagates), so no failure here reaches the caller's
         task group, the event loop or another connection.
@@ -162,15 +169,19 @@ class TcpConnection(ConnectionCore):
                 if self._idle_timeout and self._idle_timeout > 0:
                     tg.start_soon(self._idle_watch)
                 tg.start_soon(self._sweep_timeouts)
-                await self._read_loop(tg)
+                async with anyio.create_task_group() as requests:  # their tasks on backends other than asyncio
+                    await self._read_loop(requests)
+                    self._close(self._close_reason or "closed")
+                    await self._close_stream()
+                    self._finish()
+                while self._detached:  # theirs on asyncio
+                    await asyncio.wait(list(self._detached))
                 tg.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - a bug or a socket oddity: this connection only
             self._internal_error(exc)
         finally:
             self._close(self._close_reason or "closed")
-            with anyio.CancelScope(shield=True):
-                with contextlib.suppress(Exception):
-                    await self._stream.aclose()
+            await self._close_stream()
             self._done.set()
             self._finish()
 
@@ -235,11 +246,11 @@ class TcpConnection(ConnectionCore):
                 await wake.wait()
 
     async def _idle_watch(self) -> None:
-        while True:
+        while not self._closed:
             remaining = self._last_activity + self._idle_timeout - time.monotonic()
             if remaining <= 0:
                 self._close(self._idle_expired())
-                await self.aclose()
+                await self._close_stream()  # reading ends; what was read is still served
                 return
             await anyio.sleep(remaining)
 

@@ -9,6 +9,13 @@ and protocol-error answers, serving a request (handler, error answer, logging), 
 response writes, a finished request's outcome, closing (every waiter woken) and the close
 callbacks.
 
+A request that was read is served, whoever closes the connection afterwards and however: a
+producer that sends oneway requests and closes at once loses none of them (RocketMQ's broker
+processes every request it decoded; only the answer's write fails). Only a local decision to
+drop the connection (``aclose``, a server's shutdown) cancels the requests still running. The
+work that outlives the peer stays bounded: it is what one connection had read, and the server
+counts the connection against its ``max_connections`` until that work is done.
+
 Every port faces strangers (DESIGN rule 9): nothing a peer sends and no failure here escapes
 the connection; a bad header with a known opaque is answered, an undecodable stream closes the
 connection; log lines are rate-limited and name the peer.
@@ -95,7 +102,7 @@ class ConnectionCore:
       the transport has a faster way);
     * ``_answer_refused(resp)``: send the answer the session built to a request it refused, from
       synchronous code;
-    * ``_cancel_tasks()``: cancel the request tasks (on close);
+    * ``_cancel_tasks()``: cancel the request tasks (a local close: see :meth:`_abandon`);
     * ``send_request``, ``aclose`` and ``wait_closed``, which depend on how it times out and closes.
     """
 
@@ -122,6 +129,7 @@ class ConnectionCore:
         self._wbuf: list[bytes] = []
         self._drained: Any = None  # a waiter for writers while the peer is slow to read
         self._closed = False
+        self._abandoned = False  # closed locally: requests read but not served yet are dropped
         self._close_reason: str | None = None
         self._callbacks: list[Callable[[Any], None]] = []
         self._finished = False  # the transport is gone and the close callbacks ran
@@ -320,17 +328,24 @@ class ConnectionCore:
     # ------------------------------------------------------------------ closing
 
     def _close(self, reason: str) -> None:
-        """Mark closed, cancel the request tasks, wake every waiter (synchronous, idempotent)."""
+        """Mark closed and wake every waiter (synchronous, idempotent). Requests already read
+        still run to their end; their answers are dropped."""
         if not self._closed:
             self._closed = True
             self._close_reason = self._close_reason or reason
-        self._cancel_tasks()
         wake = self._wake_token
         for pending in self._session.close():
             wake(pending.token)
         drained, self._drained = self._drained, None
         if drained is not None:
             wake(drained)
+
+    def _abandon(self, reason: str) -> None:
+        """Close by a local decision (``aclose``, a server's shutdown): the requests still running
+        are cancelled as well, and no request of a read not yet served starts."""
+        self._abandoned = True
+        self._close(reason)
+        self._cancel_tasks()
 
     def _finish(self) -> None:
         """The transport is gone: run the close callbacks, once; one listener's bug skips no other."""

@@ -166,6 +166,7 @@ class TcpRemotingServer:
             attached = True
             log.debug("%s: connection #%d from %s", cfg.name, conn.id, conn.peer)
             await conn.wait_closed()
+            await conn.served()  # the requests it read before closing, still held against max_connections
         except Exception as exc:  # noqa: BLE001 - supervisor: this connection only
             self._connection_failed(conn, exc)
         finally:

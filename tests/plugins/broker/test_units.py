@@ -89,6 +89,31 @@ async def test_hold_service_missed_notification_and_recheck() -> None:
     assert woke == [True] and not hold.waiters
 
 
+@pytest.mark.anyio
+async def test_hold_service_releases_a_pull_whose_consumer_closed() -> None:
+    """A held pull is served even after its consumer's connection closed (the transport finishes
+    what it read): the periodic check wakes it, so it never holds the connection's slot for its
+    whole suspend time (up to an hour)."""
+
+    class Conn:
+        closed = False
+
+    hold = PullHoldService()
+    conn = Conn()
+    woke: list[bool] = []
+
+    async def waiter() -> None:
+        woke.append(await hold.hold("T", 0, 3, None, 3600, lambda: 3, conn))  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.sleep(0.05)
+        assert hold.check_all(lambda t, q: 3) == 0  # nothing new, consumer there: still held
+        conn.closed = True
+        assert hold.check_all(lambda t, q: 3) == 1
+    assert woke == [True] and not hold.waiters
+
+
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                            lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=3), kids,
                                                                                      max_size=4), max_leaves=12)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from anyio.abc import SocketAttribute
 
 from rmq.kernel.hookspecs.remoting import Connection, RemotingClient, RemotingServer
 from rmq.plugins.remoting_tcp import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingTimeoutError,
+    TcpConnection,
     TcpRemotingClient,
     TcpRemotingPlugin,
     TcpRemotingServer,
@@ -155,6 +159,88 @@ async def test_oneway_is_delivered_and_never_answered() -> None:
                 await c.invoke_oneway(f"127.0.0.1:{srv.port}", req(id="x"))
                 await seen_twice.wait()
                 assert got[1].is_oneway
+
+
+@asynccontextmanager
+async def stream_served(handler: Any) -> AsyncIterator[int]:
+    """A listener whose connections are anyio-stream ``TcpConnection`` s (the transport of TLS clients
+    and of other backends), each run to its end; yields the port."""
+
+    async def serve(stream: Any) -> None:
+        await TcpConnection(stream, handler, conn_id=1, max_frame_size=1 << 20, idle_timeout=0).run()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield int(listener.extra(SocketAttribute.local_port))
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def server_port(transport: str, handler: Any) -> AsyncIterator[int]:
+    if transport == "protocol":
+        async with serving(handler) as srv:
+            yield srv.port
+    else:
+        async with stream_served(handler) as port:
+            yield port
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["protocol", "stream"])
+async def test_requests_read_before_the_peer_closes_are_all_served(transport: str) -> None:
+    """A peer that pipelines requests and closes at once (a oneway producer's exit) loses none of
+    them: RocketMQ's broker processes every request it decoded, only the answers cannot be written.
+    Some handlers suspend for a while, as a store's put does under load."""
+    served: list[int] = []
+    every = anyio.Event()
+    n = 300
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.opaque % 3 == 0:
+            await anyio.sleep(0.05)
+        elif cmd.opaque % 3 == 1:
+            await anyio.lowlevel.checkpoint()
+        served.append(cmd.opaque)
+        if len(served) == n:
+            every.set()
+        return cmd.response()
+
+    frames = b"".join(encode(RemotingCommand.request(RequestCode.SEND_MESSAGE, {"i": str(i)}, body=b"x" * 64,
+                                                     oneway=i % 2 == 0, opaque=i)) for i in range(n))
+    with anyio.fail_after(20):
+        async with server_port(transport, handler) as port:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            await stream.send(frames)
+            await stream.aclose()
+            await every.wait()
+    assert sorted(served) == list(range(n))
+
+
+@pytest.mark.anyio
+async def test_server_shutdown_cancels_the_requests_still_running() -> None:
+    """Only a local close drops work: a server shutting down cancels the handlers its peers left running."""
+    started = anyio.Event()
+    cancelled: list[int] = []
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(cmd.opaque)
+            raise
+        raise AssertionError("unreachable")
+
+    with anyio.fail_after(10):
+        async with serving(handler) as srv:
+            stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+            await stream.send(encode(RemotingCommand.request(RequestCode.HEART_BEAT, {}, oneway=True, opaque=9)))
+            await stream.aclose()  # the peer's close leaves the handler running...
+            await started.wait()
+            await anyio.sleep(0.1)
+            assert not cancelled
+        assert cancelled == [9]  # ...the server's shutdown ends it
 
 
 @pytest.mark.anyio

@@ -94,6 +94,7 @@ java: install-test java-deps
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
+             tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
              tests/client/test_fuzz_peer_data.py tests/plugins/filters/test_sql92_fuzz.py
 fuzz: install-test

@@ -36,6 +36,24 @@ PORT_RETRY = 5.0  # seconds before a broker that did not say its port is asked a
 PORT_ASK_S = 1.5  # a broker that does not answer in this long keeps RocketMQ's rule for now
 
 
+def said_port(value: object) -> int | None:
+    """The port a peer broker's runtime info names (``grpcServerPort``): 1..65535, else None. Peer
+    data: never raises, whatever the value. Text is ASCII digits only (``str.isdigit`` also takes
+    "²", which ``int`` refuses, and "٣"); leading zeros are dropped before the length check, so no
+    peer string reaches ``int`` longer than five digits."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 < value < 65536 else None
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    digits = value.lstrip("0")
+    if not digits or len(digits) > 5:
+        return None
+    port = int(digits)
+    return port if port < 65536 else None
+
+
 @attrs.frozen
 class Member:
     """One broker of a topic's route: its name and id (0 = master), its proxy's endpoint, the
@@ -98,13 +116,13 @@ class RouteView:
         port = hit[1] if hit is not None else None  # a broker away keeps the port it said before
         try:
             admin = await self._client()
-            table: dict[str, str] = {}
+            table: dict[str, Any] = {}  # peer data: any JSON value
             if admin is not None:
                 with anyio.move_on_after(PORT_ASK_S):
                     table = await admin.broker_runtime_info(addr)
-            said = table.get("grpcServerPort", "")
-            if said.isdigit() and 0 < int(said) < 65536:
-                port = int(said)
+            said = said_port(table.get("grpcServerPort"))
+            if said is not None:
+                port = said
         except Exception as e:  # noqa: BLE001 - a broker away or without the key: RocketMQ's rule
             log.debug("gRPC port of %s: %r", addr, e)
         if len(self._ports) > 10_000:

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
@@ -260,6 +261,13 @@ class Daemons(list[RmqdProcess]):
         self.append(proc)
         return proc.start()
 
+    def start_all(self, *procs: RmqdProcess) -> list[RmqdProcess]:
+        """Start ``procs`` side by side (a daemon's Python start-up is most of a cluster's set-up);
+        only for daemons that need nothing of each other to start."""
+        self.extend(procs)
+        with ThreadPoolExecutor(len(procs)) as pool:
+            return list(pool.map(lambda p: p.start(), procs))
+
     def __enter__(self) -> Daemons:
         return self
 
@@ -276,16 +284,18 @@ class Daemons(list[RmqdProcess]):
         """A name server, ``controllers`` controllers (one Raft group) and ``brokers`` brokers of broker-a in
         controller mode (:data:`CONTROLLER_BROKER_CONF`, then ``broker_conf``; ``broker_extra``: more tables
         of the brokers' rmqd.toml, e.g. plugin options), each in a folder of ``workdir``. Returns once all
-        have started; :meth:`ControllerGroup.settled` waits for the roles."""
-        ns = self.start(RmqdProcess(workdir / "ns", broker=False))
+        have started (the name server and the controllers together); :meth:`ControllerGroup.settled`
+        waits for the roles."""
+        ns = RmqdProcess(workdir / "ns", broker=False)
         ports = [free_port() for _ in range(controllers)]
         addrs = [f"127.0.0.1:{p}" for p in ports]
         peers = ";".join(f"n{i}-{a}" for i, a in enumerate(addrs))
         secret = {"raftPassword": raft_password} if raft_password else {}
-        ctls = [self.start(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
+        ctls = [RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
             "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}}))
+            "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}})
             for i in range(controllers)]
+        self.start_all(ns, *ctls)
         conf = {**CONTROLLER_BROKER_CONF, "namesrvAddr": ns.namesrv_addr, "controllerAddr": ";".join(addrs),
                 **broker_conf}
         # one after the other: started together, two brokers take the same next broker id from the controller

@@ -12,6 +12,7 @@ time).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,13 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from rmq.testing.daemon import RmqdProcess, free_port
+from rmq.protocol.codes import RequestCode
+from rmq.testing.daemon import Daemons, RmqdProcess, call, eventually
 
 # Delay levels shortened (RocketMQ's are 1s 5s 10s 30s 1m ...) so retries and DLQ fit in a cell;
 # the level semantics (store time + the level's delay, retry level = 3 + reconsume times) are unchanged.
@@ -130,7 +131,7 @@ class Cluster:
     ns: RmqdProcess
     brokers: list[RmqdProcess]
     controllers: list[RmqdProcess] = attrs.field(factory=list)
-    controller_ports: list[int] = attrs.field(factory=list)
+    controller_addrs: list[str] = attrs.field(factory=list)
     all: list[RmqdProcess] = attrs.field(factory=list)
 
     @property
@@ -172,122 +173,72 @@ class Cluster:
                 proc.wait(5)
 
 
-def _admin(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", timeout: float = 5.0) -> Any:
-    import anyio
-
-    from rmq.kernel.hookspecs.remoting import RemotingConfig
-    from rmq.plugins.remoting_tcp import TcpRemotingClient
-    from rmq.protocol.command import RemotingCommand
-
-    async def go() -> Any:
-        async with TcpRemotingClient(RemotingConfig(name="faults")) as c:
-            return await c.invoke(addr, RemotingCommand.request(code, {k: str(v) for k, v in (ext or {}).items()},
-                                                                body), timeout)
-
-    return anyio.run(go)
-
-
 def runtime(p: RmqdProcess) -> dict[str, str] | None:
-    from rmq.protocol.codes import RequestCode
-
+    """A broker's runtime figures, or None while it does not answer (a broker down has no role now)."""
     try:
-        r = _admin(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2)
+        r = call(p.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2)
     except Exception:  # noqa: BLE001 - a broker that does not answer has no role now
         return None
     return json.loads(r.body)["table"] if r.code == 0 else None  # type: ignore[no-any-return]
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except Exception:  # noqa: BLE001 - not yet
-            v = None
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached in {timeout:g}s")
-        time.sleep(interval)
+# a cell's controller-mode brokers (on top of Daemons.controller_group's): every replica acks a SYNC
+# write, and a dead broker or a lagging slave is noticed within seconds
+CONTROLLER_CELL_CONF: dict[str, Any] = {
+    "allAckInSyncStateSet": True, "controllerHeartBeatTimeoutMills": 3000, "haMaxTimeSlaveNotCatchup": 5000}
 
 
 def start_cluster(kind: str, workdir: Path, broker_extra: dict[str, Any] | None = None) -> Cluster:
     """``single`` (one broker), ``classic`` (SYNC_MASTER + SLAVE), ``controller`` (1 controller, or 3
-    for ``controller3``, + 2 brokers in controller mode); returns once writes and replication work.
+    for ``controller3``, + 2 brokers in controller mode: :meth:`Daemons.controller_group`); returns
+    once writes and replication work. ``broker_extra``: more broker settings.
 
     The name server and the controllers start together (a daemon's Python start-up is most of a cell's
     set-up), then the brokers one after the other: a classic slave learns its master's address from
     its registration, and two controller-mode brokers started together race for one broker id (the
-    loser waits a 5 s retry period)."""
-    started: list[RmqdProcess] = []
-
-    def start(*procs: RmqdProcess) -> list[RmqdProcess]:
-        started.extend(procs)
-        with ThreadPoolExecutor(len(procs)) as pool:
-            return list(pool.map(lambda p: p.start(), procs))
-
-    try:
-        ns = RmqdProcess(workdir / "ns", broker=False)
-        base = {**BROKER_BASE, "namesrvAddr": ns.namesrv_addr, **(broker_extra or {})}
-        controllers: list[RmqdProcess] = []
-        ports: list[int] = []
-        if kind == "single":
-            start(ns)
-            brokers = start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf=base))
-        elif kind == "classic":  # the slave after its master: it learns the master from its first registration
-            start(ns)
-            brokers = start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf={**base, "brokerRole": "SYNC_MASTER"}))
-            brokers += start(RmqdProcess(workdir / "b1", namesrv=False,
-                                         broker_conf={**base, "brokerRole": "SLAVE", "brokerId": 1}))
-        elif kind in ("controller", "controller3"):
-            n = 3 if kind == "controller3" else 1
-            ports = [free_port() for _ in range(n)]
-            peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
-            controllers = start(ns, *(RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-                "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
-                "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"),
-                "raftPassword": "fault-matrix-raft"}}) for i in range(n)))[1:]
-            conf = {**base, "enableControllerMode": True, "controllerAddr": ";".join(f"127.0.0.1:{p}" for p in ports),
-                    "allAckInSyncStateSet": True, "controllerHeartBeatTimeoutMills": 3000,
-                    "brokerHeartbeatInterval": 500, "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000,
-                    "haMaxTimeSlaveNotCatchup": 5000}
-            # one broker after the other: started together both take the next free broker id, and the one
-            # whose application loses waits a 5 s retry period
-            brokers = [start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf))[0] for i in range(2)]
-            kind = "controller"
+    loser waits a 5 s retry period). If the set-up fails, every daemon it started is stopped."""
+    procs = Daemons()
+    with contextlib.ExitStack() as cleanup:
+        cleanup.enter_context(procs)
+        conf = {**BROKER_BASE, **(broker_extra or {})}
+        if kind in ("controller", "controller3"):
+            group = procs.controller_group(workdir, 2, controllers=3 if kind == "controller3" else 1,
+                                           raft_password="fault-matrix-raft", **CONTROLLER_CELL_CONF, **conf)
+            c = Cluster("controller", workdir, group.namesrv, group.brokers, group.controllers, group.controller_addrs,
+                        procs)
+            group.settled(60)
+        elif kind in ("single", "classic"):
+            ns = procs.start(RmqdProcess(workdir / "ns", broker=False))
+            conf["namesrvAddr"] = ns.namesrv_addr
+            if kind == "single":
+                brokers = [procs.start(RmqdProcess(workdir / "b0", namesrv=False, broker_conf=conf))]
+            else:  # the slave after its master: it learns the master from its first registration
+                brokers = [procs.start(RmqdProcess(workdir / "b0", namesrv=False,
+                                                   broker_conf={**conf, "brokerRole": "SYNC_MASTER"})),
+                           procs.start(RmqdProcess(workdir / "b1", namesrv=False,
+                                                   broker_conf={**conf, "brokerRole": "SLAVE", "brokerId": 1}))]
+                eventually(lambda: int((runtime(brokers[0]) or {}).get("haConnectionCount", 0)) >= 1, 30,
+                           "slave connected")
+            c = Cluster(kind, workdir, ns, brokers, all=procs)
         else:
             raise ValueError(kind)
-        c = Cluster(kind, workdir, ns, brokers, controllers, ports, started)
-        if kind == "classic":
-            wait_for(lambda: int((runtime(brokers[0]) or {}).get("haConnectionCount", 0)) >= 1, 30, "slave connected")
-        if kind == "controller":
-            def settled() -> bool:
-                m = c.master()
-                return m is not None and len(json.loads((runtime(m) or {})["syncStateSet"])) == 2
-            wait_for(settled, 60, "a master with both brokers in its SyncStateSet", 0.2)
+        cleanup.pop_all()  # set up: the cell stops them (Cluster.stop)
         return c
-    except BaseException:
-        for p in reversed(started):
-            p.stop(timeout=5)
-        raise
 
 
 def create_topic(c: Cluster, topic: str, queues: int = 4, order: bool = False) -> None:
     """On the master (a slave gets it from there), then wait for its route at the name server."""
-    from rmq.protocol.codes import RequestCode
-
-    m = wait_for(c.master, 30, "a master")
-    r = _admin(m.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+    m = eventually(c.master, 30, "a master")
+    r = call(m.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
         "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": str(order).lower()})
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": str(order).lower()}, timeout=5)
     assert r.code == 0, r.remark
-    wait_for(lambda: _admin(c.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == 0, 10,
-             f"route of {topic}")
+    eventually(lambda: call(c.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=5).code == 0, 10,
+               f"route of {topic}")
 
 
 def pull_all(c: Cluster, topic: str) -> list[str]:
     """Every body of ``topic`` on the current master (or any live broker), from offset 0."""
-    from rmq.protocol.codes import RequestCode
     from rmq.protocol.message import decode_message
 
     b = c.master() or next((b for b in c.brokers if c.alive(b)), None)
@@ -297,10 +248,10 @@ def pull_all(c: Cluster, topic: str) -> list[str]:
     for q in range(4):
         offset = 0
         while True:
-            r = _admin(b.broker_addr, RequestCode.PULL_MESSAGE, {
+            r = call(b.broker_addr, RequestCode.PULL_MESSAGE, {
                 "consumerGroup": "fault-matrix-audit", "topic": topic, "queueId": q, "queueOffset": offset,
                 "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
-                "subVersion": 0, "expressionType": "TAG"})
+                "subVersion": 0, "expressionType": "TAG"}, timeout=5)
             if r.code != 0 or not r.body:
                 break
             pos = 0
@@ -342,7 +293,7 @@ def _kill_restart(which: Callable[[Cluster], RmqdProcess], graceful: bool = Fals
 
 
 def _master(c: Cluster) -> RmqdProcess:
-    return wait_for(c.master, 30, "a master")  # type: ignore[no-any-return]
+    return eventually(c.master, 30, "a master")  # type: ignore[no-any-return]
 
 
 def _slave(c: Cluster) -> RmqdProcess:
@@ -351,23 +302,21 @@ def _slave(c: Cluster) -> RmqdProcess:
 
 
 def _controller_leader(c: Cluster) -> RmqdProcess:
-    from rmq.protocol.codes import RequestCode
-
     def leader() -> RmqdProcess | None:
-        for p, port in zip(c.controllers, c.controller_ports, strict=True):
+        for p, addr in zip(c.controllers, c.controller_addrs, strict=True):
             if c.alive(p):
-                r = _admin(f"127.0.0.1:{port}", RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=2)
+                r = call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=2)
                 if r.code == 0 and r.ext.get("isLeader") == "true":
                     return p
         return None
 
-    return wait_for(leader, 30, "a controller leader", 0.2)  # type: ignore[no-any-return]
+    return eventually(leader, 30, "a controller leader", 0.2)  # type: ignore[no-any-return]
 
 
 def _failover_inject(c: Cluster) -> RmqdProcess:
     old = _master(c)
     old.kill()
-    wait_for(lambda: (m := c.master()) is not None and m is not old, 30, "a slave promoted", 0.2)
+    eventually(lambda: (m := c.master()) is not None and m is not old, 30, "a slave promoted", 0.2)
     return old
 
 

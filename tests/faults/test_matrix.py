@@ -23,6 +23,7 @@ import attrs
 import pytest
 
 from rmq.testing import faults as F
+from rmq.testing.daemon import eventually
 
 HERE = Path(__file__).parent
 PY = HERE / "pyworker.py"
@@ -111,7 +112,7 @@ def retry_finish(ctx: Ctx) -> None:
         return set(F.pull_all(ctx.cluster, f"%DLQ%{ctx.group}")) & doomed
 
     try:
-        F.wait_for(lambda: in_dlq() >= doomed, 40, "every always-failing message in the DLQ", 0.5)
+        eventually(lambda: in_dlq() >= doomed, 40, "every always-failing message in the DLQ", 0.5)
     except AssertionError:
         pass  # judged below: the ones not there count as lost
     now = time.time()
@@ -241,7 +242,7 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path, record_property: 
         F.create_topic(cluster, ctx.topic, order=flow.order)
         flow.begin(ctx)
         phase("clients")
-        F.wait_for(lambda: len([s for s in ctx.history.sends() if s.get("ok")]) >= 20, 60, "traffic before the fault")
+        eventually(lambda: len([s for s in ctx.history.sends() if s.get("ok")]) >= 20, 60, "traffic before the fault")
         phase("traffic")
         flow.before_fault(ctx)
         fault_at = time.time()
@@ -260,16 +261,16 @@ def test_cell(flow_name: str, fault_name: str, tmp_path: Path, record_property: 
                        and s.get("t0", s["t"]) >= healed_at) >= 20
 
         try:
-            F.wait_for(resumed, 90, "20 acknowledged sends after the fault", 0.2)
+            eventually(resumed, 90, "20 acknowledged sends after the fault", 0.2)
         except AssertionError:
             pass  # judged: the cell fails as not resumed
         phase("resume")
         for w in ctx.history.producers:
             w.kill() if flow.producer_stop == "kill" else w.stop()
         try:
-            F.wait_for(lambda: not ctx.history.missing() - _doomed(ctx, flow.dlq_mod), flow.settle_s, "every acknowledged message delivered", 0.2)
+            eventually(lambda: not ctx.history.missing() - _doomed(ctx, flow.dlq_mod), flow.settle_s, "every acknowledged message delivered", 0.2)
             if flow.invisible_s:  # held receipts come back after their invisible time
-                F.wait_for(lambda: all(d["id"] in {x["id"] for x in ctx.history.deliveries() if x.get("result") == "ok"}
+                eventually(lambda: all(d["id"] in {x["id"] for x in ctx.history.deliveries() if x.get("result") == "ok"}
                                        for d in ctx.history.deliveries() if d.get("result") == "hold"),
                            flow.invisible_s * 4 + 10, "held messages back", 0.2)
         except AssertionError:

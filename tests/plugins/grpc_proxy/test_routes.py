@@ -15,6 +15,7 @@ from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
 from rmq.protocol.codes import RequestCode
 from rmq.testing import faults as F
+from rmq.testing.daemon import call, eventually
 
 pytestmark = pytest.mark.integration  # starts rmqd processes itself (tests/conftest.py: tiers)
 
@@ -40,7 +41,7 @@ def test_master_and_slave_answer_the_same_route_and_assign_the_master(tmp_path: 
     try:
         master, slave = c.brokers
         F.create_topic(c, TOPIC)
-        F.wait_for(lambda: b'"1":' in F._admin(c.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}).body,
+        eventually(lambda: b'"1":' in call(c.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}).body,
                    30, "the slave's entry in the topic's route")
         want_route = {(0, master.grpc_port), (1, slave.grpc_port)}
         for who in (master, slave):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
+from rmq.protocol.frame import FrameDecoder, encode
 from rmq.testing.daemon import RmqdProcess
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +80,29 @@ async def test_wait_in_send_queue_sends_fail_fast(rmqd_factory: Any) -> None:
     busy = [a for a in answers if a.code == ResponseCode.SYSTEM_BUSY]
     assert busy and all((a.remark or "").startswith("[TIMEOUT_CLEAN_QUEUE]broker busy") for a in busy)
     assert stored == 2 + len(answers) - len(busy)
+
+
+
+async def test_an_in_process_broker_is_not_flow_controlled_by_its_test_stalling(broker_env: Any) -> None:
+    """An in-process broker shares the test's process: a busy machine descheduling it for half a second
+    looks like a stalled loop, and RocketMQ's 200 ms queue wait would fail the send read right after
+    with SYSTEM_BUSY. rmq.testing.make_kernel gives such a broker a wait no test outlives (the flow
+    control itself is tested above, on rmqd with RocketMQ's values)."""
+    async with broker_env() as env:
+        host, port = env.addr.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        dec = FrameDecoder()
+
+        def answer() -> RemotingCommand:
+            while True:
+                got = dec.feed(sock.recv(65536))
+                if got:
+                    return got[0]
+
+        with sock:
+            sock.sendall(encode(send_cmd(1)))
+            assert (await anyio.to_thread.run_sync(answer)).code == 0  # accepted, topic created
+            sock.sendall(encode(send_cmd(2)))  # in the broker's socket buffer, unread ...
+            time.sleep(0.5)  # noqa: ASYNC251 - ... while the whole process stalls, as a descheduled one does
+            r = await anyio.to_thread.run_sync(answer)
+        assert r.code == 0, r.remark

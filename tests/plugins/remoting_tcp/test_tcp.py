@@ -82,15 +82,27 @@ async def test_opaques_are_per_connection_and_increasing() -> None:
 
 @pytest.mark.anyio
 async def test_concurrent_requests_answered_out_of_order() -> None:
+    """Request i is answered only after request i + 1: all of them must be in service at once, and
+    the answers leave in reverse order (an order the handlers make, not one timed with sleeps,
+    which a loaded machine can reorder)."""
+    n = 20
+    done = [anyio.Event() for _ in range(n)]
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        i = int(cmd.ext["id"])
+        if i + 1 < n:
+            await done[i + 1].wait()
+        done[i].set()
+        return cmd.response(ext={"echo": cmd.ext["id"], "conn": str(conn.id)}, body=cmd.body)
+
     with anyio.fail_after(10):
-        async with serving() as srv, client() as c:
+        async with serving(handler) as srv, client() as c:
             addr = f"127.0.0.1:{srv.port}"
-            n = 20
             finished: list[int] = []
             results: dict[int, RemotingCommand] = {}
 
             async def one(i: int) -> None:
-                resp = await c.invoke(addr, req(id=str(i), sleep=str((n - i) * 15), body=str(i).encode()), 5)
+                resp = await c.invoke(addr, req(id=str(i), body=str(i).encode()), 5)
                 results[i] = resp
                 finished.append(i)
 

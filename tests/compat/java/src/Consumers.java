@@ -157,7 +157,15 @@ final class Consumers {
     static void emitOffsets(String group) throws Exception {
         DefaultMQAdminExt a = Driver.admin();
         try {
+            // a 4.9 client commits offsets oneway (shutdown, the 5 s timer): the broker may apply them after
+            // this query starts, on a busy machine by seconds, so wait (bounded) until every queue caught up
             ConsumeStats cs = a.examineConsumeStats(group);
+            long deadline = System.currentTimeMillis() + 8000;
+            while (System.currentTimeMillis() < deadline && cs.getOffsetTable().values().stream()
+                    .anyMatch(w -> w.getConsumerOffset() < w.getBrokerOffset())) {
+                Thread.sleep(200);
+                cs = a.examineConsumeStats(group);
+            }
             for (Map.Entry<MessageQueue, OffsetWrapper> e : new TreeMap<>(cs.getOffsetTable()).entrySet()) {
                 Driver.emit("offset", "queue", Driver.queue(e.getKey()),
                         "brokerOffset", e.getValue().getBrokerOffset(), "consumerOffset", e.getValue().getConsumerOffset());

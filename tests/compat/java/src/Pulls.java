@@ -166,7 +166,13 @@ final class Pulls {
         sender.join();
         c.updateConsumeOffset(q0, 2);
         c.getOffsetStore().persist(q0);
-        Driver.emit("consumeOffset", "queue", Driver.queue(q0), "offset", c.fetchConsumeOffset(q0, true));
+        // persist is oneway: the broker applies it on its own time, so read until it shows (bounded)
+        long stored = c.fetchConsumeOffset(q0, true);
+        for (long deadline = System.currentTimeMillis() + 8000; stored != 2 && System.currentTimeMillis() < deadline; ) {
+            Thread.sleep(100);
+            stored = c.fetchConsumeOffset(q0, true);
+        }
+        Driver.emit("consumeOffset", "queue", Driver.queue(q0), "offset", stored);
         c.shutdown();
         p.shutdown();
     }

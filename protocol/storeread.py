@@ -142,15 +142,16 @@ class StoreReads:
 
     def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
         """Up to ``max_num`` (capped by maxMsgsNumBatch) records of ``topic`` with ``key``, stored in
-        ``[begin, end]``: the store's candidates, each checked against its record."""
+        ``[begin, end]``: the store's candidates (newest first), each checked against its record; answered
+        in commitlog order, oldest first, as RocketMQ's store sorts the offsets it found."""
         max_num = min(max_num, self.config.maxMsgsNumBatch)
-        out: list[bytes] = []
+        found: list[tuple[int, bytes]] = []
         if max_num <= 0:
-            return out
+            return []
         for phys in self._key_candidates(topic, key, max_num, begin, end):
             rec = self.look_message_by_offset(phys)
             if rec is not None and record_has_key(rec, topic, key, begin, end):
-                out.append(rec)
-                if len(out) >= max_num:
+                found.append((phys, rec))
+                if len(found) >= max_num:
                     break
-        return out
+        return [rec for _, rec in sorted(found, key=lambda f: f[0])]

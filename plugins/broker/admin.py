@@ -21,6 +21,7 @@ import attrs
 from rmq.kernel import ConfigFile
 from rmq.plugins.broker.context import TableProcessor
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
+from rmq.plugins.broker.stats import human_bytes
 from rmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -107,15 +108,6 @@ async def _persist_now(table: Any) -> None:
         except OSError as e:
             table.dirty = True  # the periodic flush tries again
             log.error("cannot persist %s: %s", table.file.path, e)
-
-
-def _human(n: float) -> str:
-    """Bytes as RocketMQ's humanReadableByteCount (SI off): 1.5 GiB."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 _SECRET_WORDS = ("path", "dir", "file", "password", "secret")
@@ -372,7 +364,7 @@ class AdminProcessor(TableProcessor):
             earliest = int.from_bytes(bytes(rec[at:at + 8]), "big")
         try:
             usage = shutil.disk_usage(b.config.store_root())
-            capacity = f"Total : {_human(usage.total)}, Free : {_human(usage.free)}."
+            capacity = f"Total : {human_bytes(usage.total)}, Free : {human_bytes(usage.free)}."
         except (OSError, AttributeError):
             capacity = "Total : 0 B, Free : 0 B."
         secs = int(time.time() - b.boot_ms / 1000)
@@ -384,7 +376,9 @@ class AdminProcessor(TableProcessor):
             "startAcceptSendRequestTimeStamp": "0",
             "commitLogDirCapacity": capacity,
             "sendThreadPoolQueueSize": sending, "sendThreadPoolQueueCapacity": "10000",
-            "pullThreadPoolQueueSize": str(b.hold.held), "pullThreadPoolQueueCapacity": "100000",
+            # pulls waiting for a worker, as RocketMQ counts them: none here (a held long poll is not
+            # waiting for one, and is counted as pullHeld); clusterList shows this as the broker's load
+            "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueCapacity": "100000",
             "litePullThreadPoolQueueSize": "0", "litePullThreadPoolQueueCapacity": "100000",
             "queryThreadPoolQueueSize": "0", "queryThreadPoolQueueCapacity": "20000",
             "ackThreadPoolQueueSize": "0", "ackThreadPoolQueueCapacity": "100000",

@@ -199,12 +199,21 @@ class BrokerStats:
             "putMessageSizeTotal": str(s.get("put_bytes", 0)),
             "putMessageFailedTimes": str(s.get("put_failures", 0)),
             "putMessageAverageSize": f"{(s.get('put_bytes', 0) / puts) if puts else 0.0:.2f}",
-            "remainHowManyDataToFlush": str(max(0, s.get("max_phy_offset", 0) - s.get("flushed_offset", 0))),
+            "remainHowManyDataToFlush": human_bytes(max(0, s.get("max_phy_offset", 0) - s.get("flushed_offset", 0))),
             "remainHowManyDataToCommit": "0",  # no transient store pool: writes go to the mapped file
             "remainTransientStoreBufferNumbs": str(2**31 - 1),  # RocketMQ's value when the pool is off
             "pageCacheLockTimeMills": "0",  # appends hold no lock across an await
             "dispatchMaxBuffer": "0",
         }
+
+
+def human_bytes(n: float) -> str:
+    """Bytes as RocketMQ's humanReadableByteCount (SI off) prints them: 0 B, 1.5 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _count(table: dict[str, list[int]], key: str, n: int, size: int) -> None:

@@ -36,6 +36,7 @@ from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import (
     AUTO_CREATE_TOPIC,
+    BENCHMARK_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
     OFFSET_MOVED_EVENT,
     SCHEDULE_TOPIC,
@@ -144,6 +145,7 @@ class TopicConfigManager(ConfigTable[TopicConfig]):
             self.system_topics.add(name)
 
         system(SELF_TEST_TOPIC, 1)
+        system(BENCHMARK_TOPIC, 1024)  # RocketMQ's brokers all carry it (its benchmark tools' topic)
         if cfg.autoCreateTopicEnable:
             system(AUTO_CREATE_TOPIC, cfg.defaultTopicQueueNums, PERM_INHERIT | perm_rw)
         system(cfg.brokerClusterName, 16, PERM_INHERIT | (perm_rw if cfg.clusterTopicEnable else 0))

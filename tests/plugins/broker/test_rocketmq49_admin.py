@@ -105,3 +105,13 @@ async def test_update_broker_config_at_run_time(rmqd_factory: Any) -> None:
         assert r.code == ResponseCode.SYSTEM_ERROR and "unknown broker setting" in r.remark
         r = await update("maxMessageSize=lots")
         assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_benchmark_topic_is_a_system_topic(rmqd_factory: Any) -> None:
+    """As every RocketMQ broker, rmqd carries BenchmarkTest (1024 queues, read-write): mqadmin topicList
+    lists it on a Java broker, and its benchmark tools send there."""
+    proc: RmqdProcess = rmqd_factory()
+    async with TcpRemotingClient(RemotingConfig(name="bench49")) as c:
+        r = await c.invoke(proc.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), 5)
+    tc = json.loads(r.body)["topicConfigTable"]["BenchmarkTest"]
+    assert (tc["readQueueNums"], tc["writeQueueNums"], tc["perm"]) == (1024, 1024, 6)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import click
 
 from rmq.client import Admin, ClientError, Message, PullConsumer, PullStatus
 from rmq.client.cli import (
-    ANY_TOPIC,
+    BOOL,
     BROKER,
     CLIENT_ID,
     CONSUMER_GROUP,
@@ -37,7 +38,9 @@ from rmq.client.cli import (
     _settings,
     _timestamp,
     command,
+    human_time,
     show_message,
+    version_desc,
 )
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode
@@ -50,7 +53,7 @@ _MEMBERS = ["#ClientId", "#ClientAddr", "#Language", "#Version"]
 def _members(doc: dict[str, Any], *lines: str) -> Shown:
     """A group's connections (GET_*_CONNECTION_LIST), one row a member."""
     conns = doc.get("connectionSet") or []
-    return Shown(doc, _MEMBERS, [[c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version")]
+    return Shown(doc, _MEMBERS, [[c.get("clientId"), c.get("clientAddr"), c.get("language"), version_desc(c.get("version"))]
                                  for c in conns], list(lines))
 
 
@@ -119,12 +122,13 @@ async def producer_connection(t: Tools, group: str, topic: str) -> Shown:
 
 @command("consumerStatus", CONSUMER_GROUP,
          click.option("-i", "--clientId", "client_id", default=None, help="one member (default: every member)"),
-         click.option("-s", "--jstackEnable", "jstack", is_flag=True))
-async def consumer_status(t: Tools, group: str, client_id: str | None, jstack: bool) -> Shown:
+         click.option("-b", "--brokerAddr", "broker", default=None, help="the broker to ask for the members"),
+         click.option("-s", "--jstack", "jstack", is_flag=True, help="with each member's thread stacks"))
+async def consumer_status(t: Tools, group: str, client_id: str | None, broker: str | None, jstack: bool) -> Shown:
     """Each member's running info (GET_CONSUMER_RUNNING_INFO through its broker)."""
     async with t.admin() as a:
         ids = [client_id] if client_id else [c["clientId"] for c in
-                                             (await a.consumer_connection(group)).get("connectionSet") or []]
+                                             (await a.consumer_connection(group, broker)).get("connectionSet") or []]
         doc = {cid: await a.consumer_running_info(group, cid, jstack) for cid in ids}
     rows = []
     for cid, info in doc.items():
@@ -147,9 +151,9 @@ async def get_consumer_status(t: Tools, group: str, topic: str, client_id: str) 
 
 
 @command("cloneGroupOffset", click.option("-s", "--srcGroup", "src", required=True),
-         click.option("-d", "--destGroup", "dest", required=True), ANY_TOPIC,
+         click.option("-d", "--destGroup", "dest", required=True), TOPIC,
          click.option("-o", "--offline", type=bool, default=False, show_default=True))
-async def clone_group_offset(t: Tools, src: str, dest: str, topic: str | None, offline: bool) -> Shown:
+async def clone_group_offset(t: Tools, src: str, dest: str, topic: str, offline: bool) -> Shown:
     """Copy one group's offsets to another."""
     async with t.admin() as a:
         addrs = await a.clone_group_offset(src, dest, topic, offline)
@@ -184,17 +188,20 @@ async def _pull_range(pc: PullConsumer, topic: str, begin_ms: int | None, end_ms
 
 @command("printMsg", click.option("-t", "--topic", required=True,
                                   help="any topic, %DLQ%<group> to browse a dead-letter queue"),
+         click.option("-c", "--charsetName", "charset", default="UTF-8", show_default=True, help="the bodies' charset"),
          click.option("-s", "--subExpression", "expression", default="*", show_default=True),
          click.option("-b", "--beginTimestamp", "begin", default=None, help="epoch ms or yyyy-MM-dd#HH:mm:ss:SSS"),
          click.option("-e", "--endTimestamp", "end", default=None),
+         click.option("-d", "--printBody", "print_body", type=BOOL, default=True, show_default=True),
          click.option("-l", "--limit", type=int, default=1000, show_default=True))
-async def print_msg(t: Tools, topic: str, expression: str, begin: str | None, end: str | None, limit: int) -> Shown:
+async def print_msg(t: Tools, topic: str, charset: str, expression: str, begin: str | None, end: str | None,
+                    print_body: bool, limit: int) -> Shown:
     """Print a topic's messages (commits nothing)."""
     async with t.consumer() as pc:
         messages = await _pull_range(pc, topic, _timestamp(begin) if begin else None,
                                      _timestamp(end) if end else None, limit, expression)
     return _messages(messages, ["#QID", "#Offset", "#MsgId", "#Tags", "#Keys", "#Body"],
-                     ["queueId", "queueOffset", "msgId", "tags", "keys", "body"])
+                     ["queueId", "queueOffset", "msgId", "tags", "keys", "body"], charset, print_body)
 
 
 @command("queryMsgByOffset", TOPIC, click.option("-b", "--brokerName", "broker_name", required=True),
@@ -212,9 +219,16 @@ async def query_msg_by_offset(t: Tools, topic: str, broker_name: str, queue_id: 
 
 @command("queryMsgByUniqueKey", click.option("-i", "--msgId", "msg_id", required=True, help="the client msgId (UNIQ_KEY)"),
          TOPIC, click.option("-g", "--consumerGroup", "group", default=None, help="with -d: give it to that member's listener"),
-         CLIENT_ID)
-async def query_msg_by_unique_key(t: Tools, msg_id: str, topic: str, group: str | None, client_id: str | None) -> Shown:
+         CLIENT_ID, click.option("-a", "--showAll", "show_all", is_flag=True,
+                                 help="every message stored with the key (a retried send stores it again), up to 32"))
+async def query_msg_by_unique_key(t: Tools, msg_id: str, topic: str, group: str | None, client_id: str | None,
+                                  show_all: bool) -> Shown:
     """A message by its unique key; with -g and -d, consumed directly by that member."""
+    if show_all and not (group and client_id):
+        async with t.admin() as a:
+            docs = [_message_doc(m) for m in (await a.query_message(topic, msg_id, unique_key=True))[:32]]
+        return Shown(docs, ["#Message ID", "#QID", "#Offset", "#Store Host"],
+                     [[d["offsetMsgId"], d["queueId"], d["queueOffset"], d["storeHost"]] for d in docs])
     return await show_message(t, msg_id, topic, group, client_id)
 
 
@@ -258,23 +272,30 @@ _maintenance("cleanUnusedTopic", RequestCode.CLEAN_UNUSED_TOPIC, "clean unused t
              "Forget the store's queues of topics the broker no longer has.")
 
 
-@command("brokerConsumeStats", BROKER, click.option("-o", "--order", type=bool, default=False, show_default=True))
-async def broker_consume_stats(t: Tools, broker: str, order: bool) -> Shown:
+@command("brokerConsumeStats", BROKER,
+         click.option("-t", "--timeoutMillis", "timeout_ms", type=int, default=50000, show_default=True),
+         click.option("-l", "--level", type=int, default=0, show_default=True, help="only queues lagging at least this"),
+         click.option("-o", "--order", type=bool, default=False, show_default=True))
+async def broker_consume_stats(t: Tools, broker: str, timeout_ms: int, level: int, order: bool) -> Shown:
     """Every group's progress on one broker (GET_BROKER_CONSUME_STATS)."""
-    async with t.admin() as a:
-        doc = await a.broker_consume_stats(broker, order)
+    with anyio.fail_after(timeout_ms / 1000):
+        async with t.admin() as a:
+            doc = await a.broker_consume_stats(broker, order)
     rows = [{"topic": mq.topic, "consumerGroup": g, "brokerName": mq.broker_name, "queueId": mq.queue_id,
              "brokerOffset": w.get("brokerOffset", 0), "consumerOffset": w.get("consumerOffset", 0),
-             "diff": w.get("brokerOffset", 0) - w.get("consumerOffset", 0)}
+             "diff": w.get("brokerOffset", 0) - w.get("consumerOffset", 0), "lastTimestamp": w.get("lastTimestamp", 0)}
             for g, table in sorted(doc["groups"].items())
             for mq, w in sorted(table.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))]
+    rows = [r for r in rows if r["diff"] >= level]
     return Shown({"brokerAddr": broker, "totalDiff": doc["totalDiff"], "offsetTable": rows},
-                 ["#Topic", "#Group", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"],
-                 [list(r.values()) for r in rows], [f"Diff Total: {doc['totalDiff']}"])
+                 ["#Topic", "#Group", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime"],
+                 [[*list(r.values())[:-1], human_time(r["lastTimestamp"])[:19] or "N/A"] for r in rows],
+                 [f"Diff Total: {doc['totalDiff']}"])
 
 
-@command("statsAll", click.option("-t", "--topic", default=None, help="one topic (default: every topic)"))
-async def stats_all(t: Tools, topic: str | None) -> Shown:
+@command("statsAll", click.option("-t", "--topic", default=None, help="one topic (default: every topic)"),
+         click.option("-a", "--activeTopic", "active", is_flag=True, help="only topics with traffic"))
+async def stats_all(t: Tools, topic: str | None, active: bool) -> Shown:
     """Put and get rates per topic and group over the last minute (VIEW_BROKER_STATS_DATA)."""
     rows = []
     async with t.admin() as a:
@@ -292,13 +313,17 @@ async def stats_all(t: Tools, topic: str | None) -> Shown:
                 put = await _stats(a, addr, "TOPIC_PUT_NUMS", name)
                 for g in groups or [""]:
                     got = await _stats(a, addr, "GROUP_GET_NUMS", f"{name}@{g}") if g else None
-                    rows.append({"topic": name, "broker": bd.broker_name, "consumerGroup": g,
+                    lag = sum(p.lag for p in await a.consumer_progress(g, name)) if g else 0
+                    rows.append({"topic": name, "broker": bd.broker_name, "consumerGroup": g, "accumulation": lag,
                                  "inTps": put["statsMinute"]["tps"] if put else 0.0,
                                  "outTps": got["statsMinute"]["tps"] if got else 0.0,
                                  "inMsg24Hour": put["statsDay"]["sum"] if put else 0,
                                  "outMsg24Hour": got["statsDay"]["sum"] if got else 0})
-    return Shown(rows, ["#Topic", "#Broker", "#Consumer Group", "#InTPS", "#OutTPS", "#InMsg24Hour", "#OutMsg24Hour"],
-                 [list(r.values()) for r in rows])
+    if active:
+        rows = [r for r in rows if r["inMsg24Hour"] or r["outMsg24Hour"]]
+    cols = ["topic", "consumerGroup", "accumulation", "inTps", "outTps", "inMsg24Hour", "outMsg24Hour"]
+    return Shown(rows, ["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
+                        "#OutMsg24Hour"], [[r[c] for c in cols] for r in rows])
 
 
 async def _stats(a: Admin, addr: str, name: str, key: str) -> dict[str, Any] | None:
@@ -384,8 +409,8 @@ async def get_sync_state_set(t: Tools, controller: str, broker_names: str) -> Sh
 
 
 @command("electMaster", CONTROLLER, click.option("-c", "--clusterName", "cluster", required=True),
-         click.option("-b", "--brokerName", "broker_name", required=True),
-         click.option("-i", "--brokerId", "broker_id", type=int, required=True))
+         click.option("-bn", "--brokerName", "broker_name", required=True),
+         click.option("-b", "--brokerId", "broker_id", type=int, required=True))
 async def elect_master(t: Tools, controller: str, cluster: str, broker_name: str, broker_id: int) -> Shown:
     """Make an in-sync replica the master (controller mode)."""
     async with t.admin() as a:
@@ -402,14 +427,14 @@ async def _acl_invoke(t: Tools, cluster: str | None, broker: str | None, code: i
 
 
 @command("updateAclConfig", *TARGETS, click.option("-a", "--accessKey", "ak", required=True),
-         click.option("-s", "--secretKey", "sk", default=None),
+         click.option("-s", "--secretKey", "sk", required=True),
          click.option("-w", "--whiteRemoteAddress", "white", default=None),
          click.option("-i", "--defaultTopicPerm", "topic_perm", default=None, help="DENY, PUB, SUB or PUB|SUB"),
          click.option("-u", "--defaultGroupPerm", "group_perm", default=None),
          click.option("-t", "--topicPerms", "topic_perms", default=None, help="topicA=DENY,topicB=PUB|SUB"),
          click.option("-g", "--groupPerms", "group_perms", default=None),
          click.option("-m", "--admin", "is_admin", type=bool, default=None), where=True)
-async def update_acl_config(t: Tools, broker: str | None, cluster: str | None, ak: str, sk: str | None,
+async def update_acl_config(t: Tools, broker: str | None, cluster: str | None, ak: str, sk: str,
                             white: str | None, topic_perm: str | None, group_perm: str | None,
                             topic_perms: str | None, group_perms: str | None, is_admin: bool | None) -> Shown:
     """Create or update an ACL account on brokers."""

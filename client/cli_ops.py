@@ -370,6 +370,92 @@ async def delete_kv_config(t: Tools, namespace: str, key: str) -> Shown:
     return _done({"namespace": namespace, "key": key, "deleted": True}, "delete kv config from namespace success.")
 
 
+def _write_perm(name: str, code: int, count_key: str, verb: str, doc: str) -> None:
+    """Register wipeWritePerm / addWritePerm: the name servers change a broker's write permission."""
+
+    async def body(t: Tools, broker_name: str) -> Shown:
+        lines, counts = [], {}
+        async with t.admin() as a:
+            for addr in a.instance.namesrv_addrs:
+                try:
+                    r = await a.instance.invoke(addr, code, {"brokerName": broker_name}, what=name)
+                    counts[addr] = int(r.ext.get(count_key) or 0)
+                    lines.append(f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {counts[addr]}")
+                except ClientError:
+                    counts[addr] = -1
+                    lines.append(f"{verb} write perm of broker[{broker_name}] in name server[{addr}] Failed")
+        return Shown({"brokerName": broker_name, count_key: counts}, lines=lines)
+
+    command(name, click.option("-b", "--brokerName", "broker_name", required=True), doc=doc)(body)
+
+
+_write_perm("wipeWritePerm", RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount", "wipe",
+            "Take write permission from a broker's topics on every name server (drain it before a stop).")
+_write_perm("addWritePerm", RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount", "add",
+            "Give a broker's topics write permission back on every name server.")
+
+
+@command("updateOrderConf", TOPIC, click.option("-m", "--method", required=True, type=click.Choice(["put", "get", "delete"])),
+         click.option("-v", "--orderConf", "conf", default="", help="brokerName1:num;brokerName2:num"))
+async def update_order_conf(t: Tools, topic: str, method: str, conf: str) -> Shown:
+    """A topic's order configuration on the name servers (KV namespace ORDER_TOPIC_CONFIG)."""
+    async with t.admin() as a:
+        if method == "get":
+            r = await a.instance.invoke_namesrv(RequestCode.GET_KV_CONFIG,
+                                                {"namespace": "ORDER_TOPIC_CONFIG", "key": topic})
+            if r.code != 0:
+                raise ClientError(f"CODE: {r.code} DESC: {r.remark}")
+            value = r.ext.get("value", "")
+            return _done({"topic": topic, "orderConf": value},
+                         f"get orderConf success. topic=[{topic}], orderConf=[{value}] ")
+        if method == "put":
+            if not conf.strip():
+                raise click.UsageError("please set orderConf with option -v.")
+            await a.put_kv_config("ORDER_TOPIC_CONFIG", topic, conf.strip())
+            return _done({"topic": topic, "orderConf": conf.strip()},
+                         f"update orderConf success. topic=[{topic}], orderConf=[{conf.strip()}]")
+        await a.delete_kv_config("ORDER_TOPIC_CONFIG", topic)
+    return _done({"topic": topic, "deleted": True}, f"delete orderConf success. topic=[{topic}]")
+
+
+@command("getConsumerConfig", click.option("-g", "--groupName", "group", required=True))
+async def get_consumer_config(t: Tools, group: str) -> Shown:
+    """A subscription group's settings on every master that has it, as mqadmin lists them."""
+    docs: dict[str, dict[str, Any]] = {}
+    async with t.admin() as a:
+        for cluster, name, bid, addr in (await a.cluster_info()).members():
+            if bid != 0:
+                continue
+            try:
+                cfg = await a.group_config(addr, group)
+            except ClientError:
+                continue
+            if cfg:
+                docs[f"{cluster}:{name}"] = cfg
+    lines = []
+    for where, cfg in docs.items():
+        lines.append(f"{'=' * 29}{where}{'=' * 29}")
+        lines += [f"{k:<40}=  {str(v).lower() if isinstance(v, bool) else v}" for k, v in cfg.items()]
+    return Shown(docs, lines=lines)
+
+
+@command("queryCq", TOPIC, click.option("-q", "--queue", "queue_id", type=int, required=True),
+         click.option("-i", "--index", type=int, required=True), click.option("-c", "--count", type=int, default=10,
+                                                                              show_default=True),
+         click.option("-b", "--broker", "broker", default=None, help="broker address (default: the topic's first)"),
+         click.option("-g", "--consumer", "group", default=None, help="with the group's filter evaluated"))
+async def query_cq(t: Tools, topic: str, queue_id: int, index: int, count: int, broker: str | None,
+                   group: str | None) -> Shown:
+    """Raw consume queue entries (QUERY_CONSUME_QUEUE)."""
+    async with t.admin() as a:
+        addr = broker or (await a.topic_route(topic)).broker_datas[0].master_addr
+        doc = await a.query_consume_queue(addr, topic, queue_id, index, count, group)
+    rows = [[index + i, q.get("physicOffset"), q.get("physicSize"), q.get("tagsCode")]
+            for i, q in enumerate(doc.get("queueData") or [])]
+    return Shown(doc, ["#Index", "#PhysicOffset", "#PhysicSize", "#TagsCode"], rows,
+                 [f"max: {doc.get('maxQueueIndex')}, min: {doc.get('minQueueIndex')}"])
+
+
 # ---------------------------------------------------------------------------------------------- HA and controller
 
 _HA_KEYS = ("brokerRole", "haConnectionCount", "slaveAckOffset", "slaveFallBehindMuch", "haSlaves",

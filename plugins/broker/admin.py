@@ -398,6 +398,11 @@ class AdminProcessor(TableProcessor):
         root = str(cfg.store_root())
         values = [(f.name, getattr(cfg, f.name)) for f in attrs.fields(type(cfg))]
         lines = [f"{k}={_prop(v)}" for k, v in values if full or not _secret_setting(k, v, root)]
+        # RocketMQ's tools read these two (mqadmin exportConfigs fails without them): rmq runs no filter
+        # servers, and its outgoing connections use TLS as RocketMQ's tlsEnable says ([tls] enable)
+        tls = getattr(getattr(getattr(self.ctx, "kernel", None), "config", None), "tls", None)
+        enable = tls.get("enable", False) if isinstance(tls, dict) else getattr(tls, "enable", False)
+        lines += ["filterServerNums=0", f"useTLS={_prop(bool(enable))}"]
         version = _j({"counter": 1, "timestamp": self.ctx.boot_ms})
         return cmd.response(ResponseCode.SUCCESS, None, {"version": version}, "\n".join(lines).encode())
 

@@ -180,6 +180,35 @@ class JavaBroker:
         self._stop_pid(self.broker_pid, sig, timeout)
         self.broker_pid = 0
 
+    def restart_broker(self, timeout: float = 120) -> None:
+        """Start the broker JVM again on the same broker.conf (store, ports) after :meth:`stop_broker`;
+        the name server keeps running. Returns once the broker logged its boot again."""
+        assert not self.broker_pid, "the broker is still running"
+        out = self.workdir / "broker.out"
+        boots = out.read_text(errors="replace").count("boot success") if out.exists() else 0
+        # the launch line of run-java-broker.sh, appending to the same log
+        script = ('. "$1/jvmopts.sh"; export ROCKETMQ_HOME=$RMQ_HOME_DIR; '
+                  'GC="-XX:+UseG1GC -XX:G1HeapRegionSize=16m -XX:G1ReservePercent=25 '
+                  '-XX:InitiatingHeapOccupancyPercent=30 -XX:SoftRefLRUPolicyMSPerMB=0 '
+                  '-XX:-OmitStackTraceInFastThrow -XX:-UseLargePages"; '
+                  'nohup java -server -Xms128m -Xmx384m $GC -XX:MaxDirectMemorySize=1g $RMQ_JDK17_OPTS '
+                  '-Duser.home="$2/home" -Drocketmq.home.dir=$RMQ_HOME_DIR -cp "$RMQ_CP" '
+                  'org.apache.rocketmq.broker.BrokerStartup -c "$2/broker.conf" >> "$2/broker.out" 2>&1 '
+                  '< /dev/null & echo $!')
+        p = subprocess.run(["bash", "-c", script, "restart", str(self.home), str(self.workdir.resolve())],
+                           capture_output=True, text=True, timeout=60, check=True)
+        self.broker_pid = int(p.stdout.split()[-1])
+
+        def booted() -> str | None:
+            try:
+                os.kill(self.broker_pid, 0)
+            except ProcessLookupError:
+                return "died"
+            return "up" if out.read_text(errors="replace").count("boot success") > boots else None
+        if eventually(booted, timeout, "the Java broker's boot after a restart", interval=0.5) == "died":
+            self.broker_pid = 0
+            raise RuntimeError(f"Java broker died on restart:\n{self.log_tail()}")
+
     def stop(self) -> None:
         self.stop_broker()
         self._stop_pid(self.namesrv_pid, signal.SIGTERM, 15)

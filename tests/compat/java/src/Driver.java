@@ -59,6 +59,7 @@ public final class Driver {
                 case "trace": Rpc.trace(); break;
                 case "acl": Rpc.acl(); break;
                 case "failover-restart": Failover.restart(); break;
+                case "failover-master": Failover.masterKilled(); break;
                 case "readback": readBack(opt("topic"), opt("namespace", null), intOpt("expect", 0)); break;
                 default: throw new IllegalArgumentException("unknown subcommand " + cmd);
             }

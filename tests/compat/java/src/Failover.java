@@ -9,6 +9,7 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.impl.producer.TopicPublishInfo;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.admin.ConsumeStats;
 import org.apache.rocketmq.common.admin.OffsetWrapper;
@@ -109,6 +110,114 @@ final class Failover {
         }
     }
 
+    /**
+     * A master/slave pair whose master dies. Phase "master": --n sync sends (a SYNC_MASTER answers
+     * SEND_OK once the slave has the message), then "ready"; the test kills the master and creates
+     * --ctl/killed once the name server forgot it. Phase "slave": a push consumer of a new group starts
+     * and must read every message from the slave, while the producer tries --tries more sends.
+     */
+    static void masterKilled() throws Exception {
+        String topic = Driver.opt("topic");
+        String group = Driver.opt("group", topic + "_cg");
+        File killed = new File(Driver.opt("ctl"), "killed");
+        int n = Driver.intOpt("n", 20);
+        int tries = Driver.intOpt("tries", 10);
+        Driver.createTopic(topic);
+        Driver.createTopic(topic + "_probe");
+        long end = Driver.deadline();
+
+        DefaultMQProducer p = new DefaultMQProducer(group + "_pg");
+        p.setNamesrvAddr(Driver.opt("ns"));
+        p.setInstanceName("ha-producer");
+        p.setSendMsgTimeout(1000);
+        p.setRetryTimesWhenSendFailed(1);
+        // learn the new route within a second (default 30 s)
+        p.setPollNameServerInterval(1000);
+        p.start();
+        DefaultMQPushConsumer c = null;
+        Set<Integer> consumed = ConcurrentHashMap.newKeySet();
+        Set<Integer> acked = ConcurrentHashMap.newKeySet();
+        try {
+            // until the slave acknowledges (SYNC_MASTER answers SLAVE_NOT_AVAILABLE before): not printed
+            while (true) {
+                try {
+                    if (p.send(new Message(topic + "_probe", "probe".getBytes(StandardCharsets.UTF_8)))
+                            .getSendStatus().name().equals("SEND_OK")) {
+                        break;
+                    }
+                } catch (Exception e) {
+                    if (System.currentTimeMillis() > end) {
+                        throw e;
+                    }
+                }
+                Thread.sleep(200);
+            }
+            for (int i = 0; i < n; i++) {
+                send(p, topic, i, "master", acked);
+            }
+            Driver.emit("ready", "acked", acked.size());
+            while (!killed.exists()) {
+                if (System.currentTimeMillis() > end) {
+                    throw new IllegalStateException("the test never killed the master");
+                }
+                Thread.sleep(100);
+            }
+            // the producer's next route poll (within a second) drops the master: the sends below see the
+            // new route, not a cached one (which of them fail by connection refused is timing)
+            while (true) {
+                TopicPublishInfo info = p.getDefaultMQProducerImpl().getTopicPublishInfoTable().get(topic);
+                if (info == null || info.getMessageQueueList().isEmpty()) {
+                    break;
+                }
+                if (System.currentTimeMillis() > end) {
+                    throw new IllegalStateException("the producer's route still names the master");
+                }
+                Thread.sleep(100);
+            }
+            c = new DefaultMQPushConsumer(group);
+            c.setNamesrvAddr(Driver.opt("ns"));
+            c.setInstanceName("ha-consumer");
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.setPersistConsumerOffsetInterval(1000);
+            c.setPollNameServerInterval(1000);
+            c.subscribe(topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    int idx = Integer.parseInt(m.getUserProperty("idx"));
+                    Driver.emit("consumed", "idx", idx, "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(),
+                            "reconsumeTimes", m.getReconsumeTimes());
+                    consumed.add(idx);
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            for (int i = n; i < n + tries; i++) {
+                send(p, topic, i, "slave", acked);
+                Thread.sleep(300);
+            }
+            waitConsumed(acked, consumed, end);
+            waitCommitted(group, topic, Math.min(end, System.currentTimeMillis() + 30000));
+        } finally {
+            p.shutdown();
+            if (c != null) {
+                c.shutdown();
+            }
+        }
+    }
+
+    static void send(DefaultMQProducer p, String topic, int i, String phase, Set<Integer> acked) {
+        Message m = new Message(topic, "tagA", "key-" + i, ("body-" + i).getBytes(StandardCharsets.UTF_8));
+        m.putUserProperty("idx", Integer.toString(i));
+        try {
+            SendResult r = p.send(m);
+            Driver.emit("send", "idx", i, "phase", phase, "status", String.valueOf(r.getSendStatus()),
+                    "queueId", r.getMessageQueue().getQueueId(), "queueOffset", r.getQueueOffset());
+            acked.add(i);
+        } catch (Exception e) {
+            Driver.emit("send", "idx", i, "phase", phase, "error", Driver.error(e));
+        }
+    }
+
     static void waitConsumed(Set<Integer> acked, Set<Integer> consumed, long end) throws InterruptedException {
         while (!consumed.containsAll(acked) && System.currentTimeMillis() < end) {
             Thread.sleep(100);
@@ -120,7 +229,18 @@ final class Failover {
         DefaultMQAdminExt a = Driver.admin();
         try {
             while (true) {
-                ConsumeStats cs = a.examineConsumeStats(group);
+                ConsumeStats cs;
+                try {
+                    cs = a.examineConsumeStats(group);
+                } catch (Exception e) {
+                    // e.g. 206 (no offsets yet): asked again until the deadline, then printed
+                    if (System.currentTimeMillis() > end) {
+                        Driver.emit("offsets", "error", Driver.error(e));
+                        return;
+                    }
+                    Thread.sleep(200);
+                    continue;
+                }
                 Map<Integer, long[]> offsets = new TreeMap<>();
                 boolean done = true;
                 for (Map.Entry<MessageQueue, OffsetWrapper> e : cs.getOffsetTable().entrySet()) {

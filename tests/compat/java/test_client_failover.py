@@ -135,7 +135,8 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
             for q in {x["queueId"] for x in after}),
         "reconsumeTimes": sorted({x["reconsumeTimes"] for x in consumed}),
         "final offsets committed": all(x["brokerOffset"] == x["consumerOffset"] for x in final),
-        "final offsets count the SEND_OKs": sum(x["brokerOffset"] for x in final) == len(acked),
+        # at least: a send that failed on the client's side may still have been stored
+        "final offsets count the SEND_OKs": sum(x["brokerOffset"] for x in final) >= len(acked),
     }
 
 

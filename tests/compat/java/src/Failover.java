@@ -65,8 +65,9 @@ final class Failover {
         DefaultMQProducer p = new DefaultMQProducer(group + "_pg");
         p.setNamesrvAddr(Driver.opt("ns"));
         p.setInstanceName("failover-producer");
-        // a short retry policy: one retry, one second per attempt (defaults: 2 retries, 3 s)
-        p.setSendMsgTimeout(Driver.intOpt("sendTimeout", 1000));
+        // a short retry policy: one retry (default 2); RocketMQ's 3 s per attempt, as a shorter one could
+        // time out a send the broker stored under load and store its retry twice
+        p.setSendMsgTimeout(Driver.intOpt("sendTimeout", 3000));
         p.setRetryTimesWhenSendFailed(1);
         p.start();
 
@@ -129,7 +130,7 @@ final class Failover {
         DefaultMQProducer p = new DefaultMQProducer(group + "_pg");
         p.setNamesrvAddr(Driver.opt("ns"));
         p.setInstanceName("ha-producer");
-        p.setSendMsgTimeout(1000);
+        p.setSendMsgTimeout(3000);
         p.setRetryTimesWhenSendFailed(1);
         // learn the new route within a second (default 30 s)
         p.setPollNameServerInterval(1000);

@@ -6,7 +6,10 @@ runs it in a process of its own here, as the Java pair does), so only the broker
 What the application sees is compared: which kinds of failure the producer gets during the outage, that
 every SEND_OK message is consumed after all, that consumption resumes from the committed offsets (no
 message consumed before the outage comes again) and the group's final offsets. Which send fails, and
-how many, depends on when the broker went away and came back: that is timing, not the broker."""
+how many, depends on when the broker went away and came back: that is timing, not the broker.
+
+And a classic 4.9 SYNC_MASTER + SLAVE pair (slaveReadEnable) whose master is SIGKILLed: a push consumer
+reads every message from the slave, and the producer's sends fail (4.9 never writes to a slave)."""
 
 from __future__ import annotations
 

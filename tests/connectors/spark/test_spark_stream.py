@@ -15,8 +15,24 @@ def _msgs(start: int, n: int) -> list[dict[str, Any]]:
     return [{"body": f"m{i}".encode(), "tags": "t", "keys": f"k{i}"} for i in range(start, start + n)]
 
 
+# Spark starts a streaming source's Python worker with a fixed 10 s limit for it to connect back
+# (PythonWorkerFactory.createSimpleWorker, not configurable): on a busy shared machine a Python start-up
+# can take longer. The query fails at init, before any batch or checkpoint write, so it is started again.
+WORKER_START = "Python worker failed to connect back"
+
+
 def _run(spark: Any, namesrv: str, topic: str, out: Path, checkpoint: Path, **options: str) -> list[int]:
     """One availableNow run into a Parquet sink; returns the input rows of each micro-batch."""
+    for attempt in range(3):
+        try:
+            return _run_once(spark, namesrv, topic, out, checkpoint, **options)
+        except Exception as e:  # noqa: BLE001 - only Spark's worker start-up limit is retried
+            if WORKER_START not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_once(spark: Any, namesrv: str, topic: str, out: Path, checkpoint: Path, **options: str) -> list[int]:
     reader = spark.readStream.format("rocketmq").option("nameserver", namesrv).option("subscribe", topic)
     for k, v in options.items():
         reader = reader.option(k, v)

@@ -7,7 +7,8 @@
 #               no Spark, no Java): codecs, kernel, stores, filters, allocators, client logic. Tests that start
 #               processes are `integration` (set automatically for the rmqd / rmqd_factory / spark fixtures,
 #               else marked on the test or its module); one left unmarked fails under --fast
-#   make slow   the `slow` tests: controller failover and role changes, crash loops, POP failover, timer SIGKILL
+#   make slow   the `slow` tests: controller failover and role changes (the C++ client's too), crash loops, POP
+#               failover, timer SIGKILL, the README's Spark snippet in a fresh process
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)

@@ -8,11 +8,14 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.message import decode_message
 from rmq.testing.daemon import RmqdProcess, free_port
 
 
+@pytest.mark.slow  # spans the C++ client's 30 s route refresh, a master death and an election: ~65-100 s
 def test_cpp_producer_resumes_on_the_new_master(rmqd_factory: Any, cpp: Any, compat: Any, tmp_path: Any) -> None:
     ports = [free_port() for _ in range(3)]
     peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+# a second JVM in a fresh process (~80 s on two cores): the slow tier, beside the other whole-cluster runs
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

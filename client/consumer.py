@@ -119,16 +119,15 @@ async def pull_once(
     max_nums: int,
     sub: Subscription | None,
     *,
-    suspend_ms: int = 0,
     timeout: float = 10.0,
-    commit_offset: int = 0,
-    sys_flag: int = 0,
+    **flags: int,
 ) -> PullResult:
+    """One PULL_MESSAGE to the broker the last answer suggested; ``flags`` are pull_ext's (suspend_ms,
+    commit_offset, sys_flag)."""
     addr = inst.pull_addr(mq.broker_name, inst.pull_from.get(mq, 0))
     if addr is None:
         addr = await inst.find_broker_addr(mq.broker_name, mq.topic)
-    ext = pull_ext(group, mq, offset, max_nums, sub, suspend_ms=suspend_ms, commit_offset=commit_offset,
-                   sys_flag=sys_flag)
+    ext = pull_ext(group, mq, offset, max_nums, sub, **flags)
     try:
         resp = await inst.remoting.invoke(addr, RemotingCommand.request(_PULL, ext), timeout)
     except RemotingConnectError:  # the broker is gone (a master down): the next pull uses a fresh route

@@ -120,7 +120,29 @@ def write_toml(path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-class RmqdProcess:
+class LoopbackBroker:
+    """Where a test reaches a broker it started on 127.0.0.1 (rmqd here, Apache RocketMQ's in rmq.testing.java)."""
+
+    namesrv_port: int | None
+    broker_port: int
+
+    @property
+    def namesrv_addr(self) -> str:
+        if self.namesrv_port is None:
+            raise RuntimeError("this broker's process runs no namesrv")
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def ha_port(self) -> int:
+        """RocketMQ's default HA port: the listen port + 1."""
+        return self.broker_port + 1
+
+
+class RmqdProcess(LoopbackBroker):
     """One ``rmqd`` child process. ``start()`` returns once it logged ready (or raises with its log)."""
 
     def __init__(
@@ -175,16 +197,6 @@ class RmqdProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._lines: list[str] = []
         self._ready = threading.Event()
-
-    @property
-    def namesrv_addr(self) -> str:
-        if self.namesrv_port is None:
-            raise RuntimeError("this rmqd runs no namesrv")
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
 
     @property
     def grpc_endpoint(self) -> str:

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rmq.testing.daemon import eventually, free_port
+from rmq.testing.daemon import LoopbackBroker, eventually, free_port
 
 _REPO = Path(__file__).resolve().parents[1]
 # the checkout is `<root>/main` (or a clone anywhere): ../shared/java beside it is the default
@@ -98,7 +98,7 @@ def mqadmin(*args: str, scratch: Path, home: Path | None = None, timeout: float 
                           timeout=timeout, env=client_env(home, scratch))
 
 
-class JavaBroker:
+class JavaBroker(LoopbackBroker):
     """A Java NameServer + Broker pair on free loopback ports, its store and logs under ``workdir``.
 
     ``conf`` adds ``key=value`` lines to the generated broker.conf (brokerName, brokerRole, brokerId,
@@ -114,18 +114,6 @@ class JavaBroker:
         self.broker_port = broker_port or free_port()
         self.namesrv_pid = 0
         self.broker_pid = 0
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
-
-    @property
-    def ha_port(self) -> int:
-        return self.broker_port + 1
 
     @property
     def store_dir(self) -> Path:

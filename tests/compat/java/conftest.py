@@ -82,10 +82,15 @@ def start_pair(tmp: Path, home: Path, conf: dict[str, Any], rmqd_conf: dict[str,
 def judge(java_home: Path, driver_classes: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
     """rmqd and the Java broker for the whole session (a JVM pair costs 10-30 s to start)."""
     tmp = tmp_path_factory.mktemp("judge")
-    rm, jb = start_pair(tmp, java_home, BROKER_CONF)
+    yield from _judged(tmp, java_home, driver_classes, start_pair(tmp, java_home, BROKER_CONF))
+
+
+def _judged(tmp: Path, java_home: Path, classes: Path, pair: tuple[Any, Any]) -> Iterator[Judge]:
+    """A Judge over a started (rmqd, Java broker) pair, both stopped afterwards."""
+    rm, jb = pair
     try:
-        yield Judge(java_home, driver_classes, [Side("rmqd", rm.namesrv_addr, tmp / "client-rmqd", rm),
-                                                Side("java", jb.namesrv_addr, tmp / "client-java", jb)])
+        yield Judge(java_home, classes, [Side("rmqd", rm.namesrv_addr, tmp / "client-rmqd", rm),
+                                         Side("java", jb.namesrv_addr, tmp / "client-java", jb)])
     finally:
         rm.stop()
         jb.stop()
@@ -114,13 +119,8 @@ def acl_judge(java_home: Path, driver_classes: Path, tmp_path_factory: pytest.Te
     acl_file = tmp / "plain_acl.yml"
     acl_file.write_text(ACCOUNTS)
     home = acl_home(java_home, tmp / "java-home", ACCOUNTS)
-    rm, jb = start_pair(tmp, home, {"aclEnable": True}, rmqd_conf={"plainAclFile": str(acl_file)})
-    try:
-        yield Judge(java_home, driver_classes, [Side("rmqd", rm.namesrv_addr, tmp / "client-rmqd", rm),
-                                                Side("java", jb.namesrv_addr, tmp / "client-java", jb)])
-    finally:
-        rm.stop()
-        jb.stop()
+    pair = start_pair(tmp, home, {"aclEnable": True}, rmqd_conf={"plainAclFile": str(acl_file)})
+    yield from _judged(tmp, java_home, driver_classes, pair)
 
 
 @pytest.fixture

@@ -70,6 +70,30 @@ def restart_sides(java_home: Path, driver_classes: Path, tmp_path_factory: pytes
         jb.stop()
 
 
+def drive(argv: list[str], name: str, on_line: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+    """Run a driver scenario, calling ``on_line`` with the lines so far after each JSON line it prints
+    (the test acts on the broker from there); its exit must be 0."""
+    lines: list[dict[str, Any]] = []
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr: list[str] = []
+    threading.Thread(target=lambda: stderr.append(proc.stderr.read() if proc.stderr else ""), daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            if raw.startswith("{"):
+                lines.append(json.loads(raw))
+                on_line(lines)
+        rc = proc.wait(timeout=max(1.0, TIMEOUT - (time.monotonic() - t0)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = stderr[0][-3000:] if stderr else ""
+    assert rc == 0, f"driver failed on {name} (rc {rc}):\n" + "\n".join(map(json.dumps, lines[-5:])) + err
+    return lines
+
+
 def run_with_restart(side: RestartSide, classes: Path, home: Path, topic: str) -> dict[str, Any]:
     """The driver's ``failover-restart`` scenario; on its "ready" line the broker is stopped, and started
     again once the producer has seen three failed sends."""
@@ -78,33 +102,20 @@ def run_with_restart(side: RestartSide, classes: Path, home: Path, topic: str) -
     argv = java.java_command("Driver", "failover-restart", "--ns", side.namesrv_addr, "--topic", topic,
                              "--ctl", str(ctl), "--wait", str(TIMEOUT - 60), extra_cp=classes,
                              scratch=side.scratch, home=home)
-    lines: list[dict[str, Any]] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr: list[str] = []
-    threading.Thread(target=lambda: stderr.append(proc.stderr.read() if proc.stderr else ""), daemon=True).start()
     t0 = time.monotonic()
-    try:
-        assert proc.stdout is not None
-        stopped_at = -1
-        for raw in proc.stdout:
-            if not raw.startswith("{"):
-                continue
-            line = json.loads(raw)
-            lines.append(line)
-            if line["kind"] == "ready":
-                side.stop()
-                stopped_at = len(lines)
-            elif stopped_at >= 0 and len([x for x in lines[stopped_at:] if "error" in x]) >= 3:
-                stopped_at = -1
-                side.start()
-                (ctl / "restarted").touch()
-        rc = proc.wait(timeout=max(1.0, TIMEOUT - (time.monotonic() - t0)))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = stderr[0][-3000:] if stderr else ""
-    assert rc == 0, f"driver failed on {side.name} (rc {rc}):\n" + "\n".join(map(json.dumps, lines[-5:])) + err
+    stopped_at = -1
+
+    def on_line(lines: list[dict[str, Any]]) -> None:
+        nonlocal stopped_at
+        if lines[-1]["kind"] == "ready":
+            side.stop()
+            stopped_at = len(lines)
+        elif stopped_at >= 0 and len([x for x in lines[stopped_at:] if "error" in x]) >= 3:
+            stopped_at = -1
+            side.start()
+            (ctl / "restarted").touch()
+
+    lines = drive(argv, side.name, on_line)
     return {"lines": lines, "seconds": time.monotonic() - t0}
 
 
@@ -213,33 +224,18 @@ def run_with_master_kill(side: HaSide, classes: Path, home: Path, topic: str) ->
     argv = java.java_command("Driver", "failover-master", "--ns", side.namesrv_addr, "--topic", topic,
                              "--ctl", str(ctl), "--wait", str(TIMEOUT - 60), "--n", "20", "--tries", "10",
                              extra_cp=classes, scratch=side.scratch, home=home)
-    lines: list[dict[str, Any]] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr: list[str] = []
-    threading.Thread(target=lambda: stderr.append(proc.stderr.read() if proc.stderr else ""), daemon=True).start()
-    t0 = time.monotonic()
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            if not raw.startswith("{"):
-                continue
-            lines.append(json.loads(raw))
-            if lines[-1]["kind"] != "ready":
-                continue
-            eventually(lambda: topic.encode() in call(side.slave_addr, RequestCode.GET_ALL_TOPIC_CONFIG).body,
-                       60, f"{topic}'s config on the {side.name} slave")
-            side.kill_master()
-            eventually(lambda: side.master_addr.encode() not in call(
-                side.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).body,
-                60, f"the {side.name} name server's route without the dead master")
-            (ctl / "killed").touch()
-        rc = proc.wait(timeout=max(1.0, TIMEOUT - (time.monotonic() - t0)))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = stderr[0][-3000:] if stderr else ""
-    assert rc == 0, f"driver failed on {side.name} (rc {rc}):\n" + "\n".join(map(json.dumps, lines[-5:])) + err
+    def on_line(lines: list[dict[str, Any]]) -> None:
+        if lines[-1]["kind"] != "ready":
+            return
+        eventually(lambda: topic.encode() in call(side.slave_addr, RequestCode.GET_ALL_TOPIC_CONFIG).body,
+                   60, f"{topic}'s config on the {side.name} slave")
+        side.kill_master()
+        eventually(lambda: side.master_addr.encode() not in call(
+            side.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).body,
+            60, f"the {side.name} name server's route without the dead master")
+        (ctl / "killed").touch()
+
+    lines = drive(argv, side.name, on_line)
     return lines
 
 

@@ -88,6 +88,14 @@ final class Consumers {
     }
 
     /** Send numbered messages ``from``..``to``-1, message i to queue i % queues (a selector: no randomness). */
+    /** The topic created and its first ``n`` numbered messages sent; the producer stays open for more. */
+    static DefaultMQProducer seeded(String topic, int n) throws Exception {
+        Driver.createTopic(topic);
+        DefaultMQProducer p = producer(topic);
+        send(p, topic, 0, n);
+        return p;
+    }
+
     static void send(DefaultMQProducer p, String topic, int from, int to) throws Exception {
         for (int i = from; i < to; i++) {
             p.send(Driver.numbered(topic, i), BY_IDX, i);
@@ -182,9 +190,7 @@ final class Consumers {
         int pre = Driver.intOpt("pre", 0);
         int n = Driver.intOpt("n", 8);
         boolean orderly = Driver.opt("listener", "concurrently").equals("orderly");
-        Driver.createTopic(topic);
-        DefaultMQProducer p = producer(topic);
-        send(p, topic, 0, pre);
+        DefaultMQProducer p = seeded(topic, pre);
         if (Driver.opt("from", "first").equals("timestamp")) {
             // the consumer starts at the first message stored at or after this second
             Thread.sleep(1100);

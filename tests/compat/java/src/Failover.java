@@ -82,18 +82,8 @@ final class Failover {
                     phase.set("after");
                 }
                 String ph = phase.get();
-                Message m = new Message(topic, "tagA", "key-" + i, ("body-" + i).getBytes(StandardCharsets.UTF_8));
-                m.putUserProperty("idx", Integer.toString(i));
-                try {
-                    SendResult r = p.send(m);
-                    Driver.emit("send", "idx", i, "phase", ph, "status", String.valueOf(r.getSendStatus()),
-                            "queueId", r.getMessageQueue().getQueueId(), "queueOffset", r.getQueueOffset());
-                    acked.add(i);
-                    if ("after".equals(ph)) {
-                        afterOk++;
-                    }
-                } catch (Exception e) {
-                    Driver.emit("send", "idx", i, "phase", ph, "error", Driver.error(e));
+                if (send(p, topic, i, ph, acked) && "after".equals(ph)) {
+                    afterOk++;
                 }
                 if ("before".equals(ph) && acked.size() >= before) {
                     waitConsumed(acked, consumed, end);
@@ -206,7 +196,8 @@ final class Failover {
         }
     }
 
-    static void send(DefaultMQProducer p, String topic, int i, String phase, Set<Integer> acked) {
+    /** Send message ``i``; the answer (or the failure) is emitted, and true when the broker acknowledged it. */
+    static boolean send(DefaultMQProducer p, String topic, int i, String phase, Set<Integer> acked) {
         Message m = new Message(topic, "tagA", "key-" + i, ("body-" + i).getBytes(StandardCharsets.UTF_8));
         m.putUserProperty("idx", Integer.toString(i));
         try {
@@ -214,8 +205,10 @@ final class Failover {
             Driver.emit("send", "idx", i, "phase", phase, "status", String.valueOf(r.getSendStatus()),
                     "queueId", r.getMessageQueue().getQueueId(), "queueOffset", r.getQueueOffset());
             acked.add(i);
+            return true;
         } catch (Exception e) {
             Driver.emit("send", "idx", i, "phase", phase, "error", Driver.error(e));
+            return false;
         }
     }
 

@@ -53,9 +53,7 @@ final class Pulls {
         String topic = Driver.opt("topic");
         String group = Driver.opt("group");
         int n = Driver.intOpt("n", 8);
-        Driver.createTopic(topic);
-        DefaultMQProducer p = Consumers.producer(topic);
-        Consumers.send(p, topic, 0, n);
+        DefaultMQProducer p = Consumers.seeded(topic, n);
         DefaultLitePullConsumer c = lite(group);
         c.subscribe(topic, Driver.opt("filter", "*"));
         c.start();
@@ -79,9 +77,7 @@ final class Pulls {
         String topic = Driver.opt("topic");
         String group = Driver.opt("group");
         int n = Driver.intOpt("n", 8);
-        Driver.createTopic(topic);
-        DefaultMQProducer p = Consumers.producer(topic);
-        Consumers.send(p, topic, 0, n);
+        DefaultMQProducer p = Consumers.seeded(topic, n);
         p.shutdown();
         DefaultLitePullConsumer c = lite(group);
         c.start();
@@ -124,9 +120,7 @@ final class Pulls {
         String topic = Driver.opt("topic");
         String group = Driver.opt("group");
         int n = Driver.intOpt("n", 8);
-        Driver.createTopic(topic);
-        DefaultMQProducer p = Consumers.producer(topic);
-        Consumers.send(p, topic, 0, n);
+        DefaultMQProducer p = Consumers.seeded(topic, n);
         DefaultMQPullConsumer c = new DefaultMQPullConsumer(group, Driver.rpcHook());
         c.setNamesrvAddr(Driver.opt("ns"));
         c.setInstanceName("pull-" + System.nanoTime());

@@ -69,11 +69,22 @@ class NamesrvRegistrar:
         """Ask for a registration round soon (coalesced)."""
         self._wake.set()
 
+    def registered_everywhere(self) -> bool:
+        return bool(self.addrs) and all(self._state.get(a) is True for a in self.addrs)
+
     async def run(self) -> None:
-        """Periodic rounds; an early round whenever ``trigger`` was called."""
+        """Periodic rounds; an early round whenever ``trigger`` was called. While some name server has
+        not taken the registration (the start-up round timed out on a loaded host, a name server is
+        down), rounds come after 1, 2, 4 … s up to the period: clients must not wait a whole period
+        for a route."""
         period = self.config.registerNameServerPeriod / 1000
+        retry = 1.0
         while True:
-            with anyio.move_on_after(period):
+            if self.registered_everywhere() or not self._enabled():
+                wait, retry = period, 1.0
+            else:
+                wait, retry = min(retry, period), min(retry * 2, period)
+            with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
             await self.register_all()

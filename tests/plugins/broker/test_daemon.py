@@ -88,3 +88,17 @@ def test_reachable_ipv4() -> None:
     ip = reachable_ipv4()
     parts = ip.split(".")
     assert len(parts) == 4 and all(0 <= int(p) <= 255 for p in parts)
+
+
+def test_registration_retried_soon_when_the_namesrv_comes_up_late(rmqd_factory: Any) -> None:
+    """A broker whose start-up registration failed (name server not up yet, or the round timed out on a
+    loaded host) retries within seconds, not a whole registerNameServerPeriod (30 s) later."""
+    from rmq.testing.daemon import free_port
+
+    ns_port = free_port()
+    broker = rmqd_factory(namesrv=False, broker_conf={"namesrvAddr": f"127.0.0.1:{ns_port}"})
+    assert send(broker.broker_addr, "Late", b"x").code == 0
+    eventually(lambda: any("register to namesrv" in ln and "failed" in ln for ln in broker.log_lines()), 10,
+               "the failed first round is logged")
+    ns = rmqd_factory(broker=False, namesrv_port=ns_port)
+    eventually(lambda: route_code(ns.namesrv_addr, "Late") == 0, 15, "registered well before the 30 s period")

@@ -7,8 +7,9 @@
 #               no Spark, no Java): codecs, kernel, stores, filters, allocators, client logic. Tests that start
 #               processes are `integration` (set automatically for the rmqd / rmqd_factory / spark fixtures,
 #               else marked on the test or its module); one left unmarked fails under --fast
-#   make slow   the `slow` tests: controller failover and role changes (the C++ client's too), crash loops, POP
-#               failover, timer SIGKILL, the README's Spark snippet in a fresh process
+#   make slow   the `slow` tests: controller failover and role changes (the C++ client's too, and its push consumer
+#               across a master/slave failover), crash loops, POP failover and POP invisible times across
+#               restarts, timer SIGKILL, the README's Spark snippet in a fresh process
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -128,6 +129,31 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _spawned.clear()
+
+
+# RMQ_CPU_REPORT=FILE: one line per test, "cpu_seconds wall_start wall_end worker nodeid", appended to FILE:
+# the CPU a test cost its worker and the children it reaped (its rmqd processes, client workers), and when
+# it ran where. Wall time under xdist on a shared machine says little; CPU says what a test costs, the
+# start/end times show the schedule's tail.
+_CPU_REPORT = os.environ.get("RMQ_CPU_REPORT")
+
+
+def _cpu_now() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _CPU_REPORT:
+        return (yield)
+    start, wall = _cpu_now(), time.time()
+    try:
+        return (yield)
+    finally:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(_CPU_REPORT, "a") as f:
+            f.write(f"{_cpu_now() - start:.3f} {wall:.2f} {time.time():.2f} {worker} {item.nodeid}\n")
 
 
 @pytest.hookimpl(wrapper=True)

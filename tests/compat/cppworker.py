@@ -73,6 +73,22 @@ def build(cfg: dict[str, Any], i: int) -> Message:
     return m
 
 
+def send_retrying_first(p: Producer, m: Any, method: str, arg: int, first: bool) -> Any:
+    """One send; a producer's FIRST send is retried (5 x 0.2 s) when librocketmq 1.2.x reports "No route
+    info": its first route answer makes it connect to the broker and heartbeat on another thread, and a
+    send meanwhile finds the connection's mutex taken, fails all its retries at once ("GetTransport ... get
+    timed_mutex timeout" in its log) and names the route — a race inside the client, seen on a loaded
+    host; an application retries such a send, so the worker does too (once, at start)."""
+    for attempt in range(6 if first else 1):
+        try:
+            return p.send_sync(m) if method == "sync" else p.send_orderly(m, arg)
+        except Exception as e:
+            if attempt == 5 or not first or "No route info" not in str(e):
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
 def produce(cfg: dict[str, Any]) -> None:
     p = Producer(cfg.get("group", "PG_COMPAT"))
     p.set_namesrv_addr(cfg["namesrv"])
@@ -92,14 +108,11 @@ def produce(cfg: dict[str, Any]) -> None:
             for i in range(start, start + count):
                 m = build(cfg, i)
                 try:
-                    if method == "sync":
-                        r = p.send_sync(m)
-                        emit({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
-                    elif method == "oneway":
+                    if method == "oneway":
                         p.send_oneway(m)
                         emit({"i": i, "status": 0})
-                    elif method == "orderly":
-                        r = p.send_orderly(m, i % int(cfg.get("arg_mod", 4)))
+                    elif method in ("sync", "orderly"):
+                        r = send_retrying_first(p, m, method, i % int(cfg.get("arg_mod", 4)), first=i == start)
                         emit({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
                     else:
                         raise ValueError(f"unknown method {method}")

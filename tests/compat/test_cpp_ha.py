@@ -7,10 +7,13 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from rmq.protocol.codes import RequestCode
 from rmq.testing.daemon import eventually, runtime_info
 
 
+@pytest.mark.slow  # a minute of the C++ client's rebalance and route periods: make slow, beside the other failovers
 def test_push_consumer_fails_over_to_the_slave_and_back(rmqd_factory: Any, cpp: Any, compat: Any) -> None:
     ns = rmqd_factory(broker=False)
     base = {"namesrvAddr": ns.namesrv_addr, "mappedFileSizeCommitLog": 1024 * 1024, "registerNameServerPeriod": 2000}

@@ -30,7 +30,7 @@ import pytest
 from rmq.client.cli import main as rmqadmin_main
 from rmq.testing import java
 from rmq.testing.daemon import RmqdProcess, eventually
-from rmq.testing.rmqadmin import run as rmqadmin
+from rmq.testing.rmqadmin import run_process as rmqadmin
 
 pytestmark = pytest.mark.java
 

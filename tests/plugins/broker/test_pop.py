@@ -151,6 +151,7 @@ async def receive_for(c: SimpleConsumer, seconds: float, invisible: float = 60) 
 DUE_S = 15
 
 
+@pytest.mark.slow  # ~25 s of waiting for invisible times across restarts: make slow
 @pytest.mark.parametrize("how", ["kill", "graceful"])
 async def test_invisible_time_and_receipts_survive_a_restart(rmqd_factory: Any, how: str) -> None:
     """Acked stay acked, in flight stay invisible until their time (not redelivered at once), a receipt
@@ -179,6 +180,7 @@ async def test_invisible_time_and_receipts_survive_a_restart(rmqd_factory: Any, 
     assert at >= popped_at + DUE_S - 0.5 and delivery_attempt(m) == 2
 
 
+@pytest.mark.slow  # ~25 s of waiting for invisible times across restarts: make slow
 @pytest.mark.parametrize("how", ["kill", "graceful"])
 async def test_attempts_survive_restarts_and_reach_the_dlq(rmqd_factory: Any, how: str) -> None:
     """A consumer cannot dodge the DLQ by restarts: with retryMaxTimes 1 the second delivery is the last,

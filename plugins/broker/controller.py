@@ -10,6 +10,7 @@ store (flush, checkpoint, abort marker removed).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -323,6 +324,9 @@ class BrokerController:
         return register_body(self.topics.register_body_table(self.is_slave), self.topics.data_version.to_json())
 
     def namesrv_addrs(self) -> list[str]:
+        """``namesrvAddr``; else the name server in this process; else ``$NAMESRV_ADDR`` (RocketMQ's broker
+        reads it when nothing is configured; an embedded rmqd keeps to its own name server even when an
+        operator's shell sets it for mqadmin)."""
         addrs = split_namesrv_addrs(self.config.namesrvAddr)
         if not addrs:
             ns = self.kernel.services.get("namesrv")
@@ -330,6 +334,8 @@ class BrokerController:
             if ns is not None and ns.server is not None and ncfg is not None:
                 host = ncfg.listenHost if ncfg.listenHost not in ("", "0.0.0.0", "::") else "127.0.0.1"
                 addrs = [f"{host}:{ns.server.port}"]
+            else:
+                addrs = split_namesrv_addrs(os.environ.get("NAMESRV_ADDR", ""))
         return addrs
 
     # ------------------------------------------------------------------ background loops
@@ -439,7 +445,8 @@ class BrokerController:
                 with anyio.move_on_after(cfg.registerBrokerTimeoutMills / 1000):
                     await self.registrar.register_all()
             else:
-                log.warning("no namesrvAddr and no embedded namesrv: broker %s will not register", self.broker_addr)
+                log.warning("no namesrvAddr, no embedded namesrv and no $NAMESRV_ADDR: broker %s will not register",
+                            self.broker_addr)
             stack.callback(scope.cancel)  # loops stop first on exit
             self.send_processor.flow.start()
             stack.callback(self.send_processor.flow.stop)

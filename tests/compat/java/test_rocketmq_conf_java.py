@@ -25,7 +25,7 @@ HOST_DEFAULTS = {
     "brokerName": "Java: the host name; rmq: broker-a",
     "brokerIP1": "Java: this host's first address; rmq: '' = that address, found at start",
     "brokerIP2": "Java: this host's first address; rmq: '' = brokerIP1",
-    "namesrvAddr": "Java: $NAMESRV_ADDR (null); rmq: '' (the name server in the same process, if any)",
+    "namesrvAddr": "Java: $NAMESRV_ADDR (null); rmq: '' = the name server in the same process, else $NAMESRV_ADDR",
     "storePathRootDir": "Java: ~/store; rmq: '' = $RMQ_HOME, else ./rmq-store",
     "storePathCommitLog": "Java: ~/store/commitlog; rmq: '' = <storePathRootDir>/commitlog",
     "haListenPort": "Java: 10912, reset to listenPort + 1 at start; rmq: 0 = listenPort + 1",

@@ -102,3 +102,11 @@ def test_registration_retried_soon_when_the_namesrv_comes_up_late(rmqd_factory: 
                "the failed first round is logged")
     ns = rmqd_factory(broker=False, namesrv_port=ns_port)
     eventually(lambda: route_code(ns.namesrv_addr, "Late") == 0, 15, "registered well before the 30 s period")
+
+
+def test_a_broker_without_namesrv_addr_reads_the_environment(rmqd_factory: Any) -> None:
+    """As RocketMQ's broker: no namesrvAddr configured and no name server in the process → $NAMESRV_ADDR."""
+    ns = rmqd_factory(broker=False)
+    broker = rmqd_factory(namesrv=False, env={"NAMESRV_ADDR": ns.namesrv_addr})
+    assert send(broker.broker_addr, "FromEnv", b"x").code == 0
+    eventually(lambda: route_code(ns.namesrv_addr, "FromEnv") == 0, 15, "registered to $NAMESRV_ADDR")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tomllib
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -256,6 +257,23 @@ def _read_properties(text: str, source: str) -> tuple[dict[str, Any], dict[str, 
         raise ConfigError(str(e)) from None
 
 
+_TABLE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
+
+
+def _toml_lines(text: str) -> dict[str, int]:
+    """``{"table.key": line}`` for the plain ``key = value`` lines of ``[table]`` headers, so a start-up
+    problem with a key names its line as it does for a properties file (other shapes: no line, no harm)."""
+    out: dict[str, int] = {}
+    table = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        if m := _TABLE.match(line):
+            table = m.group(1)
+        elif (m := _KEY.match(line)) and table:
+            out.setdefault(f"{table}.{m.group(1)}", n)
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RootConfig:
     """Read, override and validate; raise ``ConfigError`` with one precise line on any problem.
 
@@ -285,6 +303,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                 doc = tomllib.loads(text)
             except tomllib.TOMLDecodeError as e:
                 raise ConfigError(f"{source}: invalid TOML: {e}") from None
+            lines = _toml_lines(text)
     for item in overrides:
         dotted, sep, raw_value = item.partition("=")
         if not sep:

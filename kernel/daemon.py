@@ -5,17 +5,24 @@
     rmqd --config broker.conf  RocketMQ's own broker.conf / namesrv.conf (Java properties), as they are
     rmqd plugins               every namespace, installed entry points, which are selected
     rmqd config                the effective configuration as TOML (``--format toml``), whatever the file's format
+
+A declared table may make this process a supervisor of child rmqd processes (``[broker] workers = N``):
+its ``supervisor(config, argv)`` returns an object with ``own`` (the config this process serves itself)
+and ``run()`` (an async context manager that starts the children and yields them, each with ``describe()``),
+and its ``worker(config, k)`` the config child ``k`` (``rmqd ... --worker k``) serves.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
 import signal
 import sys
 import time
+from typing import Any
 
 import anyio
 
@@ -29,19 +36,23 @@ log = logging.getLogger("rmq.daemon")
 
 
 class _Formatter(logging.Formatter):
-    """One line per event: time, level, logger, message (exceptions folded onto the line)."""
+    """One line per event: time, level, [worker,] logger, message (exceptions folded onto the line)."""
+
+    def __init__(self, tag: str = "") -> None:
+        super().__init__()
+        self.tag = tag  # a supervisor's workers share its stderr: each line says whose it is
 
     def format(self, record: logging.LogRecord) -> str:
         t = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
         msg = record.getMessage()
         if record.exc_info:
             msg += " | " + self.formatException(record.exc_info).replace("\n", " | ")
-        return f"{t}.{int(record.msecs):03d} {record.levelname:<5} {record.name}: {msg}"
+        return f"{t}.{int(record.msecs):03d} {record.levelname:<5} {self.tag}{record.name}: {msg}"
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, tag: str = "") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
+    handler.setFormatter(_Formatter(tag))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     try:
@@ -62,26 +73,69 @@ def _parser() -> argparse.ArgumentParser:
         help="override one setting, e.g. --set broker.listenPort=10921 (repeatable)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (overrides [log] level)")
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # a supervisor's child k ([broker] workers)
     p.add_argument("--version", action="version", version=f"rmqd {__version__}")
     return p
 
 
-async def _run(config: RootConfig) -> None:
+async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -> None:
+    from contextlib import AsyncExitStack
+
     from rmq.kernel.kernel import Kernel
 
-    kernel = Kernel.from_config(config)
+    supervisor = None if worker is not None else _supervisor(config, argv)
+    own = supervisor.own if supervisor is not None else config
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with kernel:
+        async with AsyncExitStack() as stack:
+            kernel = await stack.enter_async_context(Kernel.from_config(own)) if own.roles() else None
+            workers = await stack.enter_async_context(supervisor.run()) if supervisor is not None else []
             # Start-up objects (plugins, tables, mmaps) live forever: keep the cyclic GC from rescanning
             # them on every collection; measured ~5x cheaper allocation on the put path.
             gc.freeze()
-            ports = ", ".join(f"{name} {port}" for name, port in kernel.ports.items())
-            log.info("rmqd %s ready: roles %s, pid %d, ports %s%s", __version__, "+".join(config.roles()),
-                     os.getpid(), ports or "(none)", _exposure(config))
+            own_ports = kernel.ports if kernel is not None else {}
+            ports = ", ".join(f"{name} {port}" for name, port in own_ports.items())
+            if worker is not None:  # what the supervisor waits for (never a " ready: " line: that is its own)
+                log.info("rmqd %s worker %d serving: pid %d, ports %s", __version__, worker, os.getpid(), ports)
+                sys.stdout.write(json.dumps({"worker": worker, "pid": os.getpid(), "ports": own_ports}) + "\n")
+                sys.stdout.flush()
+            else:
+                if workers:
+                    ports = ", ".join([*([ports] if ports else []), f"{len(workers)} broker workers: "
+                                       + "; ".join(w.describe() for w in workers)])
+                log.info("rmqd %s ready: roles %s, pid %d, ports %s%s", __version__, "+".join(config.roles()),
+                         os.getpid(), ports or "(none)", _exposure(config))
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
     log.info("rmqd stopped")
+
+
+def _supervisor(config: RootConfig, argv: list[str]) -> Any:
+    """The first table's supervisor of child daemons (``[broker] workers`` above 1), else None."""
+    for table in config.tables.values():
+        supervisor = getattr(table, "supervisor", lambda *_: None)(config, argv)
+        if supervisor is not None:
+            return supervisor
+    return None
+
+
+def _as_worker(config: RootConfig, k: int) -> RootConfig:
+    """``config`` as a supervisor's child ``k`` serves it (the table that supervises derives it)."""
+    for table in config.tables.values():
+        if hasattr(table, "worker") and getattr(table, "supervisor", lambda *_: None)(config, []) is not None:
+            try:
+                return table.worker(config, k)  # type: ignore[no-any-return]
+            except ValueError as e:
+                raise ConfigError(f"--worker {k}: {e}") from None
+    raise ConfigError(f"--worker {k}: this configuration runs no workers")
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments a supervisor's children start with: this process's config, overrides and log level."""
+    out = ["--config", os.path.abspath(args.config)] if args.config else []
+    for item in args.overrides:
+        out += ["--set", item]
+    return out + (["--log-level", args.log_level] if args.log_level else [])
 
 
 def _exposure(config: RootConfig) -> str:
@@ -97,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
-        setup_logging(args.log_level or config.log.level)
+        if args.worker is not None:
+            config = _as_worker(config, args.worker)
+        setup_logging(args.log_level or config.log.level,
+                      f"[{config.broker.brokerName}] " if args.worker is not None and config.broker else "")
         if config.ignored:  # never silent: one line; `rmqd config` says why for each
             log.info("%s: %d RocketMQ keys accepted and ignored (Java internals, or what rmq does anyway): %s",
                      config.source, len(config.ignored), ", ".join(i.split(" ", 1)[0] for i in config.ignored))
@@ -114,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             backend_options = {"use_uvloop": True}
         except ImportError:
             pass
-        anyio.run(_run, config, backend="asyncio", backend_options=backend_options)
+        anyio.run(_run, config, _child_argv(args), args.worker, backend="asyncio", backend_options=backend_options)
         return 0
     except (ConfigError, PluginError) as e:
         if isinstance(e, BindError) and e.in_use:  # who holds the port, when /proc tells

@@ -20,6 +20,7 @@ from rmq.kernel import rmq_home
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+MAX_WORKERS = 256  # ports step by 4 per worker: 256 workers span 1024 ports above listenPort
 
 
 @attrs.define
@@ -53,6 +54,9 @@ class BrokerConfig:
     registerBrokerTimeoutMills: int = 6_000
     registerNameServerPeriod: int = 30_000
     brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    #: broker processes this rmqd runs under one supervisor (not a RocketMQ key; rmq.roles.workers has the
+    #: rules: worker K is brokerName-K on listenPort + 4K with the store <root>/worker-K); 1 = one broker, in-process
+    workers: int = 1
     # replication (RocketMQ HA; the bundled "ha" replication plugin reads these)
     haListenPort: int = 0  # 0 = listenPort + 1
     haMasterAddress: str = ""  # a slave's master HA address; "" = learned from the name server
@@ -193,9 +197,32 @@ class BrokerConfig:
         """The line that refuses start-up ("" = none): the checks RocketMQ's BrokerStartup makes."""
         return _role_problem(self) or _values_problem(self)
 
+    def supervisor(self, root: Any, argv: list[str]) -> Any:
+        """With ``workers`` above 1, what rmqd runs instead of an in-process broker: a supervisor of
+        ``workers`` child rmqd processes (``argv``: the arguments each is started with); else None."""
+        if self.workers <= 1:
+            return None
+        from rmq.roles.workers import Supervisor
+
+        return Supervisor(root, argv)
+
+    def worker(self, root: Any, k: int) -> Any:
+        """The configuration worker ``k`` of a supervisor runs (``rmqd --worker k``): one broker only; a
+        worker started by a supervisor also ties its life to it."""
+        from rmq.roles.workers import attach_to_supervisor, worker_config
+
+        config = worker_config(root, k)
+        attach_to_supervisor()
+        return config
+
 
 def _values_problem(b: BrokerConfig) -> str:
     """Values rmq cannot honour yet, and the timer's ranges: refused at start, never ignored."""
+    if not 1 <= b.workers <= MAX_WORKERS:
+        return f"broker.workers: 1..{MAX_WORKERS} broker processes (got {b.workers})"
+    if b.workers > 1 and b.listenPort and b.listenPort + 4 * (b.workers - 1) + 1 > 65535:
+        return (f"broker.workers: {b.workers} workers need ports up to listenPort + {4 * (b.workers - 1) + 1} "
+                f"(worker K listens on listenPort + 4K); listenPort {b.listenPort} is too high")
     if b.filterSupportRetry:
         return ("broker.filterSupportRetry: true is not supported yet (subscription filters are not applied "
                 "to messages in retry topics); remove the key or set it to false")

@@ -84,18 +84,23 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
+def free_port(run: int = 1) -> int:
     """A port free on 127.0.0.1 now whose neighbours (port-2, port+1: RocketMQ's VIP and HA ports) are too,
     from this process's own block (see above): daemons are often configured together and started later,
-    so "free now" alone would let one's gRPC port be another's HA port, or another worker's daemon's."""
+    so "free now" alone would let one's gRPC port be another's HA port, or another worker's daemon's.
+    ``run`` > 1: ``run`` such groups in a row (port, port+4, ...), the ports of ``[broker] workers = run``."""
     if _block.pid != os.getpid():
         _block.claim(None)
+    groups = PORT_BLOCK // 4
+    if not 1 <= run <= groups:
+        raise ValueError(f"run: 1..{groups} groups of ports")
     for _ in range(2):
-        groups = PORT_BLOCK // 4
         for _ in range(groups):
+            if _block.next % groups + run > groups:  # a run does not wrap round the block's end
+                _block.next += groups - _block.next % groups
             port = _block.start + 4 * (_block.next % groups) + 2
-            _block.next += 1
-            if all(_bindable(p) for p in (port - 2, port - 1, port, port + 1)):
+            _block.next += run
+            if all(_bindable(p) for p in range(port - 2, port + 4 * run - 2)):
                 return port
         _block.claim((_block.start - PORT_LOW) // PORT_BLOCK)  # all held by others: the next free block
     raise RuntimeError("no free port found")
@@ -158,13 +163,15 @@ class RmqdProcess(LoopbackBroker):
         broker_port: int | None = None,
         env: dict[str, str] | None = None,
         proxy: bool = True,
+        workers: int = 1,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workers = workers  # [broker] workers: worker K's ports are the configured ones + 4K
         self.namesrv_port = namesrv_port or (free_port() if namesrv else None)
-        self.broker_port = broker_port or (free_port() if broker else None)
+        self.broker_port = broker_port or (free_port(workers) if broker else None)
         # RocketMQ 5 clients: the broker's gRPC endpoint, opened only with a [proxy] table (proxy=False: none)
-        self.grpc_port = free_port() if broker and proxy else 0
+        self.grpc_port = free_port(workers) if broker and proxy else 0
         doc: dict[str, Any] = {}
         if namesrv:
             doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1",
@@ -186,6 +193,8 @@ class RmqdProcess(LoopbackBroker):
             }
             if namesrv and "namesrvAddr" not in (broker_conf or {}):
                 b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"
+            if workers != 1:
+                b["workers"] = workers
             b.update(broker_conf or {})
             doc["broker"] = b
             if proxy:
@@ -207,6 +216,26 @@ class RmqdProcess(LoopbackBroker):
     @property
     def grpc_endpoint(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    def worker_port(self, k: int) -> int:
+        """Worker ``k``'s listenPort (``[broker] workers``: listenPort + 4K; rmq.roles.workers)."""
+        return self.broker_port + 4 * k
+
+    def worker_addr(self, k: int) -> str:
+        return f"127.0.0.1:{self.worker_port(k)}"
+
+    def worker_pids(self) -> dict[int, int]:
+        """Each worker's pid, from the supervisor's child processes (/proc): {K: pid}."""
+        assert self.proc is not None
+        out = {}
+        for child in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split():
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"--worker" in argv:
+                out[int(argv[argv.index(b"--worker") + 1])] = int(child)
+        return out
 
     def command(self, extra_args: Iterable[str] = ()) -> list[str]:
         return [sys.executable, "-m", "rmq.kernel.daemon", "--config", str(self.config_path), *extra_args]

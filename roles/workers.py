@@ -140,6 +140,15 @@ def exit_reason(rc: int | None) -> str:
     return f"exit code {rc}"
 
 
+def _start_error(e: BaseException) -> WorkerStartError | None:
+    if isinstance(e, WorkerStartError):
+        return e
+    for sub in getattr(e, "exceptions", ()):
+        if (found := _start_error(sub)) is not None:
+            return found
+    return None
+
+
 @attrs.define
 class Worker:
     """One worker as the supervisor sees it: the ports it reported when it last got ready."""
@@ -171,23 +180,22 @@ class Supervisor:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[list[Worker]]:
-        """Start every worker and keep each running until the block ends; then stop them all."""
-        async with anyio.create_task_group() as tg:
-            try:
+        """Start every worker and keep each running until the block ends; then stop them all. A worker
+        that cannot start stops the others and raises its :class:`WorkerStartError`."""
+        try:
+            async with anyio.create_task_group() as tg:
                 async with anyio.create_task_group() as starting:
                     for w in self.workers:
                         starting.start_soon(tg.start, self._keep, w)
-            except BaseException as e:
-                tg.cancel_scope.cancel()
-                errors = getattr(e, "exceptions", [e])
-                first = next((x for x in errors if isinstance(x, WorkerStartError)), None)
-                if first is not None:
-                    raise first from None
+                try:
+                    yield self.workers
+                finally:
+                    tg.cancel_scope.cancel()  # each _keep stops its worker on the way out
+        except BaseExceptionGroup as group:
+            first = _start_error(group)
+            if first is None:
                 raise
-            try:
-                yield self.workers
-            finally:
-                tg.cancel_scope.cancel()  # each _keep stops its worker on the way out
+            raise first from None
 
     async def _keep(self, w: Worker, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         backoff, first = BACKOFF_FIRST, True

@@ -1,6 +1,7 @@
 """Broker figures over TCP against a real ``rmqd`` child process (rmq's own codec + remoting client).
 
     python bench/broker.py [--messages N] [--size BYTES] [--inflight K] [--flush async|sync|both] [--batch B]
+    python bench/broker.py --workers W [--messages N] [--flush ...]   aggregate capacity of [broker] workers = W
 
 For each flush mode (ASYNC_FLUSH, SYNC_FLUSH) it starts a fresh rmqd (namesrv +
 broker, mmap store in a temp dir) and prints:
@@ -14,6 +15,13 @@ broker, mmap store in a temp dir) and prints:
   below ~95% means the broker was starved, not saturated);
 * long-poll wake-up latency p50/p99: a PULL held with the SUSPEND flag at the queue's
   end, then a send to that queue; time from issuing the send to the held pull's response.
+
+With ``--workers W`` it measures produce capacity only, for rmqd with ``workers = 1`` and then ``workers = W``:
+one driver process per worker (N messages each, K in flight on one connection to that worker), all
+started at one instant; the aggregate is the sum of the drivers' rates (and, beside it, all messages over
+the union of their windows), the CPU per message the workers' CPU over the messages they stored. On a
+machine with fewer free cores than workers + drivers the drivers and workers share cores: read the
+figures with the machine's core count.
 
 Only rmq.protocol and the tcp remoting client are used (not rmq.client).
 """
@@ -220,6 +228,77 @@ async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, An
             "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
 
 
+def _drive(addr: str, n: int, size: int, inflight: int, batch: int, start_at: float, uvloop: bool) -> dict[str, Any]:
+    """One driver process of ``--workers``: warm up, wait for ``start_at`` (wall clock), send ``n`` messages."""
+    async def go() -> dict[str, Any]:
+        body = b"x" * size
+        uniq = UniqIdGenerator("127.0.0.1")
+        async with TcpRemotingClient(RemotingConfig(name="bench")) as client:
+            await create_topic(client, addr)
+            for q in range(QUEUES):
+                await client.invoke(addr, send_cmd(body, q, uniq), 10)
+            await anyio.sleep(max(0.0, start_at - time.time()))
+            t0 = time.time()
+
+            def make(q: int) -> RemotingCommand:
+                return batch_cmd(body, q, uniq, batch) if batch else send_cmd(body, q, uniq)
+
+            dt, errors = await pipelined(n // batch if batch else n, inflight, lambda q: client.invoke(addr, make(q), 30))
+        return {"t0": t0, "t1": t0 + dt, "n": n, "errors": errors}
+
+    return anyio.run(go, backend="asyncio", backend_options={"use_uvloop": True} if uvloop else {})
+
+
+def workers_capacity(args: argparse.Namespace, mode: str, workers: int) -> dict[str, Any]:
+    """rmqd with ``workers`` workers, one driver process per worker started together (see the docstring)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
+        proc = RmqdProcess(Path(tmp), workers=workers, proxy=False, broker_conf={
+            "flushDiskType": mode, "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+        proc.start(120)
+        try:
+            assert proc.proc is not None
+            pids = proc.worker_pids() if workers > 1 else {0: proc.proc.pid}
+            addrs = [proc.worker_addr(k) for k in range(workers)]
+            start_at = time.time() + 8.0  # the drivers' interpreters start, connect and warm up first
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(_drive, a, args.messages, args.size, args.inflight, args.batch, start_at,
+                                       not args.no_uvloop) for a in addrs]
+                time.sleep(max(0.0, start_at - time.time()))
+                cpu0 = {k: process_cpu(pid) for k, pid in pids.items()}
+                runs = [f.result() for f in futures]
+                cpu = {k: process_cpu(pid) - cpu0[k] for k, pid in pids.items()}
+        finally:
+            proc.stop(timeout=60)
+    total = sum(r["n"] for r in runs)
+    window = max(r["t1"] for r in runs) - min(r["t0"] for r in runs)
+    late = max(r["t0"] for r in runs) - min(r["t0"] for r in runs)
+    return {"rates": [r["n"] / (r["t1"] - r["t0"]) for r in runs], "union": total / window, "late": late,
+            "cpu_us": [cpu[k] / r["n"] * 1e6 for k, r in enumerate(runs)], "cpu_total_us": sum(cpu.values()) / total * 1e6,
+            "errors": sum(r["errors"] for r in runs)}
+
+
+def main_workers(args: argparse.Namespace, modes: list[str]) -> None:
+    per = f", {args.batch} per batch" if args.batch else ""
+    print(f"rmqd workers bench: {args.messages} x {args.size} B per driver{per}, {args.inflight} in flight, "
+          f"one driver process per worker, {os.cpu_count()} CPUs")
+    for mode in modes:
+        print(f"{mode}:")
+        base = None
+        for w in sorted({1, args.workers}):
+            r = workers_capacity(args, mode, w)
+            agg = sum(r["rates"])
+            base = base or agg
+            each = ", ".join(f"{x:,.0f}" for x in r["rates"])
+            cpus = ", ".join(f"{x:.1f}" for x in r["cpu_us"])
+            print(f"  workers={w}: aggregate {agg:>9,.0f} msg/s ({agg / base:.2f}x workers=1; per worker {each}; "
+                  f"all over the union window {r['union']:,.0f}, drivers' starts {r['late'] * 1000:.0f} ms apart)")
+            print(f"             rmqd CPU {r['cpu_total_us']:.1f} µs/msg (per worker {cpus})"
+                  + (f"  !! {r['errors']} sends failed" if r["errors"] else ""))
+
+
 def load_options(doc: str | None, messages: int, *, inflight: bool = True) -> argparse.ArgumentParser:
     """A bench's command line with the load the sending benches share: --messages (default ``messages``),
     --size and, with ``inflight``, --inflight."""
@@ -238,8 +317,15 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=0, help="messages per SEND_BATCH_MESSAGE (0: single sends)")
     p.add_argument("--flush", choices=["async", "sync", "both"], default="both")
     p.add_argument("--no-uvloop", action="store_true", help="client event loop: plain asyncio")
+    p.add_argument("--workers", type=int, default=0,
+                   help="measure produce capacity of [broker] workers = 1 and = WORKERS (one driver per worker)")
     args = p.parse_args()
     modes = ["ASYNC_FLUSH", "SYNC_FLUSH"] if args.flush == "both" else [f"{args.flush.upper()}_FLUSH"]
+    if args.workers:
+        if args.batch:
+            args.messages -= args.messages % args.batch
+        main_workers(args, modes)
+        return
     backend_options = {} if args.no_uvloop else {"use_uvloop": True}
     if args.batch:
         args.messages -= args.messages % args.batch

@@ -18,7 +18,9 @@ also have:
 - for a role (a table in ``ROLE_SECTIONS``, whose presence turns the role on): ``plugins(self)``, what it
   selects per namespace unless ``[plugins]`` says otherwise (default: the ``rmq.processors`` plugin
   named like the role); ``required: ClassVar[tuple[str, ...]]``, namespaces that must not be empty;
-  ``implies(self)``, the other roles it turns on (with their defaults when their table is absent).
+  ``implies(self)``, the other roles it turns on (with their defaults when their table is absent);
+  ``supervisor(self, root, argv)`` / ``worker(self, root, k)``: this rmqd supervises child rmqd processes
+  instead of running the role itself (``[broker] workers``; see ``rmq.kernel.daemon``).
 """
 
 from __future__ import annotations

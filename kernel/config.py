@@ -20,7 +20,7 @@ also have:
   named like the role); ``required: ClassVar[tuple[str, ...]]``, namespaces that must not be empty;
   ``implies(self)``, the other roles it turns on (with their defaults when their table is absent);
   ``supervisor(self, root, argv)`` / ``worker(self, root, k)``: this rmqd supervises child rmqd processes
-  instead of running the role itself (``[broker] workers``; see ``rmq.kernel.daemon``).
+  instead of running the role itself (see ``rmq.kernel.daemon``).
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@
     rmqd plugins               every namespace, installed entry points, which are selected
     rmqd config                the effective configuration as TOML (``--format toml``), whatever the file's format
 
-A declared table may make this process a supervisor of child rmqd processes (``[broker] workers = N``):
-its ``supervisor(config, argv)`` returns an object with ``own`` (the config this process serves itself)
-and ``run()`` (an async context manager that starts the children and yields them, each with ``describe()``),
-and its ``worker(config, k)`` the config child ``k`` (``rmqd ... --worker k``) serves.
+A declared table may make this process a supervisor of child rmqd processes (the broker's, to use every
+core): its ``supervisor(config, argv)`` returns an object with ``own`` (the config this process serves
+itself), ``run()`` (an async context manager that starts the children and returns once all serve) and
+``describe()`` (their ports, for the ready line); its ``worker(config, k)`` is the config child ``k``
+(``rmqd ... --worker k``) serves.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class _Formatter(logging.Formatter):
 
     def __init__(self, tag: str = "") -> None:
         super().__init__()
-        self.tag = tag  # a supervisor's workers share its stderr: each line says whose it is
+        self.tag = tag  # a supervisor's children share its stderr: each line says whose it is
 
     def format(self, record: logging.LogRecord) -> str:
         t = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         help="override one setting, e.g. --set broker.listenPort=10921 (repeatable)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (overrides [log] level)")
-    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # a supervisor's child k ([broker] workers)
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # a supervisor's child k
     p.add_argument("--version", action="version", version=f"rmqd {__version__}")
     return p
 
@@ -88,7 +89,8 @@ async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with AsyncExitStack() as stack:
             kernel = await stack.enter_async_context(Kernel.from_config(own)) if own.roles() else None
-            workers = await stack.enter_async_context(supervisor.run()) if supervisor is not None else []
+            if supervisor is not None:
+                await stack.enter_async_context(supervisor.run())
             # Start-up objects (plugins, tables, mmaps) live forever: keep the cyclic GC from rescanning
             # them on every collection; measured ~5x cheaper allocation on the put path.
             gc.freeze()
@@ -99,9 +101,8 @@ async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -
                 sys.stdout.write(json.dumps({"worker": worker, "pid": os.getpid(), "ports": own_ports}) + "\n")
                 sys.stdout.flush()
             else:
-                if workers:
-                    ports = ", ".join([*([ports] if ports else []), f"{len(workers)} broker workers: "
-                                       + "; ".join(w.describe() for w in workers)])
+                if supervisor is not None:
+                    ports = ", ".join([*([ports] if ports else []), supervisor.describe()])
                 log.info("rmqd %s ready: roles %s, pid %d, ports %s%s", __version__, "+".join(config.roles()),
                          os.getpid(), ports or "(none)", _exposure(config))
             async for signum in signals:
@@ -111,7 +112,7 @@ async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -
 
 
 def _supervisor(config: RootConfig, argv: list[str]) -> Any:
-    """The first table's supervisor of child daemons (``[broker] workers`` above 1), else None."""
+    """The first table's supervisor of child daemons (the broker's, when it runs several), else None."""
     for table in config.tables.values():
         supervisor = getattr(table, "supervisor", lambda *_: None)(config, argv)
         if supervisor is not None:
@@ -127,7 +128,7 @@ def _as_worker(config: RootConfig, k: int) -> RootConfig:
                 return table.worker(config, k)  # type: ignore[no-any-return]
             except ValueError as e:
                 raise ConfigError(f"--worker {k}: {e}") from None
-    raise ConfigError(f"--worker {k}: this configuration runs no workers")
+    raise ConfigError(f"--worker {k}: this configuration starts no child daemons")
 
 
 def _child_argv(args: argparse.Namespace) -> list[str]:

@@ -175,6 +175,10 @@ class Supervisor:
         b = root.broker
         self.workers = [Worker(k, f"{b.brokerName}-{k}") for k in range(b.workers)]
 
+    def describe(self) -> str:
+        """The workers' ports, for rmqd's ready line."""
+        return f"{len(self.workers)} broker workers: " + "; ".join(w.describe() for w in self.workers)
+
     def command(self, k: int) -> list[str]:
         return [sys.executable, "-m", "rmq.kernel.daemon", *self.argv, "--worker", str(k)]
 

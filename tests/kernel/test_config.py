@@ -74,8 +74,8 @@ def test_plugins_table_accepts_name_or_list_and_keeps_plugin_tables_opaque(tmp_p
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[broker]\nlistenPrt = 1\n", "rmqd.toml: unknown key 'broker.listenPrt' (did you mean 'listenPort'?)"),
-        ('[broker]\nlistenPort = "10911"\n', "rmqd.toml: broker.listenPort: expected int, got str '10911'"),
+        ("[broker]\nlistenPrt = 1\n", "rmqd.toml:2: unknown key 'broker.listenPrt' (did you mean 'listenPort'?)"),
+        ('[broker]\nlistenPort = "10911"\n', "rmqd.toml:2: broker.listenPort: expected int, got str '10911'"),
         ("[broker]\nautoCreateTopicEnable = 1\n", "broker.autoCreateTopicEnable: expected bool, got int 1"),
         ("[broker\n", "rmqd.toml: invalid TOML: Expected ']' at the end of a table declaration (at line 1"),
         ("[broker]\n[plugins]\nstorge = 'mmap'\n", "unknown plugin namespace 'storge' (did you mean 'storage'?)"),

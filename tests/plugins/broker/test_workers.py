@@ -173,6 +173,55 @@ def test_topic_auto_created_through_tbw102_on_workers(two: RmqdProcess) -> None:
     assert {q["brokerName"] for q in route["queueDatas"]} == brokers
 
 
+def test_transactions_and_timers_on_both_workers(two: RmqdProcess) -> None:
+    """Each worker is a whole broker: half messages committed or rolled back, and timer messages held
+    until due, on whichever worker the producer picked."""
+    import time
+
+    from rmq.client import ConsumeResult, LocalTransactionState, Message, PushConsumer, TransactionProducer
+
+    create_topic(two, "WTx")
+    brokers: set[str] = set()
+    due: dict[str, float] = {}
+    got: dict[str, float] = {}
+
+    async def run() -> None:
+        async with TransactionProducer("PG_TX", two.namesrv_addr, **FAST) as p:
+            for i in range(16):
+                state = LocalTransactionState.COMMIT_MESSAGE if i % 2 == 0 else LocalTransactionState.ROLLBACK_MESSAGE
+                r = (await p.send_in_transaction(Message("WTx", f"tx{i}"), lambda m, a, s=state: s)).send_result
+                assert r.ok, r
+                brokers.add(r.queue.broker_name)
+            for i in range(8):
+                msg = Message("WTx", f"timer{i}")
+                msg.delay = 2.0
+                due[f"timer{i}"] = time.time() + 2.0
+                r = await p.send(msg)
+                assert r.ok, r
+                brokers.add(r.queue.broker_name)
+        want = {f"tx{i}" for i in range(0, 16, 2)} | set(due)
+        all_in = anyio.Event()
+
+        async def listener(msg: Any) -> ConsumeResult:
+            got[msg.body.decode()] = time.time()
+            if want <= set(got):
+                all_in.set()
+            return ConsumeResult.SUCCESS
+
+        c = PushConsumer("CG_TX", two.namesrv_addr, listener=listener, consume_from_where="FIRST_OFFSET", **FAST)
+        c.subscribe("WTx", "*")
+        async with c:
+            with anyio.fail_after(120):
+                await all_in.wait()
+            await anyio.sleep(1.0)  # a rolled-back half, had it been delivered, would be in by now
+
+    anyio.run(run)
+    assert brokers == {"broker-a-0", "broker-a-1"}
+    assert set(got) == {f"tx{i}" for i in range(0, 16, 2)} | set(due)
+    # not before due, to the timer wheel's precision (timerPrecisionMs, 1 s)
+    assert all(got[b] >= due[b] - 1.0 for b in due), {b: got[b] - due[b] for b in due}
+
+
 def cpp_worker(tmp_path: Path, **cfg: Any) -> ChildWorker:
     return ChildWorker([sys.executable, str(CPPWORKER), json.dumps(cfg)], tmp_path / f"cpp-{cfg['mode']}.log",
                        f"C++ {cfg['mode']} worker")

@@ -222,6 +222,25 @@ def test_transactions_and_timers_on_both_workers(two: RmqdProcess) -> None:
     assert all(got[b] >= due[b] - 1.0 for b in due), {b: got[b] - due[b] for b in due}
 
 
+def test_slave_rmqd_with_the_same_workers_pairs_worker_k_with_master_worker_k(rmqd_factory: Any) -> None:
+    master: RmqdProcess = rmqd_factory(workers=2, proxy=False)
+    slave: RmqdProcess = rmqd_factory(workers=2, proxy=False, namesrv=False, broker_conf={
+        "brokerRole": "SLAVE", "brokerId": 1, "namesrvAddr": master.namesrv_addr})
+
+    def paired() -> bool:
+        r = call(master.namesrv_addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        table = json.loads(r.body)["brokerAddrTable"]
+        return all(table.get(f"broker-a-{k}", {}).get("brokerAddrs") == {"0": master.worker_addr(k),
+                                                                         "1": slave.worker_addr(k)}
+                   for k in range(2))
+
+    eventually(paired, 60, "each slave worker registered beside its master worker")
+    for k in range(2):
+        eventually(lambda k=k: runtime_info(slave.worker_addr(k)).get("masterConnected") == "true", 60,
+                   f"slave worker {k} replicating")
+        assert runtime_info(slave.worker_addr(k))["masterAddr"].endswith(f":{master.worker_port(k) + 1}")
+
+
 def cpp_worker(tmp_path: Path, **cfg: Any) -> ChildWorker:
     return ChildWorker([sys.executable, str(CPPWORKER), json.dumps(cfg)], tmp_path / f"cpp-{cfg['mode']}.log",
                        f"C++ {cfg['mode']} worker")

@@ -148,7 +148,11 @@ class LoopbackBroker:
 
 
 class RmqdProcess(LoopbackBroker):
-    """One ``rmqd`` child process. ``start()`` returns once it logged ready (or raises with its log)."""
+    """One ``rmqd`` child process. ``start()`` returns once it logged ready (or raises with its log).
+
+    ``workers`` > 1: ``[broker] workers``, the broker and gRPC ports reserved for every worker
+    (:meth:`worker_port`, :meth:`worker_addr`; :meth:`worker_pids` finds the worker processes). ``kill()``
+    kills the supervisor only: its workers then stop as on SIGTERM (their parent-death signal)."""
 
     def __init__(
         self,

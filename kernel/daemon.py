@@ -74,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         help="override one setting, e.g. --set broker.listenPort=10921 (repeatable)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (overrides [log] level)")
-    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # a supervisor's child k
+    p.add_argument("--worker", type=int, metavar="K",
+                   help="serve (or, with `config`, print the configuration of) child K of a config that runs "
+                        "several broker processes; the supervisor starts its children so")
     p.add_argument("--version", action="version", version=f"rmqd {__version__}")
     return p
 

@@ -19,9 +19,10 @@ broker, mmap store in a temp dir) and prints:
 With ``--workers W`` it measures produce capacity only, for rmqd with ``workers = 1`` and then ``workers = W``:
 one driver process per worker (N messages each, K in flight on one connection to that worker), all
 started at one instant; the aggregate is the sum of the drivers' rates (and, beside it, all messages over
-the union of their windows), the CPU per message the workers' CPU over the messages they stored. On a
-machine with fewer free cores than workers + drivers the drivers and workers share cores: read the
-figures with the machine's core count.
+the union of their windows), the CPU per message the workers' CPU over the messages they stored. Then
+each worker is saturated alone while the others idle: the sum of those rates is the capacity the workers
+would have with a core each (they share nothing). On a machine with fewer free cores than workers +
+drivers the drivers and workers share cores: read the figures with the machine's core count.
 
 Only rmq.protocol and the tcp remoting client are used (not rmq.client).
 """
@@ -270,6 +271,11 @@ def workers_capacity(args: argparse.Namespace, mode: str, workers: int) -> dict[
                 cpu0 = {k: process_cpu(pid) for k, pid in pids.items()}
                 runs = [f.result() for f in futures]
                 cpu = {k: process_cpu(pid) - cpu0[k] for k, pid in pids.items()}
+                alone = []  # then each worker saturated by its driver while the others idle
+                for a in addrs if workers > 1 else ():
+                    r = pool.submit(_drive, a, args.messages, args.size, args.inflight, args.batch, time.time() + 3,
+                                    not args.no_uvloop).result()
+                    alone.append(r["n"] / (r["t1"] - r["t0"]))
         finally:
             proc.stop(timeout=60)
     total = sum(r["n"] for r in runs)
@@ -277,7 +283,7 @@ def workers_capacity(args: argparse.Namespace, mode: str, workers: int) -> dict[
     late = max(r["t0"] for r in runs) - min(r["t0"] for r in runs)
     return {"rates": [r["n"] / (r["t1"] - r["t0"]) for r in runs], "union": total / window, "late": late,
             "cpu_us": [cpu[k] / r["n"] * 1e6 for k, r in enumerate(runs)], "cpu_total_us": sum(cpu.values()) / total * 1e6,
-            "errors": sum(r["errors"] for r in runs)}
+            "errors": sum(r["errors"] for r in runs), "alone": alone}
 
 
 def main_workers(args: argparse.Namespace, modes: list[str]) -> None:
@@ -297,6 +303,9 @@ def main_workers(args: argparse.Namespace, modes: list[str]) -> None:
                   f"all over the union window {r['union']:,.0f}, drivers' starts {r['late'] * 1000:.0f} ms apart)")
             print(f"             rmqd CPU {r['cpu_total_us']:.1f} µs/msg (per worker {cpus})"
                   + (f"  !! {r['errors']} sends failed" if r["errors"] else ""))
+            if r["alone"]:
+                print(f"             each worker alone (the others idle): {', '.join(f'{x:,.0f}' for x in r['alone'])} "
+                      f"msg/s, sum {sum(r['alone']):,.0f} ({sum(r['alone']) / base:.2f}x workers=1)")
 
 
 def load_options(doc: str | None, messages: int, *, inflight: bool = True) -> argparse.ArgumentParser:

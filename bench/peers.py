@@ -1,7 +1,7 @@
 """Produce side by side: rmqd against Apache RocketMQ 4.9.8 itself and the stores a user would run instead.
 
     python bench/peers.py [--size 1024] [--inflight 1,8,32] [--seconds 5] [--flush sync,async]
-                          [--peers java,redis,nats]
+                          [--peers java,redis,nats] [--drivers cpp,rmq,raw]
 
 One run, one machine, the same message size and concurrency for everyone:
 
@@ -14,7 +14,9 @@ One run, one machine, the same message size and concurrency for everyone:
   driven by ``redis-benchmark -c K`` with ``XADD`` of a SIZE-byte field;
 * **NATS JetStream** (Debian's ``nats-server``, file storage, ``sync_interval: always`` where the server
   has it — 2.10+; Debian 12 ships 2.9, which fsyncs on its own timer and is labelled "no fsync"), driven
-  by ``nats-py`` (``pip install nats-py``) with K tasks each awaiting its publish ack.
+  by ``nats-py`` (``pip install nats-py``) with K tasks each awaiting its publish ack;
+* with ``--drivers raw``, both RocketMQ brokers also get ``bench/broker.py``'s driver: one connection of
+  rmq's remoting client pipelining K SEND_MESSAGE_V2 requests (no client library in the way).
 
 Each driver runs in its own process for ``--seconds`` after a short warm-up and reports msgs/s and
 the p50/p99 latency of one acknowledged send. The table gives rmqd's throughput as a ratio of
@@ -147,6 +149,53 @@ def drive_rmq(namesrv: str, size: int, tasks: int, seconds: float) -> dict[str, 
         return asyncio.run(main())
 
 
+def drive_raw(broker: str, size: int, inflight: int, seconds: float) -> dict[str, float]:
+    """``bench/broker.py``'s driver: one connection of rmq's remoting client, ``inflight`` SEND_MESSAGE_V2
+    requests pipelined on it (each task sends its next when its answer arrives), queues taken in turn."""
+    import anyio
+    from broker import send_cmd
+
+    from rmq.kernel.hookspecs.remoting import RemotingConfig
+    from rmq.plugins.remoting_tcp import TcpRemotingClient
+    from rmq.protocol.message import UniqIdGenerator
+
+    async def main() -> dict[str, float]:
+        body = b"x" * size
+        uniq = UniqIdGenerator("127.0.0.1")
+
+        def make(q: int) -> Any:
+            cmd = send_cmd(body, q, uniq)
+            cmd.ext["b"] = TOPIC
+            return cmd
+
+        async with TcpRemotingClient(RemotingConfig(name="peer-bench-raw")) as client:
+            for q in range(20):
+                assert (await client.invoke(broker, make(q % 4), 10)).code == 0
+            lat: list[float] = []
+            errors = 0
+            stop = time.monotonic() + seconds
+
+            async def run(k: int) -> None:
+                nonlocal errors
+                q = k
+                while time.monotonic() < stop:
+                    q += 1
+                    t = time.perf_counter()
+                    if (await client.invoke(broker, make(q % 4), 30)).code != 0:
+                        errors += 1
+                    lat.append(time.perf_counter() - t)
+
+            t0, c0 = time.monotonic(), self_cpu()
+            async with anyio.create_task_group() as tg:
+                for k in range(inflight):
+                    tg.start_soon(run, k)
+            if errors:
+                raise RuntimeError(f"{errors} sends failed")
+            return summary(len(lat), time.monotonic() - t0, lat, self_cpu() - c0)
+
+    return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+
+
 def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, float]:
     import nats
 
@@ -175,7 +224,8 @@ def drive_nats(port: int, size: int, tasks: int, seconds: float) -> dict[str, fl
     return asyncio.run(main())
 
 
-DRIVERS = {"cpp": drive_cpp, "rmq": drive_rmq, "nats": drive_nats}
+DRIVER_LABELS = {"cpp": "C++", "rmq": "rmq.client", "raw": "raw pipeline"}
+DRIVERS = {"cpp": drive_cpp, "rmq": drive_rmq, "raw": drive_raw, "nats": drive_nats}
 
 
 def rss_mib(pid: int) -> float:
@@ -288,8 +338,8 @@ async def create_topic(broker_addr: str, namesrv_addr: str) -> None:
 class Server:
     """A broker under test: where clients find it, the process whose CPU and memory count, how to stop it."""
 
-    def __init__(self, namesrv: str, pid: int, stop: Any) -> None:
-        self.namesrv, self.pid, self.stop = namesrv, pid, stop
+    def __init__(self, namesrv: str, pid: int, stop: Any, broker: str) -> None:
+        self.namesrv, self.pid, self.stop, self.broker = namesrv, pid, stop, broker
         self.rest_mib = rss_mib(pid)
 
 
@@ -301,7 +351,7 @@ def start_rmqd(tmp: Path, flush: str) -> Server:
     rmqd.start()
     asyncio.run(create_topic(rmqd.broker_addr, rmqd.namesrv_addr))
     assert rmqd.proc is not None
-    return Server(rmqd.namesrv_addr, rmqd.proc.pid, rmqd.stop)
+    return Server(rmqd.namesrv_addr, rmqd.proc.pid, rmqd.stop, rmqd.broker_addr)
 
 
 def start_java(tmp: Path, flush: str) -> Server:
@@ -315,7 +365,7 @@ def start_java(tmp: Path, flush: str) -> Server:
     except BaseException:
         java.stop()
         raise
-    return Server(java.namesrv_addr, java.broker_pid, java.stop)
+    return Server(java.namesrv_addr, java.broker_pid, java.stop, java.broker_addr)
 
 
 def nats_start(tmp: Path) -> tuple[subprocess.Popen[bytes], int, str]:
@@ -371,8 +421,15 @@ def main() -> int:
                     help="seconds of untimed load on each broker first (the JVM's JIT compiles the hot path)")
     ap.add_argument("--flush", default="sync", help="comma-separated flushDiskType of both brokers: sync, async")
     ap.add_argument("--peers", default="java,redis,nats", help="comma-separated: java, redis, nats")
+    ap.add_argument("--drivers", default="cpp,rmq",
+                    help="comma-separated RocketMQ drivers: cpp (the C++ client), rmq (rmq.client), raw (bench/broker.py's "
+                         "pipelined single connection)")
     args = ap.parse_args()
     ks = [int(x) for x in args.inflight.split(",")]
+    drivers = [d.strip() for d in args.drivers.split(",") if d.strip()]
+    unknown = set(drivers) - set(DRIVER_LABELS)
+    if unknown:
+        ap.error(f"unknown drivers: {', '.join(sorted(unknown))}")
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     flushes = [f"{f.strip().upper()}_FLUSH" for f in args.flush.split(",") if f.strip()]
     from rmq.testing.java import java_home
@@ -399,8 +456,10 @@ def main() -> int:
                     if args.warmup > 0:
                         child("rmq", server.namesrv, args.size, max(ks), args.warmup)
                     for k in ks:
-                        for kind, client in (("cpp", "C++"), ("rmq", "rmq.client")):
-                            r = child(kind, server.namesrv, args.size, k, args.seconds, server.pid)
+                        for kind in drivers:
+                            target = server.broker if kind == "raw" else server.namesrv
+                            r = child(kind, target, args.size, k, args.seconds, server.pid)
+                            client = DRIVER_LABELS[kind]
                             results[(f"{label} + {client}", k)] = {**r, "rest_mib": server.rest_mib}
                 finally:
                     server.stop()

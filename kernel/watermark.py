@@ -12,6 +12,9 @@ waiter would cost more than the rest of a synchronous put, and dozens of puts wa
 each group commit. Other anyio backends take the portable path (an event and a cancel
 scope per waiter). ``add_waiter`` takes any future-like object instead of a coroutine: a
 connection holds a SYNC_FLUSH answer on ``durable`` that way, with no task parked per send.
+Whoever advances the mark may set ``settle``, a callable a waiter's owner calls once it has
+registered all it will register for now (a connection, after the requests of one socket read):
+the durable mark's flush policy then runs the round covering them at once.
 Event-loop only: call ``advance`` from the loop's thread.
 """
 
@@ -41,7 +44,7 @@ def _wake(w: Any) -> None:
 class Watermark:
     """A monotonically advancing offset. ``value`` is where it stands."""
 
-    __slots__ = ("_value", "_waiters", "_listeners", "_seq", "_timer", "_timer_at")
+    __slots__ = ("_value", "_waiters", "_listeners", "_seq", "_timer", "_timer_at", "settle")
 
     def __init__(self, value: int = 0) -> None:
         self._value = value
@@ -50,6 +53,7 @@ class Watermark:
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        self.settle: Callable[[], None] | None = None  # see the module docstring
 
     @property
     def value(self) -> int:

@@ -142,9 +142,13 @@ class SyncFlushPolicy(_PolicyBase):
       comes back with one ``call_soon_threadsafe`` advancing ``store.durable``, so the loop
       keeps reading and appending while the disk works (group commit overlaps the I/O).
 
-    - a lone producer (one put per turn, ``SOLO_AFTER`` turns in a row) on that fast disk:
-      ``want_flushed`` flushes right inside the put, so the answer leaves in the same turn,
-      ahead of the reput and the turn's other callbacks; a second put in a turn ends it.
+    - a lone producer (each turn's puts come from one unit, ``SOLO_AFTER`` turns in a row) on
+      that fast disk: the unit is flushed as soon as it is complete (:meth:`settle`), so its
+      answers leave in the same turn, ahead of the reput and the turn's other callbacks; a
+      second unit in a turn ends it. A unit is the requests of one socket read on a connection
+      holding answers (it calls ``store.durable.settle`` once they are all appended: a
+      producer pipelining 32 sends pays one ``fdatasync`` per read, however many requests the
+      read carried, and gets the read's answers in one write) or one awaiting put.
 
     Either way ``store.durable`` wakes exactly the covered puts (a future, or an answer held by
     the connection: ``want_flushed`` asks for the round without waiting). Other backends run
@@ -170,8 +174,8 @@ class SyncFlushPolicy(_PolicyBase):
         self._turn_wanted = 0  # waiters of this loop turn (loop thread only)
         self._turn_count = 0
         self._turn_scheduled = False
-        self._turn_immediate = False  # this turn's first put flushed on the spot
-        self._solo = 0  # turns in a row with a single put
+        self._turn_units = 0  # settled units this turn (socket reads, awaiting puts): see settle()
+        self._solo = 0  # turns in a row whose puts came from a single unit
         self.inline_rounds = 0
         self._fast = 0  # consecutive flushes under FAST_FLUSH_S (either path)
 
@@ -183,12 +187,15 @@ class SyncFlushPolicy(_PolicyBase):
         self._stop = False
         self._thread = threading.Thread(target=self._rounds, name="rmq-group-commit", daemon=True)
         self._thread.start()
+        self.store.durable.settle = self.settle
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         th, self._thread = self._thread, None
         if th is None:
             return await super().__aexit__(*exc)
+        if self.store.durable.settle == self.settle:
+            self.store.durable.settle = None
         with self._cond:
             self._stop = True
             self._cond.notify()
@@ -207,17 +214,32 @@ class SyncFlushPolicy(_PolicyBase):
             loop = self._aloop
             assert loop is not None
             loop.call_soon(self._end_of_turn)  # behind the requests already read this turn
-            if self._solo >= self.SOLO_AFTER and self._may_inline():
-                # a lone producer: flush right here, inside its put, so its answer leaves before the
-                # reput and the other callbacks of this turn run (Redis's appendfsync always does the same)
-                self._turn_immediate = True
-                self._flush_inline()
-                if self.store.durable.value >= end_offset:
-                    return False
         if end_offset > self._turn_wanted:
             self._turn_wanted = end_offset
         self._turn_count += 1
         return True
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        """An awaiting put is a unit of its own (see :meth:`settle`): a lone one may flush on the spot."""
+        if not self.want_flushed(end_offset):
+            return True
+        self.settle()
+        if self.store.durable.value >= end_offset:
+            return True
+        return await self.store.durable.wait_for(end_offset, self.timeout)
+
+    def settle(self) -> None:
+        """A unit of this turn's puts is complete: every request of one socket read has appended
+        (called through ``store.durable.settle`` by the connection), or one awaiting put. When the
+        puts of the last ``SOLO_AFTER`` turns each came from one unit and this is the turn's first,
+        its round runs now, inline: one ``fdatasync`` for the whole unit, whose held answers are
+        queued by the advance before this returns. Otherwise the end of the turn decides."""
+        if self._thread is None:
+            return
+        self._turn_units += 1
+        if (self._turn_units == 1 and self._solo >= self.SOLO_AFTER
+                and self._turn_wanted > self.store.durable.value and self._may_inline()):
+            self._flush_inline()
 
     def _may_inline(self) -> bool:
         """The disk has been fast and the thread is idle with nothing asked of it (only this loop
@@ -228,11 +250,10 @@ class SyncFlushPolicy(_PolicyBase):
     def _end_of_turn(self) -> None:
         """Start the round for this turn's waiters: inline when they are few and no round runs."""
         self._turn_scheduled = False
-        wanted, count = self._turn_wanted, self._turn_count
-        self._turn_count = 0
-        immediate, self._turn_immediate = self._turn_immediate, False
-        # one put per turn, turn after turn: a lone producer, whose put may flush on the spot
-        self._solo = self._solo + 1 if count + immediate == 1 else 0
+        wanted, count, units = self._turn_wanted, self._turn_count, self._turn_units
+        self._turn_count = self._turn_units = 0
+        # one unit per turn, turn after turn: a lone producer, whose units may flush as they complete
+        self._solo = self._solo + 1 if units == 1 else 0
         if wanted <= self.store.durable.value:
             return
         if count > self.INLINE_MAX or not self._may_inline():

@@ -10,7 +10,9 @@ requests), and the responses produced in one loop iteration leave in one
 whose requests all completed at once writes its answers right away, before the turn's other
 callbacks). A handler may return a ``HeldAnswer`` (a SYNC_FLUSH send): it waits on the store's
 ``durable`` watermark as a plain waiter object and is queued by the flush that covers it, so
-no task is parked per durable send.
+no task is parked per durable send. Once every request of a read has been served the connection
+calls the watermark's ``settle``: the flush policy may then cover the whole read with one
+``fdatasync`` right away, and the read's answers leave in one write.
 Frames are written in call order. Flow control: above the transport's high-water mark
 reading pauses (a peer that does not read its answers stops being served) and writers
 wait until it drains.
@@ -124,6 +126,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._tasks: dict[int, asyncio.Task[None]] = {}  # request tasks, cancelled on close
         self._seq = 0
         self._split = False  # the last request served suspended: a task per request (see _serve_many)
+        self._held: Any = None  # the watermark a held answer of the requests being served waits on
         self._idle_handle: asyncio.TimerHandle | None = None
         self._done = self._loop.create_future()
         self.write_through = False  # requests written at once (the client side), not gathered per turn
@@ -189,6 +192,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
     def _respond(self, resp: RemotingCommand) -> bool:
         if type(resp) is HeldAnswer:  # leaves when its bytes are durable: no task waits for that
             resp.mark.add_waiter(resp.at, _Release(self, resp), resp.timeout, self._loop)
+            self._held = resp.mark
             return False
         head, body = self._session.send_response(resp)
         self._queue(head, body)
@@ -334,18 +338,32 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
                 except StopIteration:
                     self._split = False
                     if i + 1 < stop and time.monotonic() - t0 > TURN_BUDGET:
+                        self._settle()
                         self._start(cmds, i + 1, stop)
                         return
                     continue
+                self._settle()
                 self._split = True
                 if i + 1 < stop:
                     self._start_requests(cmds, i + 1)
                 await _Resume(coro, yielded)
                 return
+            self._settle()
             if start == 0 and stop == len(cmds) and self._flush_scheduled:
                 self._flush()  # every answer of this read is ready: out before the turn's other callbacks
         finally:
             self._tasks.pop(seq, None)
+
+    def _settle(self) -> None:
+        """The requests served so far hold answers: tell their watermark's owner (a SYNC_FLUSH policy)
+        that this batch is complete, so one flush may cover all of it now rather than one per request
+        or one at the end of the loop turn. Answers it makes durable are queued before this returns."""
+        mark = self._held
+        if mark is not None:
+            self._held = None
+            settle = mark.settle
+            if settle is not None:
+                settle()
 
     def _expire(self) -> None:
         for pending in self._session.expire(time.monotonic()):

@@ -418,6 +418,10 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
             "min_phy_offset": cl.min_offset,
             "max_phy_offset": cl.max_offset,
             "flushed_offset": cl.flushed_where,
+            # commitlog flush rounds (fdatasync calls), those run on the event loop, and their seconds
+            "flush_rounds": int(getattr(self.policy, "rounds", 0)),
+            "flush_inline_rounds": int(getattr(self.policy, "inline_rounds", 0)),
+            "flush_seconds": round(float(getattr(self.policy, "flush_seconds", 0.0)), 6),
             "dispatched_offset": self.reput.offset,
             "dispatch_lag_bytes": cl.max_offset - self.reput.offset,
             **({} if self.reput.bound is None else {"confirm_offset": self.reput.end()}),

@@ -1,9 +1,10 @@
 """SYNC_FLUSH sends over the wire: an answer leaves only once its bytes are flushed (held answers,
-the lone-producer flush), FLUSH_DISK_TIMEOUT when the disk does not confirm in time, and nothing an
-acknowledged send stored is lost to a SIGKILL."""
+the lone-producer flush, one flush per pipelined read), FLUSH_DISK_TIMEOUT when the disk does not
+confirm in time, and nothing an acknowledged send stored is lost to a SIGKILL."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from typing import Any
@@ -15,8 +16,9 @@ from rmq.kernel.hookspecs.remoting import RemotingConfig
 from rmq.plugins.remoting_tcp import TcpRemotingClient
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
+from rmq.protocol.frame import FrameDecoder, encode
 from rmq.protocol.message import decode_messages, encode_batch
-from rmq.testing.daemon import free_port
+from rmq.testing.daemon import free_port, runtime_info
 
 TOPIC = "Durable"
 
@@ -154,3 +156,40 @@ def test_sync_flush_acknowledged_sends_survive_sigkill(rmqd_factory: Any) -> Non
     assert len(acked) == 126
     missing = {k for k in acked if got.get(k) != acked[k]}
     assert not missing, f"acknowledged but lost or changed after SIGKILL: {sorted(missing)[:10]}"
+
+
+def test_a_pipelining_producer_pays_one_flush_per_read_not_per_request(rmqd_factory: Any) -> None:
+    """One connection alone, its requests arriving 16 to a socket read (written in one ``sendall``):
+    every such read is covered by one commitlog flush, counted by the broker (``store.flush_rounds``
+    in its runtime info), whether the round runs on the loop or on the flush thread. Between bursts
+    the producer sends alone again, so the lone-producer flush is in play when the burst arrives."""
+    d = rmqd_factory(broker_conf={"flushDiskType": "SYNC_FLUSH"})
+    host, port = d.broker_addr.rsplit(":", 1)
+
+    def rounds() -> int:
+        return int(runtime_info(d.broker_addr)["store.flush_rounds"])
+
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        decoder = FrameDecoder()
+
+        def exchange(n: int) -> list[RemotingCommand]:
+            s.sendall(b"".join(encode(send_cmd(b"x" * 1024, i % 4)) for i in range(n)))
+            got: list[RemotingCommand] = []
+            while len(got) < n:
+                chunk = s.recv(1 << 16)
+                assert chunk, "the broker closed the connection"
+                got += decoder.feed(chunk)
+            assert [r.code for r in got] == [ResponseCode.SUCCESS] * n, [(r.code, r.remark) for r in got]
+            return got
+
+        for _ in range(40):  # alone, one request at a time: the disk proves fast, the producer lone
+            exchange(1)
+        bursts, costs = 10, []
+        for _ in range(bursts):
+            for _ in range(6):
+                exchange(1)
+            before = rounds()
+            exchange(16)
+            costs.append(rounds() - before)  # an answer leaves after the round that covered it counted
+    # a stray round (a system topic's write) may land in a window; one per request would be 16 each
+    assert sum(costs) <= bursts + 2 and max(costs) <= 2, costs

@@ -135,36 +135,53 @@ async def test_sync_lone_waiters_flush_inline_on_a_fast_disk_and_a_slow_flush_re
 
 
 @pytest.mark.anyio
-async def test_a_lone_producer_flushes_within_its_put_and_company_goes_back_to_shared_rounds() -> None:
-    """One put per loop turn, turn after turn, on a proven-fast disk: ``want_flushed`` flushes on the
-    spot and reports the bytes durable (the answer needs no waiting); two puts in one turn end that."""
+async def test_a_lone_producer_flushes_each_unit_once_when_it_completes_and_company_goes_back_to_shared_rounds() -> None:
+    """Units (the puts of one socket read, then ``settle``), one per loop turn, turn after turn, on a
+    proven-fast disk: ``settle`` flushes on the spot, one flush however many puts the unit holds;
+    ``want_flushed`` itself never flushes. Two units in one turn end that."""
     disk = Disk()
     async with SyncFlushPolicy(disk, cfg(syncFlushTimeout=5000)) as policy:
+        assert disk.durable.settle == policy.settle  # what a connection calls after a read
 
         def ask() -> tuple[int, bool]:
             disk.written += 100
             return disk.written, policy.want_flushed(disk.written)
 
-        immediate = False
+        settled = False
         for _ in range(policy.INLINE_AFTER + policy.SOLO_AFTER + 500):
             end, pending = ask()
-            if not pending:  # flushed on the spot, inside the call
-                assert disk.flushed >= end and disk.durable.value >= end
-                immediate = True
+            assert pending and disk.flushed < end  # a put alone never flushes
+            policy.settle()
+            if disk.durable.value >= end:  # flushed on the spot, inside settle
+                settled = True
                 break
             assert await disk.durable.wait_for(end, 5)
-            await anyio.lowlevel.checkpoint()  # the next put comes in a later turn
-        assert immediate
+            await anyio.lowlevel.checkpoint()  # the next read comes in a later turn
+        assert settled
 
-        # company: two puts in one turn; the first may still flush on the spot, the second waits
-        # for the turn's round, and after that turn puts wait for rounds again
+        for n in (1, 5, 32):  # a lone pipelining producer: one flush per read, whatever the read carries
+            await anyio.lowlevel.checkpoint()
+            calls = len(disk.calls)
+            ends = [ask() for _ in range(n)]
+            assert all(pending for _, pending in ends) and len(disk.calls) == calls
+            policy.settle()
+            assert disk.durable.value >= ends[-1][0] and len(disk.calls) == calls + 1
+
+        # company: two units in one turn; the first may flush on the spot, the second waits for the
+        # turn's round, and after that turn units wait for rounds again
+        await anyio.lowlevel.checkpoint()
         ask()
+        policy.settle()
         end2, pending2 = ask()
+        policy.settle()
         assert pending2 and disk.flushed < end2
         assert await disk.durable.wait_for(end2, 5)
+        await anyio.lowlevel.checkpoint()
         end3, pending3 = ask()
-        assert pending3  # no longer a lone producer
+        policy.settle()
+        assert pending3 and disk.flushed < end3  # no longer a lone producer
         assert await disk.durable.wait_for(end3, 5)
+    assert disk.durable.settle is None
 
 
 @pytest.mark.anyio

@@ -94,5 +94,7 @@ def test_bench_e2e_counts_only_measured_messages(ns: str, name: str, capsys: pyt
         assert m, out
         sent, how, got = int(m[1]), m[2], int(m[3])
         assert how == ("producer in its own process" if extra else "producer and consumer in one process")
-        assert 200 <= sent <= 310 and got == sent, out  # ~300 measured; the ~150 warm-up ones not counted
+        # at most ~300 measured (the ~150 warm-up ones not counted); how many a loaded machine manages in the
+        # second is not this test's business (a 2-core CI host once sent 8)
+        assert 1 <= sent <= 310 and got == sent, out
         assert "failed 0" in out and "not received" not in out

@@ -12,6 +12,7 @@
 #               restarts, timer SIGKILL, the README's Spark snippet in a fresh process
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
+#   make fuzz-asan  the compiled codec's differential properties against its AddressSanitizer/UBSan build
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)
 # CI (.ci/run) runs make test, then make slow, make faults and make java.
 PYTHON ?= python3
@@ -28,7 +29,7 @@ PYTEST  = $(BIN)/python -m pytest -q -ra
 # compiles rmq from source again, and pytest rewrites every test module's asserts on every run
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast slow faults java java-deps fuzz install install-test lint bench clean protos
+.PHONY: demo test test-fast slow faults java java-deps fuzz fuzz-asan install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +38,15 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[fast]"
 
-# once per virtualenv, again when an install's pyproject.toml changes (entry points): the inner loop skips it
-install-test: $(VENV)/.install-test
+# once per virtualenv, again when an install's pyproject.toml changes (entry points): the inner loop skips it;
+# the compiled codec (protocol/_fastframe.c, issue #30) is rebuilt in place whenever its source changes
+install-test: $(VENV)/.install-test $(VENV)/.fastframe
+
+# pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
+# rmq runs on the pure path and rmqd's start line says "codec pure")
+$(VENV)/.fastframe: protocol/_fastframe.c setup.py | $(VENV)/.install-test
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
 
 $(VENV)/.install-test: pyproject.toml tests/fake_plugin/pyproject.toml | $(BIN)/python $(VENV5)/bin/python
 	$(BIN)/python -m pip install -q -e ".[test,spark]" -e tests/fake_plugin
@@ -95,20 +103,35 @@ java: install-test java-deps
 # Same properties as in `make test` (profile rmq-quick), here with FUZZ_EXAMPLES examples each (profile
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
-FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
+FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
+             tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
              tests/client/test_fuzz_peer_data.py tests/plugins/filters/test_sql92_fuzz.py
-fuzz: install-test
-	@start=$$(date +%s); \
-	RMQ_FUZZ=1 RMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -ra --timeout=0 \
-		--hypothesis-show-statistics $(FUZZ_TESTS) > $(VENV)/fuzz.log 2>&1; rc=$$?; \
-	grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" $(VENV)/fuzz.log | tail -8; \
-	[ $$rc -eq 0 ] || tail -80 $(VENV)/fuzz.log; \
+# $(call fuzz_run,ENV,TESTS,LOG): the properties with the rmq-fuzz profile, then the count of inputs and the time
+fuzz_run = start=$$(date +%s); \
+	$(1) RMQ_FUZZ=1 RMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -ra --timeout=0 \
+		--hypothesis-show-statistics $(2) > $(3) 2>&1; rc=$$?; \
+	grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" $(3) | tail -8; \
+	[ $$rc -eq 0 ] || tail -80 $(3); \
 	awk '/during generate phase/ {g = 1} g && $$3 ~ /^passing/ {n += $$2; g = 0} \
-		END {printf "fuzz: %d inputs", n}' $(VENV)/fuzz.log; \
-	echo " in $$(( $$(date +%s) - start )) s (statistics: $(VENV)/fuzz.log)"; \
-	exit $$rc
+		END {printf "fuzz: %d inputs", n}' $(3); \
+	echo " in $$(( $$(date +%s) - start )) s (statistics: $(3))"
+fuzz: install-test
+	@$(call fuzz_run,,$(FUZZ_TESTS),$(VENV)/fuzz.log); exit $$rc
+
+# The compiled codec's properties against an AddressSanitizer/UBSan build of it (RMQ_FASTFRAME names the build
+# the tests load; the sanitizer runtime must be preloaded into the interpreter).
+FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py
+EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+fuzz-asan: install-test
+	@d=$$(mktemp -d); so=$$d/_fastframe$(EXT_SUFFIX); \
+	gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+		-fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/_fastframe.c -o $$so || { rm -rf $$d; exit 1; }; \
+	$(call fuzz_run,RMQ_FASTFRAME=$$so LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+		UBSAN_OPTIONS=print_stacktrace=1,$(FUZZ_ASAN_TESTS),$(VENV)/fuzz-asan.log); \
+	rm -rf $$d; exit $$rc
 
 bench: install-test
 	$(BIN)/python bench/store.py --quick

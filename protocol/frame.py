@@ -9,7 +9,11 @@ opaque and flag, so the connection can answer it and go on) or a FrameError (clo
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import struct
+import sys
+from collections.abc import Callable
 from typing import Final
 
 from rmq.protocol.codes import SerializeType
@@ -27,7 +31,7 @@ from rmq.protocol.headercodec import (
     encode_json_header,
 )
 
-__all__ = ["FrameDecoder", "decode", "encode", "encode_parts"]
+__all__ = ["CODEC", "FrameDecoder", "decode", "encode", "encode_parts"]
 
 _JSON = int(SerializeType.JSON)
 _ROCKETMQ = int(SerializeType.ROCKETMQ)
@@ -92,6 +96,53 @@ def decode(frame: bytes | bytearray) -> RemotingCommand:
     return _decode_payload(frame, 4, n)
 
 
+def _decode_one(src: bytes | bytearray, start: int, end: int, recover: bool) -> RemotingCommand:
+    """One frame on the pure path, as ``FrameDecoder.feed`` decodes it: the compiled splitter's fallback."""
+    try:
+        return _decode_payload(src, start, end)
+    except CommandDecodeError as exc:
+        if not recover or exc.opaque is None or exc.flag is None:
+            raise
+        return UndecodableCommand.from_error(exc)
+
+
+_Split = Callable[[bytes | bytearray, int, bool], tuple[list[RemotingCommand], int]]
+
+
+def compiled_split() -> _Split | None:
+    """The compiled splitter (``rmq.protocol._fastframe``, bound to this module's pure decoder), or
+    None when the extension was not built; loaded whatever ``RMQ_PURE`` says. ``RMQ_FASTFRAME``
+    names another build of the extension to load instead."""
+    alt = os.getenv("RMQ_FASTFRAME")  # another build of it (make fuzz-asan: the sanitizer build)
+    if alt:
+        spec = importlib.util.spec_from_file_location("rmq.protocol._fastframe", alt)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"RMQ_FASTFRAME={alt} is not an extension module")
+        _fastframe = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_fastframe)
+        sys.modules[spec.name] = _fastframe
+    else:
+        try:
+            from rmq.protocol import _fastframe  # type: ignore[attr-defined]
+        except ImportError:
+            return None
+    from rmq.protocol.headercodec import _LANG_NAMES
+
+    _fastframe.configure(RemotingCommand, _LANG_NAMES, _decode_one)
+    split: _Split = _fastframe.split
+    return split
+
+
+def _select() -> tuple[_Split | None, str]:
+    if os.getenv("RMQ_PURE"):
+        return None, "pure (RMQ_PURE set)"
+    split = compiled_split()
+    return split, "compiled" if split is not None else "pure (no compiler at install)"
+
+
+_split, CODEC = _select()
+"""``CODEC``: which frame decoder serves, in words, for ``rmqd``'s start line ("compiled" / "pure (...)")."""
+
 _SHRINK_ABOVE: Final = 256 * 1024  # a buffer that held a frame larger than this is released once drained
 
 
@@ -111,12 +162,24 @@ class FrameDecoder:
     the connection) must be discarded.
     """
 
-    __slots__ = ("max_frame_size", "recover", "_buf")
+    __slots__ = ("max_frame_size", "recover", "_buf", "_split")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, recover: bool = False) -> None:
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, recover: bool = False, compiled: bool | None = None
+    ) -> None:
+        """``compiled``: None takes the module's choice (:data:`CODEC`), False the pure path, True the
+        compiled splitter even under ``RMQ_PURE`` (the differential tests run both in one process)."""
         self.max_frame_size = max_frame_size
         self.recover = recover
         self._buf = bytearray()
+        if compiled is None:
+            self._split = _split
+        elif compiled:
+            self._split = _split or compiled_split()
+            if self._split is None:
+                raise RuntimeError("the compiled frame decoder (rmq.protocol._fastframe) was not built")
+        else:
+            self._split = None
 
     @property
     def buffered(self) -> int:
@@ -130,10 +193,14 @@ class FrameDecoder:
             src: bytes | bytearray = buf
         else:
             src = data if isinstance(data, (bytes, bytearray)) else bytes(data)
-        out: list[RemotingCommand] = []
         n = len(src)
-        pos = 0
         limit = self.max_frame_size
+        split = self._split
+        if split is not None:  # every whole frame in one compiled call; the loop below takes the rest
+            out, pos = split(src, limit, self.recover)
+        else:
+            out = []
+            pos = 0
         while n - pos >= 4:
             (length,) = _I32.unpack_from(src, pos)
             if length < 4:

@@ -2,7 +2,7 @@
 
 Every ``protocol/*.py`` is parsed, not imported, and must not: import a module whose job is I/O or
 processes (subprocess, ssl, asyncio, ...); use ``socket`` beyond its address codecs (``inet_pton`` and
-kin are pure functions); use ``os`` beyond the process id and random bytes; call ``open`` or a
+kin are pure functions); use ``os`` beyond the process id, random bytes and ``getenv``; call ``open`` or a
 ``pathlib`` method that touches the filesystem. A socket, a file or a child process belongs to the
 transport, the plugin or the daemon that uses it; a docstring may still mention them.
 """
@@ -22,7 +22,7 @@ IO_MODULES = {
     "glob", "io", "fcntl", "signal", "urllib.request", "http.client", "ftplib", "smtplib",
 }
 SOCKET_PURE = {"inet_pton", "inet_ntop", "inet_aton", "inet_ntoa", "AF_INET", "AF_INET6"}
-OS_PURE = {"getpid", "urandom"}
+OS_PURE = {"getpid", "urandom", "getenv"}  # getenv: a setting read once (RMQ_PURE), not I/O
 PATH_IO = {
     "read_text", "read_bytes", "write_text", "write_bytes", "open", "touch", "unlink", "mkdir", "rmdir",
     "iterdir", "glob", "rglob", "exists", "is_file", "is_dir", "stat", "lstat", "chmod", "symlink_to",

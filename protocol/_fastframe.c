@@ -1,0 +1,547 @@
+/* rmq.protocol._fastframe: the compiled frame splitter and header decoder (issue #30, step 1).
+ *
+ * One call per socket read: split() walks the received bytes, cuts every whole frame (length
+ * word, header word, header, body) and decodes its header into a RemotingCommand, writing the
+ * command's slots directly. It decodes only the common shapes (see json_header below and
+ * binary_header); any other frame -- a bad header length, an unknown serialize type, a JSON
+ * header with escapes, floats, nesting, unknown keys, a binary header that does not parse --
+ * goes to the pure Python decoder (rmq.protocol.frame) for that one frame, so results and
+ * errors stay the pure path's by construction. split() stops before a frame length the pure
+ * loop refuses (below 4, above the limit) and before an incomplete frame: the caller's pure
+ * loop then raises or buffers exactly as before.
+ *
+ * Every read of client bytes is bounds-checked against the end of the frame or header.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_FAST_JSON 8192 /* the pure path's own fast-path bound (headercodec._FAST_MAX_CHARS) */
+#define N_SLOTS 9
+
+enum { S_CODE, S_LANGUAGE, S_VERSION, S_OPAQUE, S_FLAG, S_REMARK, S_EXT, S_BODY, S_ST };
+static const char *const slot_names[N_SLOTS] = {
+    "code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type",
+};
+
+static PyTypeObject *cmd_type = NULL; /* RemotingCommand */
+static Py_ssize_t slot_off[N_SLOTS];
+static PyObject *slow_decode = NULL; /* (src, start, end, recover) -> command; the pure path */
+static PyObject *lang_names = NULL;  /* tuple: binary language byte -> name */
+static PyObject *str_true = NULL, *str_false = NULL;
+static PyObject *st_json = NULL, *st_rocketmq = NULL;
+
+enum { FALLBACK = 0, DECODED = 1, FAILED = -1 };
+
+static inline int32_t rd_i32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline int16_t rd_i16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline uint16_t rd_u16(const unsigned char *p) { return (uint16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+/* A command with every slot set; steals the references passed (all non-NULL). */
+static PyObject *make_command(PyObject *vals[N_SLOTS]) {
+    PyObject *cmd = cmd_type->tp_alloc(cmd_type, 0);
+    if (cmd == NULL) {
+        for (int i = 0; i < N_SLOTS; i++) Py_DECREF(vals[i]);
+        return NULL;
+    }
+    for (int i = 0; i < N_SLOTS; i++) *(PyObject **)((char *)cmd + slot_off[i]) = vals[i];
+    return cmd;
+}
+
+/* UTF-8 bytes to str; FALLBACK (error cleared) on invalid UTF-8, FAILED on anything else. */
+static int utf8(const unsigned char *s, Py_ssize_t n, PyObject **out) {
+    *out = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (*out != NULL) return DECODED;
+    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        return FALLBACK;
+    }
+    return FAILED;
+}
+
+/* ------------------------------------------------------------------ ROCKETMQ binary header */
+
+static int binary_header(const unsigned char *h, Py_ssize_t n, PyObject *vals[N_SLOTS]) {
+    if (n < 21) return FALLBACK;
+    int16_t code = rd_i16(h);
+    int8_t lang = (int8_t)h[2];
+    int16_t version = rd_i16(h + 3);
+    int32_t opaque = rd_i32(h + 5), flag = rd_i32(h + 9), rlen = rd_i32(h + 13);
+    Py_ssize_t pos = 17;
+    if (rlen < 0 || pos + (Py_ssize_t)rlen + 4 > n) return FALLBACK;
+    PyObject *remark = NULL, *ext = NULL, *key = NULL, *val = NULL;
+    int r;
+    if (rlen) {
+        if ((r = utf8(h + pos, rlen, &remark)) != DECODED) return r;
+    } else {
+        remark = Py_NewRef(Py_None);
+    }
+    pos += rlen;
+    int32_t elen = rd_i32(h + pos);
+    pos += 4;
+    if (elen < 0 || pos + (Py_ssize_t)elen != n) { r = FALLBACK; goto bad; }
+    if ((ext = PyDict_New()) == NULL) { r = FAILED; goto bad; }
+    while (pos < n) {
+        if (pos + 2 > n) { r = FALLBACK; goto bad; }
+        uint16_t kl = rd_u16(h + pos);
+        pos += 2;
+        if (pos + (Py_ssize_t)kl + 4 > n) { r = FALLBACK; goto bad; }
+        if (kl && (r = utf8(h + pos, kl, &key)) != DECODED) goto bad;
+        pos += kl;
+        int32_t vl = rd_i32(h + pos);
+        pos += 4;
+        if (vl < 0 || pos + (Py_ssize_t)vl > n) { r = FALLBACK; goto bad; }
+        if (vl && (r = utf8(h + pos, vl, &val)) != DECODED) goto bad;
+        pos += vl;
+        if (key != NULL && val != NULL && PyDict_SetItem(ext, key, val) < 0) { r = FAILED; goto bad; }
+        Py_CLEAR(key);
+        Py_CLEAR(val);
+    }
+    PyObject *name;
+    if (lang >= 0 && lang < PyTuple_GET_SIZE(lang_names)) {
+        name = PyTuple_GET_ITEM(lang_names, lang);
+    } else {
+        name = PyTuple_GET_ITEM(lang_names, 7); /* OTHER, checked at configure */
+    }
+    if ((vals[S_CODE] = PyLong_FromLong(code)) == NULL ||
+        (vals[S_VERSION] = PyLong_FromLong(version)) == NULL ||
+        (vals[S_OPAQUE] = PyLong_FromLong(opaque)) == NULL ||
+        (vals[S_FLAG] = PyLong_FromLong(flag)) == NULL) {
+        r = FAILED;
+        goto bad;
+    }
+    vals[S_LANGUAGE] = Py_NewRef(name);
+    vals[S_REMARK] = remark;
+    vals[S_EXT] = ext;
+    vals[S_ST] = Py_NewRef(st_rocketmq);
+    return DECODED;
+bad:
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    return r;
+}
+
+/* ------------------------------------------------------------------ JSON header, common shape
+ *
+ * What the pure path's orjson branch accepts and returns as is: a flat object of the known
+ * top-level keys, each at most once; code/opaque/flag/version canonical JSON integers within a
+ * Java int; language one of LanguageCode's names; remark a string or null; serializeTypeCurrentRPC
+ * an ASCII string or null; extFields an object whose values are strings, canonical integers of at
+ * most 18 digits (kept as their decimal text, as str(int) writes them), true/false, or null
+ * (dropped). Strings hold no escapes and no control characters and are valid UTF-8. Anything else
+ * returns FALLBACK and the pure decoder decides.
+ */
+
+typedef struct {
+    const unsigned char *p, *end;
+} cursor;
+
+static inline void ws(cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+/* A plain string at c->p (the opening quote); sets [*s, *s + *n); *ascii says whether all < 0x80. */
+static int raw_string(cursor *c, const unsigned char **s, Py_ssize_t *n, int *ascii) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const unsigned char *q = ++c->p;
+    int hi = 0;
+    while (q < c->end) {
+        unsigned char ch = *q;
+        if (ch == '"') {
+            *s = c->p;
+            *n = q - c->p;
+            *ascii = !hi;
+            c->p = q + 1;
+            return 1;
+        }
+        if (ch == '\\' || ch < 0x20) return 0;
+        hi |= ch & 0x80;
+        q++;
+    }
+    return 0;
+}
+
+/* A canonical JSON integer (-?(0|[1-9][0-9]*), not -0, no fraction or exponent) of at most
+ * max_digits digits; sets [*s, *s + *n) to its text and *v to its value. */
+static int raw_int(cursor *c, int max_digits, const unsigned char **s, Py_ssize_t *n, long long *v) {
+    const unsigned char *q = c->p;
+    int neg = 0;
+    if (q < c->end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    const unsigned char *d = q;
+    long long acc = 0;
+    while (q < c->end && *q >= '0' && *q <= '9') {
+        if (q - d >= max_digits) return 0;
+        acc = acc * 10 + (*q - '0');
+        q++;
+    }
+    Py_ssize_t nd = q - d;
+    if (nd == 0 || (nd > 1 && *d == '0') || (neg && acc == 0)) return 0;
+    if (q < c->end && (*q == '.' || *q == 'e' || *q == 'E')) return 0;
+    *s = c->p;
+    *n = q - c->p;
+    *v = neg ? -acc : acc;
+    c->p = q;
+    return 1;
+}
+
+static inline int literal(cursor *c, const char *word, Py_ssize_t n) {
+    if (c->end - c->p >= n && memcmp(c->p, word, n) == 0) {
+        c->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+/* After a value: ',' (more follows) -> 1, '}' -> 2, anything else -> 0. */
+static inline int next_member(cursor *c) {
+    ws(c);
+    if (c->p >= c->end) return 0;
+    unsigned char ch = *c->p++;
+    if (ch == ',') {
+        ws(c);
+        return 1;
+    }
+    return ch == '}' ? 2 : 0;
+}
+
+static int java_int(cursor *c, PyObject **out) {
+    const unsigned char *s;
+    Py_ssize_t n;
+    long long v;
+    if (!raw_int(c, 10, &s, &n, &v) || v < INT32_MIN || v > INT32_MAX) return FALLBACK;
+    return (*out = PyLong_FromLongLong(v)) ? DECODED : FAILED;
+}
+
+static int drop_nulls(PyObject *ext) {
+    PyObject *keys = PyList_New(0), *k, *v;
+    Py_ssize_t i = 0;
+    if (keys == NULL) return -1;
+    while (PyDict_Next(ext, &i, &k, &v)) {
+        if (v == Py_None && PyList_Append(keys, k) < 0) goto fail;
+    }
+    for (i = 0; i < PyList_GET_SIZE(keys); i++) {
+        if (PyDict_DelItem(ext, PyList_GET_ITEM(keys, i)) < 0) goto fail;
+    }
+    Py_DECREF(keys);
+    return 0;
+fail:
+    Py_DECREF(keys);
+    return -1;
+}
+
+static int json_ext(cursor *c, PyObject **out) {
+    if (c->p >= c->end || *c->p != '{') return FALLBACK;
+    c->p++;
+    ws(c);
+    PyObject *ext = PyDict_New(), *key = NULL, *val = NULL;
+    if (ext == NULL) return FAILED;
+    int r = FALLBACK;
+    Py_ssize_t nulls = 0;
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        *out = ext;
+        return DECODED;
+    }
+    for (;;) {
+        const unsigned char *s;
+        Py_ssize_t n;
+        int ascii;
+        long long v;
+        if (!raw_string(c, &s, &n, &ascii)) goto bad;
+        if ((r = utf8(s, n, &key)) != DECODED) goto bad;
+        r = FALLBACK;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') goto bad;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) goto bad;
+        unsigned char ch = *c->p;
+        if (ch == '"') {
+            if (!raw_string(c, &s, &n, &ascii)) goto bad;
+            if ((r = utf8(s, n, &val)) != DECODED) goto bad;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            if (!raw_int(c, 18, &s, &n, &v)) goto bad;
+            if ((val = PyUnicode_DecodeASCII((const char *)s, n, NULL)) == NULL) { r = FAILED; goto bad; }
+        } else if (literal(c, "true", 4)) {
+            val = Py_NewRef(str_true);
+        } else if (literal(c, "false", 5)) {
+            val = Py_NewRef(str_false);
+        } else if (literal(c, "null", 4)) {
+            val = NULL;
+        } else {
+            goto bad;
+        }
+        r = FALLBACK;
+        /* a null is held as None and dropped at the end, so the order stays the pure path's
+           (which drops it in place); a repeated key is the pure path's to decide */
+        Py_ssize_t before = PyDict_GET_SIZE(ext);
+        if (PyDict_SetItem(ext, key, val != NULL ? val : Py_None) < 0) { r = FAILED; goto bad; }
+        if (PyDict_GET_SIZE(ext) == before) goto bad;
+        nulls += val == NULL;
+        Py_CLEAR(key);
+        Py_CLEAR(val);
+        int m = next_member(c);
+        if (m == 2) break;
+        if (m == 0) goto bad;
+    }
+    if (nulls && drop_nulls(ext) < 0) { r = FAILED; goto bad; }
+    *out = ext;
+    return DECODED;
+bad:
+    Py_XDECREF(ext);
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    return r;
+}
+
+static int json_header(const unsigned char *h, Py_ssize_t n, PyObject *vals[N_SLOTS]) {
+    if (n > MAX_FAST_JSON || n < 2 || h[0] != '{') return FALLBACK;
+    cursor cur = {h + 1, h + n}, *c = &cur;
+    PyObject *got[N_SLOTS] = {NULL};
+    unsigned seen = 0;
+    int r = FALLBACK;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') goto bad; /* no code */
+    for (;;) {
+        const unsigned char *k, *s;
+        Py_ssize_t kn, n2;
+        int ascii, slot;
+        if (!raw_string(c, &k, &kn, &ascii)) goto bad;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') goto bad;
+        c->p++;
+        ws(c);
+#define KEY(lit) (kn == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, kn) == 0)
+        if (KEY("code")) slot = S_CODE;
+        else if (KEY("opaque")) slot = S_OPAQUE;
+        else if (KEY("flag")) slot = S_FLAG;
+        else if (KEY("version")) slot = S_VERSION;
+        else if (KEY("language")) slot = S_LANGUAGE;
+        else if (KEY("remark")) slot = S_REMARK;
+        else if (KEY("extFields")) slot = S_EXT;
+        else if (KEY("serializeTypeCurrentRPC")) slot = S_ST;
+        else goto bad;
+#undef KEY
+        if (seen & (1u << slot)) goto bad;
+        seen |= 1u << slot;
+        switch (slot) {
+        case S_CODE:
+        case S_OPAQUE:
+        case S_FLAG:
+        case S_VERSION:
+            if ((r = java_int(c, &got[slot])) != DECODED) goto bad;
+            break;
+        case S_LANGUAGE: {
+            if (!raw_string(c, &s, &n2, &ascii) || !ascii) goto bad;
+            Py_ssize_t nl = PyTuple_GET_SIZE(lang_names);
+            for (Py_ssize_t i = 0; i < nl; i++) {
+                PyObject *name = PyTuple_GET_ITEM(lang_names, i);
+                if (PyUnicode_GET_LENGTH(name) == n2 && memcmp(PyUnicode_DATA(name), s, n2) == 0) {
+                    got[slot] = Py_NewRef(name);
+                    break;
+                }
+            }
+            if (got[slot] == NULL) goto bad;
+            break;
+        }
+        case S_REMARK:
+            if (literal(c, "null", 4)) {
+                got[slot] = Py_NewRef(Py_None);
+            } else {
+                if (!raw_string(c, &s, &n2, &ascii)) goto bad;
+                if ((r = utf8(s, n2, &got[slot])) != DECODED) goto bad;
+            }
+            break;
+        case S_ST: /* its value is not kept: the header word's byte is the serialize type */
+            if (!literal(c, "null", 4) && (!raw_string(c, &s, &n2, &ascii) || !ascii)) goto bad;
+            break;
+        case S_EXT:
+            if ((r = json_ext(c, &got[slot])) != DECODED) goto bad;
+            break;
+        }
+        r = FALLBACK;
+        int m = next_member(c);
+        if (m == 2) break;
+        if (m == 0) goto bad;
+    }
+    ws(c);
+    if (c->p != c->end || got[S_CODE] == NULL) goto bad;
+    if (got[S_EXT] == NULL && (got[S_EXT] = PyDict_New()) == NULL) { r = FAILED; goto bad; }
+    if (got[S_LANGUAGE] == NULL) got[S_LANGUAGE] = Py_NewRef(PyTuple_GET_ITEM(lang_names, 7));
+    if (got[S_REMARK] == NULL) got[S_REMARK] = Py_NewRef(Py_None);
+    for (int i = S_VERSION; i <= S_FLAG; i++) { /* version, opaque, flag: absent is 0 */
+        if (got[i] == NULL && (got[i] = PyLong_FromLong(0)) == NULL) { r = FAILED; goto bad; }
+    }
+    for (int i = 0; i < N_SLOTS; i++) {
+        if (i == S_BODY) continue;
+        vals[i] = i == S_ST ? Py_NewRef(st_json) : got[i];
+    }
+    return DECODED;
+bad:
+    for (int i = 0; i < N_SLOTS; i++) Py_XDECREF(got[i]);
+    return r;
+}
+
+/* ------------------------------------------------------------------ frames */
+
+/* The frame whose header word starts at b[start] and which ends at b[end] (end - start >= 4). */
+static int decode_frame(const unsigned char *b, Py_ssize_t start, Py_ssize_t end, PyObject **out) {
+    int32_t word = rd_i32(b + start);
+    int st = (int)(((uint32_t)word >> 24) & 0xFF);
+    Py_ssize_t hl = word & 0xFFFFFF;
+    Py_ssize_t hs = start + 4, he = hs + hl;
+    if (he > end) return FALLBACK;
+    PyObject *vals[N_SLOTS] = {NULL};
+    int r;
+    if (st == 0) r = json_header(b + hs, hl, vals);
+    else if (st == 1) r = binary_header(b + hs, hl, vals);
+    else return FALLBACK;
+    if (r != DECODED) return r;
+    vals[S_BODY] = PyBytes_FromStringAndSize((const char *)b + he, end - he);
+    if (vals[S_BODY] == NULL) {
+        for (int i = 0; i < N_SLOTS; i++) Py_XDECREF(vals[i]);
+        return FAILED;
+    }
+    *out = make_command(vals);
+    return *out ? DECODED : FAILED;
+}
+
+PyDoc_STRVAR(split_doc,
+"split(src, limit, recover) -> (commands, pos)\n\n"
+"Decode the whole frames at the start of ``src`` (a bytes-like object); stop before an incomplete\n"
+"frame or a frame length the pure loop refuses. ``pos`` is where the pure loop takes over.");
+
+static PyObject *split(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "split(src, limit, recover)");
+        return NULL;
+    }
+    if (cmd_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastframe.configure() was not called");
+        return NULL;
+    }
+    int overflow = 0;
+    long long limit = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (overflow > 0) limit = LLONG_MAX;
+    else if (overflow < 0) limit = LLONG_MIN;
+    PyObject *src = args[0], *recover = args[2];
+    Py_buffer view;
+    if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto fail;
+    while (n - pos >= 4) {
+        int32_t length = rd_i32(b + pos);
+        if (length < 4 || (long long)length + 4 > limit) break;
+        Py_ssize_t end = pos + 4 + (Py_ssize_t)length;
+        if (end > n) break;
+        PyObject *cmd = NULL;
+        int r = decode_frame(b, pos + 4, end, &cmd);
+        if (r == FAILED) goto fail;
+        if (r == FALLBACK) {
+            PyObject *start_o = PyLong_FromSsize_t(pos + 4), *end_o = PyLong_FromSsize_t(end);
+            if (start_o && end_o) {
+                PyObject *cargs[4] = {src, start_o, end_o, recover};
+                cmd = PyObject_Vectorcall(slow_decode, cargs, 4, NULL);
+            }
+            Py_XDECREF(start_o);
+            Py_XDECREF(end_o);
+            if (cmd == NULL) goto fail;
+        }
+        int a = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (a < 0) goto fail;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", out, pos);
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(configure_doc,
+"configure(command_type, language_names, slow_decode)\n\n"
+"Bind the RemotingCommand class (its slots are written directly), LanguageCode's names by value\n"
+"and the pure decoder of one frame, called as slow_decode(src, start, end, recover).");
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *type, *names, *slow;
+    if (!PyArg_ParseTuple(args, "O!O!O:configure", &PyType_Type, &type, &PyTuple_Type, &names, &slow))
+        return NULL;
+    PyTypeObject *t = (PyTypeObject *)type;
+    if (t->tp_itemsize != 0 || t->tp_alloc == NULL || t->tp_new != PyBaseObject_Type.tp_new) {
+        PyErr_SetString(PyExc_TypeError, "the command type must be a plain class with __slots__");
+        return NULL;
+    }
+    Py_ssize_t off[N_SLOTS];
+    for (int i = 0; i < N_SLOTS; i++) {
+        PyObject *d = PyObject_GetAttrString(type, slot_names[i]);
+        if (d == NULL) return NULL;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
+                 ((PyMemberDescrObject *)d)->d_common.d_type == t;
+        if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "slot %s is not an object slot of the command type", slot_names[i]);
+            return NULL;
+        }
+    }
+    Py_ssize_t nn = PyTuple_GET_SIZE(names);
+    if (nn < 8) {
+        PyErr_SetString(PyExc_ValueError, "language names: index 7 must be OTHER");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *s = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s)) {
+            PyErr_SetString(PyExc_TypeError, "language names must be ASCII str");
+            return NULL;
+        }
+    }
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(names, 7), "OTHER") != 0) {
+        PyErr_SetString(PyExc_ValueError, "language names: index 7 must be OTHER");
+        return NULL;
+    }
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "slow_decode must be callable");
+        return NULL;
+    }
+    memcpy(slot_off, off, sizeof off);
+    Py_XSETREF(cmd_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(lang_names, Py_NewRef(names));
+    Py_XSETREF(slow_decode, Py_NewRef(slow));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL, split_doc},
+    {"configure", configure, METH_VARARGS, configure_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastframe",
+    "The compiled frame splitter and header decoder; rmq.protocol.frame is its reference.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastframe(void) {
+    if ((str_true = PyUnicode_InternFromString("true")) == NULL ||
+        (str_false = PyUnicode_InternFromString("false")) == NULL ||
+        (st_json = PyLong_FromLong(0)) == NULL || (st_rocketmq = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -31,6 +31,7 @@ from rmq import __version__
 from rmq.kernel.config import EMBEDDED, NAMESPACES, ConfigError, RootConfig, dump_config, load_config
 from rmq.kernel.net import port_holder
 from rmq.kernel.plugin_manager import PluginError, describe
+from rmq.protocol.frame import CODEC
 from rmq.protocol.ports import BindError
 
 log = logging.getLogger("rmq.daemon")
@@ -105,8 +106,8 @@ async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -
             else:
                 if supervisor is not None:
                     ports = ", ".join([*([ports] if ports else []), supervisor.describe()])
-                log.info("rmqd %s ready: roles %s, pid %d, ports %s%s", __version__, "+".join(config.roles()),
-                         os.getpid(), ports or "(none)", _exposure(config))
+                log.info("rmqd %s ready: roles %s, pid %d, ports %s; codec %s%s", __version__,
+                         "+".join(config.roles()), os.getpid(), ports or "(none)", CODEC, _exposure(config))
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break

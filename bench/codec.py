@@ -25,10 +25,12 @@ from rmq.plugins.remoting_tcp import TcpRemotingClient, TcpRemotingServer
 from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import Prop, encode_properties
-from rmq.protocol.frame import FrameDecoder, encode
+from rmq.protocol.frame import CODEC, FrameDecoder, encode
+from rmq.protocol.headers import SEND_LONG, SEND_V2
 from rmq.protocol.message import UniqIdGenerator, decode_messages, encode_message
 
 create_uniq_id = UniqIdGenerator("127.0.0.1")
+SEND_V2_LETTERS = dict(zip(SEND_LONG, SEND_V2, strict=True))  # SendMessageRequestHeaderV2's one-letter keys
 
 
 def send_request() -> RemotingCommand:
@@ -97,13 +99,19 @@ def row(name: str, us: float, extra: str = "") -> None:
 
 
 def bench_codec(seconds: float) -> None:
-    print("codec (single thread, one frame per call)")
+    print(f"codec {CODEC} (single thread, one frame per call; RMQ_PURE=1 for the pure path)")
     for label, cmd in (("SEND code 10, 1 KiB body", send_request()), ("PULL response, 32 x 1 KiB records",
                                                                           pull_response())):
         frame = encode(cmd)
         row(f"encode {label}", timeit(lambda c=cmd: encode(c), seconds), f"({len(frame)} B frame)")
         dec = FrameDecoder()
         row(f"decode {label}", timeit(lambda f=frame, d=dec: d.feed(f), seconds))
+    v2 = send_request()
+    v2.code = RequestCode.SEND_MESSAGE_V2
+    v2.ext = {SEND_V2_LETTERS.get(k, k): v for k, v in v2.ext.items()}
+    dec = FrameDecoder()
+    v2_frame = encode(v2)
+    row("decode SEND_MESSAGE_V2 (310), 1 KiB body", timeit(lambda f=v2_frame, d=dec: d.feed(f), seconds))
     cpp = cpp_send_frame()
     dec = FrameDecoder()
     row("decode SEND code 10, C++ 1.2.3 header", timeit(lambda f=cpp, d=dec: d.feed(f), seconds))

@@ -134,8 +134,9 @@ bad:
  * Java int; language one of LanguageCode's names; remark a string or null; serializeTypeCurrentRPC
  * an ASCII string or null; extFields an object whose values are strings, canonical integers of at
  * most 18 digits (kept as their decimal text, as str(int) writes them), true/false, or null
- * (dropped). Strings hold no escapes and no control characters and are valid UTF-8. Anything else
- * returns FALLBACK and the pure decoder decides.
+ * (dropped). Strings are valid UTF-8 without control characters; remark and extFields may use
+ * JSON's escapes (RocketMQ's properties always do: \u0001, \u0002), except a lone surrogate.
+ * Anything else returns FALLBACK and the pure decoder decides.
  */
 
 typedef struct {
@@ -146,25 +147,110 @@ static inline void ws(cursor *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
 }
 
-/* A plain string at c->p (the opening quote); sets [*s, *s + *n); *ascii says whether all < 0x80. */
-static int raw_string(cursor *c, const unsigned char **s, Py_ssize_t *n, int *ascii) {
+/* A string at c->p (the opening quote) without control characters; sets [*s, *s + *n) to its raw
+ * text, *ascii whether all of it is < 0x80 and *esc whether it holds a backslash escape. */
+static int raw_string(cursor *c, const unsigned char **s, Py_ssize_t *n, int *ascii, int *esc) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const unsigned char *q = ++c->p;
-    int hi = 0;
+    int hi = 0, bs = 0;
     while (q < c->end) {
         unsigned char ch = *q;
         if (ch == '"') {
             *s = c->p;
             *n = q - c->p;
             *ascii = !hi;
+            *esc = bs;
             c->p = q + 1;
             return 1;
         }
-        if (ch == '\\' || ch < 0x20) return 0;
-        hi |= ch & 0x80;
+        if (ch < 0x20) return 0;
+        if (ch == '\\') {
+            bs = 1;
+            if (++q >= c->end) return 0; /* the escaped character is checked by unescape() */
+        }
+        hi |= *q & 0x80;
         q++;
     }
     return 0;
+}
+
+static int hex4(const unsigned char *p, unsigned *v) {
+    unsigned acc = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char ch = p[i];
+        acc <<= 4;
+        if (ch >= '0' && ch <= '9') acc |= ch - '0';
+        else if (ch >= 'a' && ch <= 'f') acc |= ch - 'a' + 10;
+        else if (ch >= 'A' && ch <= 'F') acc |= ch - 'A' + 10;
+        else return 0;
+    }
+    *v = acc;
+    return 1;
+}
+
+/* JSON's escapes in [s, s + n) written out as UTF-8 into out (n bytes suffice: no escape grows);
+ * 0 for a malformed escape or a lone surrogate (the pure path refuses or words those). */
+static int unescape(const unsigned char *s, Py_ssize_t n, unsigned char *out, Py_ssize_t *outn) {
+    Py_ssize_t i = 0, o = 0;
+    while (i < n) {
+        unsigned char ch = s[i++];
+        if (ch != '\\') {
+            out[o++] = ch;
+            continue;
+        }
+        if (i >= n) return 0;
+        ch = s[i++];
+        switch (ch) {
+        case '"': case '\\': case '/': out[o++] = ch; break;
+        case 'b': out[o++] = '\b'; break;
+        case 'f': out[o++] = '\f'; break;
+        case 'n': out[o++] = '\n'; break;
+        case 'r': out[o++] = '\r'; break;
+        case 't': out[o++] = '\t'; break;
+        case 'u': {
+            unsigned cp, lo;
+            if (n - i < 4 || !hex4(s + i, &cp)) return 0;
+            i += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return 0;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (n - i < 6 || s[i] != '\\' || s[i + 1] != 'u' || !hex4(s + i + 2, &lo) || lo < 0xDC00 ||
+                    lo > 0xDFFF)
+                    return 0;
+                i += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (cp < 0x80) {
+                out[o++] = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                out[o++] = (unsigned char)(0xC0 | (cp >> 6));
+                out[o++] = (unsigned char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                out[o++] = (unsigned char)(0xE0 | (cp >> 12));
+                out[o++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                out[o++] = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                out[o++] = (unsigned char)(0xF0 | (cp >> 18));
+                out[o++] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                out[o++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                out[o++] = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default:
+            return 0;
+        }
+    }
+    *outn = o;
+    return 1;
+}
+
+/* A JSON string's text (escapes resolved) as str; FALLBACK on a bad escape or invalid UTF-8. */
+static int json_str(const unsigned char *s, Py_ssize_t n, int esc, PyObject **out) {
+    if (!esc) return utf8(s, n, out);
+    unsigned char buf[MAX_FAST_JSON];
+    Py_ssize_t m;
+    if (n > MAX_FAST_JSON || !unescape(s, n, buf, &m)) return FALLBACK;
+    return utf8(buf, m, out);
 }
 
 /* A canonical JSON integer (-?(0|[1-9][0-9]*), not -0, no fraction or exponent) of at most
@@ -254,10 +340,10 @@ static int json_ext(cursor *c, PyObject **out) {
     for (;;) {
         const unsigned char *s;
         Py_ssize_t n;
-        int ascii;
+        int ascii, esc;
         long long v;
-        if (!raw_string(c, &s, &n, &ascii)) goto bad;
-        if ((r = utf8(s, n, &key)) != DECODED) goto bad;
+        if (!raw_string(c, &s, &n, &ascii, &esc)) goto bad;
+        if ((r = json_str(s, n, esc, &key)) != DECODED) goto bad;
         r = FALLBACK;
         ws(c);
         if (c->p >= c->end || *c->p != ':') goto bad;
@@ -266,8 +352,8 @@ static int json_ext(cursor *c, PyObject **out) {
         if (c->p >= c->end) goto bad;
         unsigned char ch = *c->p;
         if (ch == '"') {
-            if (!raw_string(c, &s, &n, &ascii)) goto bad;
-            if ((r = utf8(s, n, &val)) != DECODED) goto bad;
+            if (!raw_string(c, &s, &n, &ascii, &esc)) goto bad;
+            if ((r = json_str(s, n, esc, &val)) != DECODED) goto bad;
         } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
             if (!raw_int(c, 18, &s, &n, &v)) goto bad;
             if ((val = PyUnicode_DecodeASCII((const char *)s, n, NULL)) == NULL) { r = FAILED; goto bad; }
@@ -314,8 +400,8 @@ static int json_header(const unsigned char *h, Py_ssize_t n, PyObject *vals[N_SL
     for (;;) {
         const unsigned char *k, *s;
         Py_ssize_t kn, n2;
-        int ascii, slot;
-        if (!raw_string(c, &k, &kn, &ascii)) goto bad;
+        int ascii, esc, slot;
+        if (!raw_string(c, &k, &kn, &ascii, &esc) || esc) goto bad;
         ws(c);
         if (c->p >= c->end || *c->p != ':') goto bad;
         c->p++;
@@ -341,7 +427,7 @@ static int json_header(const unsigned char *h, Py_ssize_t n, PyObject *vals[N_SL
             if ((r = java_int(c, &got[slot])) != DECODED) goto bad;
             break;
         case S_LANGUAGE: {
-            if (!raw_string(c, &s, &n2, &ascii) || !ascii) goto bad;
+            if (!raw_string(c, &s, &n2, &ascii, &esc) || !ascii || esc) goto bad;
             Py_ssize_t nl = PyTuple_GET_SIZE(lang_names);
             for (Py_ssize_t i = 0; i < nl; i++) {
                 PyObject *name = PyTuple_GET_ITEM(lang_names, i);
@@ -357,12 +443,12 @@ static int json_header(const unsigned char *h, Py_ssize_t n, PyObject *vals[N_SL
             if (literal(c, "null", 4)) {
                 got[slot] = Py_NewRef(Py_None);
             } else {
-                if (!raw_string(c, &s, &n2, &ascii)) goto bad;
-                if ((r = utf8(s, n2, &got[slot])) != DECODED) goto bad;
+                if (!raw_string(c, &s, &n2, &ascii, &esc)) goto bad;
+                if ((r = json_str(s, n2, esc, &got[slot])) != DECODED) goto bad;
             }
             break;
         case S_ST: /* its value is not kept: the header word's byte is the serialize type */
-            if (!literal(c, "null", 4) && (!raw_string(c, &s, &n2, &ascii) || !ascii)) goto bad;
+            if (!literal(c, "null", 4) && (!raw_string(c, &s, &n2, &ascii, &esc) || !ascii || esc)) goto bad;
             break;
         case S_EXT:
             if ((r = json_ext(c, &got[slot])) != DECODED) goto bad;

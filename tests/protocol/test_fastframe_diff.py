@@ -348,7 +348,7 @@ INTERESTING = [0, 1, 3, 4, 5, 8, 21, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0
 
 def seed_frames(rng: random.Random) -> list[bytes]:
     """Valid frames of the shapes the compiled path decodes itself, and a few it hands back."""
-    words = ["", "a", "TopicTest", "\u00e9", "\u4e2d", "\U0001f600", "x" * 300, "k\"q"]
+    words = ["", "a", "TopicTest", "\u00e9", "\u4e2d", "\U0001f600", "x" * 300, "k\"q", "TAGS\x01A\x02KEYS\x01k\x02", "\\/\t"]
     out = [cpp_send()]
     for i in range(40):
         ext = {rng.choice(words) + str(j): rng.choice(words) for j in range(rng.randint(0, 6))}

@@ -1,4 +1,4 @@
-/* rmq.protocol._fastframe: the compiled frame splitter and header decoder (issue #30, step 1).
+/* rmq.protocol._fastframe: the compiled frame splitter, header decoder and JSON frame encoder (issue #30, step 1).
  *
  * One call per socket read: split() walks the received bytes, cuts every whole frame (length
  * word, header word, header, body) and decodes its header into a RemotingCommand, writing the
@@ -29,6 +29,7 @@ static const char *const slot_names[N_SLOTS] = {
 static PyTypeObject *cmd_type = NULL; /* RemotingCommand */
 static Py_ssize_t slot_off[N_SLOTS];
 static PyObject *slow_decode = NULL; /* (src, start, end, recover) -> command; the pure path */
+static PyObject *slow_encode = NULL; /* cmd -> (head, body); the pure path */
 static PyObject *lang_names = NULL;  /* tuple: binary language byte -> name */
 static PyObject *str_true = NULL, *str_false = NULL;
 static PyObject *st_json = NULL, *st_rocketmq = NULL;
@@ -558,14 +559,195 @@ fail:
     return NULL;
 }
 
+
+/* ------------------------------------------------------------------ encode (JSON headers)
+ *
+ * encode_parts(cmd) -> (length word + header word + header, body), byte for byte what the pure
+ * encode_parts writes for a JSON command whose slots hold exact ints (within a C long long), str,
+ * None, bytes and a dict of str to str: fastjson's key order, every string quoted as the json
+ * module's encode_basestring_ascii does (ASCII only, \uXXXX in lowercase hex, surrogate pairs
+ * above U+FFFF). Anything else is the pure function's (slow_encode) to write or refuse.
+ */
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+    char local[1024];
+} obuf;
+
+static int ob_grow(obuf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap * 2;
+    while (cap < b->n + more) cap *= 2;
+    char *np = b->p == b->local ? PyMem_Malloc(cap) : PyMem_Realloc(b->p, cap);
+    if (np == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (b->p == b->local) memcpy(np, b->local, b->n);
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int ob_put(obuf *b, const char *s, Py_ssize_t n) {
+    if (ob_grow(b, n) < 0) return -1;
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    return 0;
+}
+#define OB_LIT(b, lit) ob_put((b), (lit), (Py_ssize_t)sizeof(lit) - 1)
+
+static int ob_int(obuf *b, long long v) {
+    char tmp[24];
+    int i = 24;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) tmp[--i] = '-';
+    return ob_put(b, tmp + i, 24 - i);
+}
+
+static const char hexdig[] = "0123456789abcdef";
+
+static inline void put_u(char *o, unsigned c) {
+    o[0] = '\\';
+    o[1] = 'u';
+    o[2] = hexdig[(c >> 12) & 0xF];
+    o[3] = hexdig[(c >> 8) & 0xF];
+    o[4] = hexdig[(c >> 4) & 0xF];
+    o[5] = hexdig[c & 0xF];
+}
+
+/* The str quoted as json.encoder.encode_basestring_ascii quotes it. */
+static int ob_quote(obuf *b, PyObject *str) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(str);
+    if (ob_grow(b, n * 12 + 2) < 0) return -1;
+    int kind = PyUnicode_KIND(str);
+    const void *data = PyUnicode_DATA(str);
+    char *o = b->p + b->n;
+    *o++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= ' ' && c <= '~' && c != '\\' && c != '"') {
+            *o++ = (char)c;
+            continue;
+        }
+        switch (c) {
+        case '\\': *o++ = '\\'; *o++ = '\\'; break;
+        case '"': *o++ = '\\'; *o++ = '"'; break;
+        case '\b': *o++ = '\\'; *o++ = 'b'; break;
+        case '\f': *o++ = '\\'; *o++ = 'f'; break;
+        case '\n': *o++ = '\\'; *o++ = 'n'; break;
+        case '\r': *o++ = '\\'; *o++ = 'r'; break;
+        case '\t': *o++ = '\\'; *o++ = 't'; break;
+        default:
+            if (c >= 0x10000) {
+                Py_UCS4 v = c - 0x10000;
+                put_u(o, 0xD800 | ((v >> 10) & 0x3FF));
+                put_u(o + 6, 0xDC00 | (v & 0x3FF));
+                o += 12;
+            } else {
+                put_u(o, c);
+                o += 6;
+            }
+        }
+    }
+    *o++ = '"';
+    b->n = o - b->p;
+    return 0;
+}
+
+static inline PyObject *slot(PyObject *cmd, int i) { return *(PyObject **)((char *)cmd + slot_off[i]); }
+
+/* An exact int within long long; 0 when it is not one (the pure path decides). */
+static int exact_ll(PyObject *o, long long *v) {
+    if (o == NULL || !PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return 0;
+    return !(*v == -1 && PyErr_Occurred());
+}
+
+/* FALLBACK, DECODED (written into b) or FAILED. */
+static int encode_json(PyObject *cmd, obuf *b) {
+    long long code, flag, opaque, version, st;
+    PyObject *lang = slot(cmd, S_LANGUAGE), *remark = slot(cmd, S_REMARK), *ext = slot(cmd, S_EXT);
+    if (!exact_ll(slot(cmd, S_ST), &st) || st != 0 || !exact_ll(slot(cmd, S_CODE), &code) ||
+        !exact_ll(slot(cmd, S_FLAG), &flag) || !exact_ll(slot(cmd, S_OPAQUE), &opaque) ||
+        !exact_ll(slot(cmd, S_VERSION), &version) || lang == NULL || !PyUnicode_CheckExact(lang) ||
+        remark == NULL || (remark != Py_None && !PyUnicode_CheckExact(remark)) || ext == NULL ||
+        !PyDict_CheckExact(ext))
+        return FALLBACK;
+    if (OB_LIT(b, "{\"code\":") < 0 || ob_int(b, code) < 0) return FAILED;
+    if (PyDict_GET_SIZE(ext) || (flag & 1)) {
+        PyObject *k, *v;
+        Py_ssize_t i = 0;
+        int first = 1;
+        if (OB_LIT(b, ",\"extFields\":{") < 0) return FAILED;
+        while (PyDict_Next(ext, &i, &k, &v)) {
+            if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v)) return FALLBACK;
+            if ((!first && OB_LIT(b, ",") < 0) || ob_quote(b, k) < 0 || OB_LIT(b, ":") < 0 || ob_quote(b, v) < 0)
+                return FAILED;
+            first = 0;
+        }
+        if (OB_LIT(b, "}") < 0) return FAILED;
+    }
+    if (OB_LIT(b, ",\"flag\":") < 0 || ob_int(b, flag) < 0 || OB_LIT(b, ",\"language\":") < 0 ||
+        ob_quote(b, lang) < 0 || OB_LIT(b, ",\"opaque\":") < 0 || ob_int(b, opaque) < 0)
+        return FAILED;
+    if (remark != Py_None && (OB_LIT(b, ",\"remark\":") < 0 || ob_quote(b, remark) < 0)) return FAILED;
+    if (OB_LIT(b, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":") < 0 || ob_int(b, version) < 0 ||
+        OB_LIT(b, "}") < 0)
+        return FAILED;
+    return DECODED;
+}
+
+PyDoc_STRVAR(encode_parts_doc,
+"encode_parts(cmd) -> (head, body): rmq.protocol.frame.encode_parts, compiled for JSON headers.");
+
+static PyObject *encode_parts(PyObject *self, PyObject *cmd) {
+    if (cmd_type == NULL || slow_encode == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastframe.configure() was not called");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(cmd, cmd_type)) return PyObject_CallOneArg(slow_encode, cmd);
+    PyObject *body = slot(cmd, S_BODY);
+    if (body == NULL || !PyBytes_CheckExact(body)) return PyObject_CallOneArg(slow_encode, cmd);
+    obuf b;
+    b.p = b.local;
+    b.cap = sizeof b.local;
+    b.n = 8; /* the length and header words, written last */
+    int r = encode_json(cmd, &b);
+    PyObject *out = NULL;
+    Py_ssize_t hl = b.n - 8;
+    if (r == DECODED && (hl > 0xFFFFFF || 4 + hl + PyBytes_GET_SIZE(body) > INT32_MAX)) r = FALLBACK;
+    if (r == DECODED) {
+        uint32_t total = (uint32_t)(4 + hl + PyBytes_GET_SIZE(body)), word = (uint32_t)hl;
+        unsigned char *h = (unsigned char *)b.p;
+        h[0] = total >> 24; h[1] = total >> 16; h[2] = total >> 8; h[3] = total;
+        h[4] = word >> 24; h[5] = word >> 16; h[6] = word >> 8; h[7] = word;
+        PyObject *head = PyBytes_FromStringAndSize(b.p, b.n);
+        if (head != NULL) out = PyTuple_Pack(2, head, body);
+        Py_XDECREF(head);
+    } else if (r == FALLBACK) {
+        out = PyObject_CallOneArg(slow_encode, cmd);
+    }
+    if (b.p != b.local) PyMem_Free(b.p);
+    return out;
+}
+
 PyDoc_STRVAR(configure_doc,
-"configure(command_type, language_names, slow_decode)\n\n"
-"Bind the RemotingCommand class (its slots are written directly), LanguageCode's names by value\n"
-"and the pure decoder of one frame, called as slow_decode(src, start, end, recover).");
+"configure(command_type, language_names, slow_decode, slow_encode)\n\n"
+"Bind the RemotingCommand class (its slots are read and written directly), LanguageCode's names by\n"
+"value, the pure decoder of one frame, called as slow_decode(src, start, end, recover), and the\n"
+"pure encode_parts(cmd).");
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *type, *names, *slow;
-    if (!PyArg_ParseTuple(args, "O!O!O:configure", &PyType_Type, &type, &PyTuple_Type, &names, &slow))
+    PyObject *type, *names, *slow, *slow_enc;
+    if (!PyArg_ParseTuple(args, "O!O!OO:configure", &PyType_Type, &type, &PyTuple_Type, &names, &slow, &slow_enc))
         return NULL;
     PyTypeObject *t = (PyTypeObject *)type;
     if (t->tp_itemsize != 0 || t->tp_alloc == NULL || t->tp_new != PyBaseObject_Type.tp_new) {
@@ -602,19 +784,21 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "language names: index 7 must be OTHER");
         return NULL;
     }
-    if (!PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "slow_decode must be callable");
+    if (!PyCallable_Check(slow) || !PyCallable_Check(slow_enc)) {
+        PyErr_SetString(PyExc_TypeError, "slow_decode and slow_encode must be callable");
         return NULL;
     }
     memcpy(slot_off, off, sizeof off);
     Py_XSETREF(cmd_type, (PyTypeObject *)Py_NewRef(type));
     Py_XSETREF(lang_names, Py_NewRef(names));
     Py_XSETREF(slow_decode, Py_NewRef(slow));
+    Py_XSETREF(slow_encode, Py_NewRef(slow_enc));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL, split_doc},
+    {"encode_parts", encode_parts, METH_O, encode_parts_doc},
     {"configure", configure, METH_VARARGS, configure_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from rmq.protocol.codes import SerializeType
 from rmq.protocol.command import (
@@ -109,10 +109,10 @@ def _decode_one(src: bytes | bytearray, start: int, end: int, recover: bool) -> 
 _Split = Callable[[bytes | bytearray, int, bool], tuple[list[RemotingCommand], int]]
 
 
-def compiled_split() -> _Split | None:
-    """The compiled splitter (``rmq.protocol._fastframe``, bound to this module's pure decoder), or
-    None when the extension was not built; loaded whatever ``RMQ_PURE`` says. ``RMQ_FASTFRAME``
-    names another build of the extension to load instead."""
+def compiled_codec() -> Any:
+    """The compiled codec module (``rmq.protocol._fastframe``, bound to this module's pure decoder and
+    encoder for what it does not do itself), or None when the extension was not built; loaded whatever
+    ``RMQ_PURE`` says. ``RMQ_FASTFRAME`` names another build of the extension to load instead."""
     alt = os.getenv("RMQ_FASTFRAME")  # another build of it (make fuzz-asan: the sanitizer build)
     if alt:
         spec = importlib.util.spec_from_file_location("rmq.protocol._fastframe", alt)
@@ -128,20 +128,32 @@ def compiled_split() -> _Split | None:
             return None
     from rmq.protocol.headercodec import _LANG_NAMES
 
-    _fastframe.configure(RemotingCommand, _LANG_NAMES, _decode_one)
-    split: _Split = _fastframe.split
-    return split
+    _fastframe.configure(RemotingCommand, _LANG_NAMES, _decode_one, encode_parts_pure)
+    return _fastframe
 
 
-def _select() -> tuple[_Split | None, str]:
+def compiled_split() -> _Split | None:
+    """The compiled splitter, or None (see :func:`compiled_codec`)."""
+    codec = compiled_codec()
+    return None if codec is None else codec.split
+
+
+encode_parts_pure = encode_parts  # the reference the compiled encoder falls back to and is tested against
+
+
+def _select() -> tuple[Any, str]:
     if os.getenv("RMQ_PURE"):
         return None, "pure (RMQ_PURE set)"
-    split = compiled_split()
-    return split, "compiled" if split is not None else "pure (no compiler at install)"
+    codec = compiled_codec()
+    return codec, "compiled" if codec is not None else "pure (no compiler at install)"
 
 
-_split, CODEC = _select()
-"""``CODEC``: which frame decoder serves, in words, for ``rmqd``'s start line ("compiled" / "pure (...)")."""
+_codec, CODEC = _select()
+"""``CODEC``: which frame codec serves, in words, for ``rmqd``'s start line ("compiled" / "pure (...)")."""
+_split: _Split | None = None
+if _codec is not None:
+    _split = _codec.split
+    encode_parts = _codec.encode_parts  # noqa: F811 - the same function, compiled for JSON headers
 
 _SHRINK_ABOVE: Final = 256 * 1024  # a buffer that held a frame larger than this is released once drained
 

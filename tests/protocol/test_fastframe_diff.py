@@ -25,8 +25,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.protocol import frame as frame_mod
-from rmq.protocol.codes import LanguageCode
-from rmq.protocol.command import FrameError, RemotingCommand, UndecodableCommand
+from rmq.protocol.codes import LanguageCode, SerializeType
+from rmq.protocol.command import FrameError, HeldAnswer, RemotingCommand, UndecodableCommand
 from rmq.protocol.frame import FrameDecoder, encode
 from rmq.testing.fuzz import fuzz_settings, fuzzing
 
@@ -407,3 +407,55 @@ def test_mutation_loop(capsys: pytest.CaptureFixture[str]) -> None:
         assert got == want, (seed, i, data)
     with capsys.disabled():  # the count, in the form make fuzz adds up
         print(f"\ntest_mutation_loop (seed {seed}):\n  - during generate phase\n    - {n} passing, 0 failing")
+
+
+# --------------------------------------------------------------------------- the encoder
+
+
+def encoded(fn: Any, cmd: Any) -> Any:
+    try:
+        head, body = fn(cmd)
+    except Exception as exc:  # noqa: BLE001 - the pure encoder's refusals, compared by type and text
+        return ("error", type(exc), str(exc))
+    return ("ok", type(head), head, type(body), body)
+
+
+odd_values = st.one_of(st.integers(-(2**70), 2**70), st.booleans(), st.none(), st.floats(allow_nan=False),
+                       st.just(SerializeType.JSON), st.text(max_size=5))
+
+
+@st.composite
+def commands_to_encode(draw: st.DrawFn) -> Any:
+    cmd = draw(commands())
+    if draw(st.booleans()):
+        cmd.flag |= 1  # a response: extFields always written
+    if draw(st.integers(0, 3)) == 0:  # odd slot values: the pure encoder converts or refuses them
+        name = draw(st.sampled_from(["code", "flag", "opaque", "version", "serialize_type", "remark", "language"]))
+        setattr(cmd, name, draw(odd_values))
+    if draw(st.integers(0, 3)) == 0:
+        cmd.ext = {**cmd.ext, draw(texts): draw(odd_values)}
+    if draw(st.integers(0, 5)) == 0:  # lone surrogates, DEL, every control character
+        cmd.ext = {**cmd.ext, "s": draw(st.sampled_from(["\ud800", "\udfff x", "\x7f", "".join(map(chr, range(32)))]))}
+    if draw(st.integers(0, 7)) == 0:
+        held = HeldAnswer.__new__(HeldAnswer)
+        for s in RemotingCommand.__slots__:
+            setattr(held, s, getattr(cmd, s))
+        return held
+    return cmd
+
+
+@fuzz_settings(300)
+@given(commands_to_encode())
+def test_encoder_writes_the_pure_bytes(cmd: RemotingCommand) -> None:
+    codec = frame_mod.compiled_codec()
+    assert codec is not None or not _compiler_present()
+    if codec is not None:
+        assert encoded(codec.encode_parts, cmd) == encoded(frame_mod.encode_parts_pure, cmd)
+
+
+def test_encoder_serves_unless_rmq_pure() -> None:
+    if not os.getenv("RMQ_PURE") and _compiler_present():
+        assert frame_mod.encode_parts is not frame_mod.encode_parts_pure
+    cmd = RemotingCommand.request(310, {"a": "g", "p": "TAGS\x01A\x02"}, body=b"x", opaque=3).response(
+        remark="\u00e9\U0001f600", ext={"msgId": "7F", "queueOffset": "12"})
+    assert frame_mod.encode_parts(cmd) == frame_mod.encode_parts_pure(cmd)

@@ -21,7 +21,7 @@ import sysconfig
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq.protocol import frame as frame_mod
@@ -112,7 +112,9 @@ ext_dicts = st.dictionaries(texts, texts, max_size=8)
 def commands(draw: st.DrawFn) -> RemotingCommand:
     st_ = draw(st.sampled_from([0, 1]))
     binary = st_ == 1
-    remark = draw(st.one_of(st.none(), texts, st.just("r" * 70000), st.just("\u00e9" * 3000)))
+    huge = draw(st.integers(0, 15)) == 0  # a remark or body past 64 KiB, now and then
+    remark = draw(st.one_of(st.none(), texts, st.just("\u00e9" * 3000)) if not huge
+                  else st.sampled_from(["r" * 70000, None]))
     return RemotingCommand(
         draw(st.integers(*I16) if binary else st.one_of(st.integers(0, 400), st.integers(*I32))),
         language=draw(st.sampled_from(LANGS)),
@@ -121,7 +123,7 @@ def commands(draw: st.DrawFn) -> RemotingCommand:
         flag=draw(st.sampled_from([0, 1, 2, 3]) | st.integers(*I32)),
         remark=remark,
         ext=draw(ext_dicts),
-        body=draw(st.one_of(st.binary(max_size=40), st.just(b"x" * 70000), st.just(b""))),
+        body=draw(st.one_of(st.binary(max_size=40), st.just(b"")) if not huge else st.just(b"x" * 70000)),
         serialize_type=st_,
     )
 
@@ -268,14 +270,19 @@ def test_any_stream_any_chunking_same_outcome(data: bytes, cuts: list[int], reco
     assert got == want, data
 
 
-@fuzz_settings(200)
+_SPLIT = fuzz_settings(200)
+
+
+@settings(_SPLIT, max_examples=min(_SPLIT.max_examples, 1000))  # each example is hundreds of inputs
 @given(st.lists(commands(), min_size=1, max_size=3))
 def test_valid_commands_decode_identically_split_at_every_byte(cmds: list[RemotingCommand]) -> None:
     data = b"".join(encode(c) for c in cmds)
     whole = same([data])
     assert len(whole[0]) == len(cmds) and whole[1] is None and whole[2] == 0
-    step = max(1, len(data) // 400)  # huge bodies: every 1/400th offset (all of them below 400 bytes)
-    for k in range(1, len(data), step):
+    # every offset of the first 1 KiB (all of a usual frame) and of the last 64 bytes; in between every 1/256th
+    offsets = sorted({*range(1, min(len(data), 1024)), *range(max(1, len(data) - 64), len(data)),
+                      *range(1, len(data), max(1, len(data) // 256))})
+    for k in offsets:
         assert same([data[:k], data[k:]]) == whole
 
 

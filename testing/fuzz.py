@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
-__all__ = ["FUZZ_ENV", "fuzzing", "fuzz_settings"]
+__all__ = ["FUZZ_ENV", "fuzz_settings", "fuzzing", "mutate"]
 
 FUZZ_ENV = "RMQ_FUZZ"
 EXAMPLES_ENV = "RMQ_FUZZ_EXAMPLES"
@@ -44,3 +45,23 @@ def fuzz_settings(quick: int | None = None) -> settings:
         return settings(settings.get_profile("rmq-fuzz"))
     base = settings.get_profile("rmq-quick")
     return settings(base, max_examples=quick) if quick is not None else settings(base)
+
+
+def mutate(data: bytes, draw: st.DrawFn) -> bytes:
+    """Up to four bit flips, inserts, deletes or a truncation of ``data``: a valid input made nearly valid,
+    where decoders' edge cases are."""
+    b = bytearray(data)
+    for _ in range(draw(st.integers(0, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        if op == "truncate":
+            b = b[: draw(st.integers(0, len(b)))]
+        elif op == "insert":
+            i = draw(st.integers(0, len(b)))
+            b[i:i] = draw(st.binary(min_size=1, max_size=4))
+        elif b:
+            i = draw(st.integers(0, len(b) - 1))
+            if op == "flip":
+                b[i] ^= 1 << draw(st.integers(0, 7))
+            else:
+                del b[i]
+    return bytes(b)

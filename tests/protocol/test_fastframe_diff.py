@@ -28,7 +28,7 @@ from rmq.protocol import frame as frame_mod
 from rmq.protocol.codes import LanguageCode, SerializeType
 from rmq.protocol.command import FrameError, HeldAnswer, RemotingCommand, UndecodableCommand
 from rmq.protocol.frame import FrameDecoder, encode
-from rmq.testing.fuzz import fuzz_settings, fuzzing
+from rmq.testing.fuzz import fuzz_settings, fuzzing, mutate
 
 LANGS = sorted(m.name for m in LanguageCode)
 I32 = (-(2**31), 2**31 - 1)
@@ -208,24 +208,6 @@ def binary_headers(draw: st.DrawFn) -> bytes:
     elen = draw(st.one_of(st.just(len(entries)), st.integers(*I32)))
     hdr = head + struct.pack(">i", rlen) + remark + struct.pack(">i", elen) + entries
     return mutate(hdr, draw) if draw(st.booleans()) else hdr
-
-
-def mutate(data: bytes, draw: st.DrawFn) -> bytes:
-    b = bytearray(data)
-    for _ in range(draw(st.integers(0, 4))):
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-        if op == "truncate":
-            b = b[: draw(st.integers(0, len(b)))]
-        elif op == "insert":
-            i = draw(st.integers(0, len(b)))
-            b[i:i] = draw(st.binary(min_size=1, max_size=4))
-        elif b:
-            i = draw(st.integers(0, len(b) - 1))
-            if op == "flip":
-                b[i] ^= 1 << draw(st.integers(0, 7))
-            else:
-                del b[i]
-    return bytes(b)
 
 
 @st.composite

@@ -29,7 +29,7 @@ from rmq.protocol.command import (
     ext_int,
 )
 from rmq.protocol.frame import FrameDecoder, decode, encode
-from rmq.testing.fuzz import fuzz_settings
+from rmq.testing.fuzz import fuzz_settings, mutate
 
 LANGS = {m.name for m in LanguageCode}
 I32 = (-(2**31), 2**31 - 1)
@@ -132,24 +132,6 @@ def json_header_texts(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         text += draw(st.sampled_from(["", "\n", " ", "x", "}", "\x00"]))
     return text
-
-
-def mutate(data: bytes, draw: st.DrawFn) -> bytes:
-    b = bytearray(data)
-    for _ in range(draw(st.integers(0, 4))):
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-        if op == "truncate":
-            b = b[: draw(st.integers(0, len(b)))]
-        elif op == "insert":
-            i = draw(st.integers(0, len(b)))
-            b[i:i] = draw(st.binary(min_size=1, max_size=4))
-        elif b:
-            i = draw(st.integers(0, len(b) - 1))
-            if op == "flip":
-                b[i] ^= 1 << draw(st.integers(0, 7))
-            else:
-                del b[i]
-    return bytes(b)
 
 
 @st.composite

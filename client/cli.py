@@ -680,7 +680,7 @@ async def consume_message(t: Tools, topic: str, broker_name: str | None, queue_i
     return _messages(out, ["#QID", "#Offset", "#Tags", "#Body"], ["queueId", "queueOffset", "tags", "body"])
 
 
-from rmq.client import cli_ops  # noqa: E402,F401  (registers the rest of mqadmin's commands on main)
+from rmq.client import cli_ops, cli_tools  # noqa: E402,F401  (register the rest of mqadmin's commands on main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

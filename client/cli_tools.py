@@ -97,7 +97,7 @@ def message_text(m: Any, broker_name: str, min_offset: int, max_offset: int) -> 
     """``MessageExt.toString`` of a pulled message as a 4.9.8 pull consumer holds it (broker name and
     the pull's MIN/MAX_OFFSET properties set by the client)."""
     props = {**dict(m.properties), "MIN_OFFSET": str(min_offset), "MAX_OFFSET": str(max_offset)}
-    tx = m.properties.get("UNIQ_KEY") if str(m.properties.get("TRAN_MSG", "")).lower() == "true" else None
+    tx = m.properties.get("UNIQ_KEY") if str(m.properties.get("TRAN_MSG", "")).lower() == "true" else "null"
     body = ", ".join(str(b - 256 if b > 127 else b) for b in m.body)
     inner = (f"Message{{topic='{m.topic}', flag={m.flag}, properties={_java_map(props)}, body=[{body}], "
              f"transactionId='{tx}'}}")

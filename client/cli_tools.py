@@ -201,12 +201,12 @@ async def query_msg_trace_by_id(t: Tools, msg_id: str, trace_topic: str) -> Show
         for rec in decode_traces(m.body):
             if rec.get("msgId") != msg_id or rec["traceType"] not in ("Pub", "SubAfter"):
                 continue
-            views.append({"msgType": rec["traceType"], "groupName": rec.get("groupName"),
+            views.append({"msgType": rec["traceType"], "groupName": rec.get("groupName") or "null",
                           "clientHost": m.born_host.rsplit(":", 1)[0], "timeStamp": int(rec.get("timestamp") or 0),
                           "costTime": int(rec.get("costTime") or 0), "msgId": msg_id, "topic": rec.get("topic"),
                           "tags": rec.get("tags"), "keys": rec.get("keys"), "offSetMsgId": rec.get("offsetMsgId"),
                           "storeHost": rec.get("storeHost"),
-                          "status": "success" if rec.get("success", "true") == "true" else "failed"})
+                          "status": "success" if rec.get("success", "true").lower() == "true" else "failed"})
     row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}".format
 
     def when(v: dict[str, Any]) -> str:

@@ -11,9 +11,11 @@ import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from rmq.client import Message, Producer
+from rmq.client import Message, Producer, PushConsumer
 from rmq.testing.daemon import RmqdProcess, eventually
 from rmq.testing.rmqadmin import js, run
+
+from .conftest import FAST_CONSUMER
 
 
 def _max_offsets(ns: list[str], topic: str) -> dict[int, int]:
@@ -121,8 +123,12 @@ def test_exports(rmqd: RmqdProcess, tmp_path: Path) -> None:
     assert p.returncode != 0 and "-c clusterName or -b brokerAddr" in p.stderr
 
 
-async def _online_producer(namesrv: str, group: str, topic: str, stop: anyio.Event) -> None:
-    async with Producer(group, namesrv) as p:
+async def _online_clients(namesrv: str, topic: str, stop: anyio.Event) -> None:
+    """A producer (group ToolPG) and a traced consumer (group ToolTC, from the first message) online."""
+    consumer = PushConsumer("ToolTC", namesrv, listener=lambda m: None, consume_from_where="FIRST_OFFSET",
+                            enable_trace=True, **FAST_CONSUMER)
+    consumer.subscribe(topic, "*")
+    async with Producer("ToolPG", namesrv) as p, consumer:
         await p.send(Message(topic, b"hello"))  # the broker learns of the producer from its heartbeat
         await stop.wait()
 
@@ -145,7 +151,7 @@ def test_trace_and_producers(rmqd: RmqdProcess) -> None:
     # producer: the groups online on the broker, one line per instance
     with start_blocking_portal() as portal:
         stop = portal.call(anyio.Event)
-        future = portal.start_task_soon(_online_producer, rmqd.namesrv_addr, "ToolPG", "ToolTr", stop)
+        future = portal.start_task_soon(_online_clients, rmqd.namesrv_addr, "ToolTr", stop)
 
         def online() -> dict[str, Any] | None:
             return js("producer", *ns, "-b", rmqd.broker_addr).get("ToolPG")
@@ -153,6 +159,14 @@ def test_trace_and_producers(rmqd: RmqdProcess) -> None:
         members = eventually(online, 60, "ToolPG online")
         lines = [ln for ln in run("producer", *ns, "-b", rmqd.broker_addr).stdout.splitlines() if "(ToolPG)" in ln]
         assert len(lines) == len(members) == 1 and f"clientId={members[0]['clientId']}," in lines[0]
+        # the traced consumer's record: a Sub table for its group after the Pub one
+        def consumed() -> list[Any]:
+            return [v for v in traced() if v["msgType"] == "SubAfter"]
+
+        subs = eventually(consumed, 90, "ToolTC's consume traced")
+        assert [(v["groupName"], v["status"]) for v in subs] == [("ToolTC", "success")]
+        text = run("queryMsgTraceById", *ns, "-i", sent["msgId"]).stdout.splitlines()
+        assert text[3].split()[:2] == ["#Type", "#ConsumerGroup"] and text[4].split()[:2] == ["Sub", "ToolTC"]
         portal.call(stop.set)
         future.result(30)
 

@@ -589,3 +589,100 @@ async def producer(t: Tools, broker: str) -> Shown:
                          f"remoteIP={p.get('remoteIP')}, language={p.get('language')}, version={p.get('version')}, "
                          f"lastUpdateTimestamp={p.get('lastUpdateTimestamp')}")
     return Shown(data, lines=lines)
+
+
+# ---------------------------------------------------------------------------------------------- monitoring
+
+_MONITOR = "[MONITOR] "
+
+
+@command("startMonitoring",
+         click.option("--delay", type=float, default=20.0, show_default=True, help="seconds before the first round (rmq's)"),
+         click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between rounds (rmq's)"),
+         click.option("--rounds", type=int, default=None, help="stop after this many rounds (rmq's; default: never)"))
+async def start_monitoring(t: Tools, delay: float, interval: float, rounds: int | None) -> Shown:
+    """mqadmin's monitor: every round, for each consumer group online, its undone messages per topic
+    (total, the most on one queue, how far its last consumed message is behind the newest) and whether
+    its push members subscribe alike; printed as mqadmin's monitor logs them. Runs until stopped."""
+    await anyio.sleep(delay)
+    done = 0
+    while True:
+        shown = await _monitor_round(t)
+        done += 1
+        if rounds is not None and done >= rounds:
+            return shown
+        shown.show(False)
+        await anyio.sleep(interval)
+
+
+async def _monitor_round(t: Tools) -> Shown:
+    reports: list[dict[str, Any]] = []
+    lines = [f"{_MONITOR}=========================================beginRound"]
+    async with t.admin() as a, t.consumer("TOOLS_CONSUMER") as pc:
+        for topic in java_order(await a.list_topics()):
+            if not topic.startswith("%RETRY%"):
+                continue
+            group = topic[len("%RETRY%"):]
+            try:
+                progress = await a.consumer_progress(group)
+                conn = await a.consumer_connection(group)
+            except ClientError:
+                continue  # mqadmin's monitor skips a group it cannot read or that is offline
+            by_topic: dict[str, list[Any]] = {}
+            for p in progress:
+                by_topic.setdefault(p.queue.topic, []).append(p)
+            for name in java_order(by_topic):
+                undone = await _undone(pc, group, name, by_topic[name])
+                reports.append(undone)
+                lines.append(f"{_MONITOR}reportUndoneMsgs: UndoneMsgs [consumerGroup={group}, topic={name}, "
+                             f"undoneMsgsTotal={undone['undoneMsgsTotal']}, "
+                             f"undoneMsgsSingleMQ={undone['undoneMsgsSingleMQ']}, "
+                             f"undoneMsgsDelayTimeMills={undone['undoneMsgsDelayTimeMills']}]")
+            infos = {}
+            for c in sorted(conn.get("connectionSet") or [], key=lambda c: str(c.get("clientId"))):
+                try:
+                    infos[c["clientId"]] = await a.consumer_running_info(group, c["clientId"])
+                except ClientError:
+                    continue
+            if infos and not _same_subscriptions(infos):
+                lines.append(f"{_MONITOR} [NOTIFY] reportConsumerRunningInfo: ConsumerGroup: {group}, "
+                             "Subscription different")
+    lines.append(f"{_MONITOR}=========================================endRound")
+    return Shown(reports, lines=lines)
+
+
+async def _undone(pc: Any, group: str, topic: str, progress: list[Any]) -> dict[str, Any]:
+    """A group's backlog on a topic: the total, the largest on one queue, and the delay of its last
+    consumed message behind the queue's newest (store times), the largest over the queues."""
+    total = single = delay = 0
+    await pc.fetch_queues(topic)
+    for p in progress:
+        diff = p.max_offset - max(p.committed, 0)  # the broker counts a queue never committed from 0
+        single = max(single, diff)
+        total += max(diff, 0)
+        if p.last_timestamp > 0 and p.max_offset > 0:
+            try:
+                r = await pc.pull(p.queue, p.max_offset - 1, 1)
+            except ClientError:
+                continue
+            if r.status is PullStatus.FOUND and r.messages:
+                delay = max(delay, r.messages[0].store_timestamp - p.last_timestamp)
+    return {"consumerGroup": group, "topic": topic, "undoneMsgsTotal": total, "undoneMsgsSingleMQ": single,
+            "undoneMsgsDelayTimeMills": delay}
+
+
+def _same_subscriptions(infos: dict[str, dict[str, Any]]) -> bool:
+    """mqadmin's analyzeSubscription: push members running for over two minutes (as the first member,
+    by client id, says) must all subscribe alike, and to something; anything else passes."""
+    first = next(iter(infos.values()))
+    props = first.get("properties") or {}
+    kind = props.get("PROP_CONSUME_TYPE", props.get("consumeType"))
+    started = props.get("PROP_CONSUMER_START_TIMESTAMP")
+    if kind != "CONSUME_PASSIVELY" or started is None or _now_ms() - int(started) <= 120_000:
+        return True
+
+    def subs(info: dict[str, Any]) -> list[str]:
+        return sorted(json.dumps(s, sort_keys=True) for s in info.get("subscriptionSet") or [])
+
+    sets = [subs(i) for i in infos.values()]
+    return all(s == sets[0] for s in sets) and bool(sets[-1])

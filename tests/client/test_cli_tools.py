@@ -124,11 +124,20 @@ def test_exports(rmqd: RmqdProcess, tmp_path: Path) -> None:
 
 
 async def _online_clients(namesrv: str, topic: str, stop: anyio.Event) -> None:
-    """A producer (group ToolPG) and a traced consumer (group ToolTC, from the first message) online."""
+    """A producer (group ToolPG), a traced consumer (group ToolTC, from the first message) and a
+    consumer stuck on its first message (ToolLag) online until ``stop``."""
     consumer = PushConsumer("ToolTC", namesrv, listener=lambda m: None, consume_from_where="FIRST_OFFSET",
                             enable_trace=True, **FAST_CONSUMER)
     consumer.subscribe(topic, "*")
-    async with Producer("ToolPG", namesrv) as p, consumer:
+
+    async def stuck(message: Any) -> None:
+        if message.body == b"hello":
+            await stop.wait()
+
+    # a group online that never finishes the producer's message (the last): it stays undone
+    lagging = PushConsumer("ToolLag", namesrv, listener=stuck, consume_from_where="FIRST_OFFSET", **FAST_CONSUMER)
+    lagging.subscribe(topic, "*")
+    async with Producer("ToolPG", namesrv) as p, consumer, lagging:
         await p.send(Message(topic, b"hello"))  # the broker learns of the producer from its heartbeat
         await stop.wait()
 
@@ -167,6 +176,24 @@ def test_trace_and_producers(rmqd: RmqdProcess) -> None:
         assert [(v["groupName"], v["status"]) for v in subs] == [("ToolTC", "success")]
         text = run("queryMsgTraceById", *ns, "-i", sent["msgId"]).stdout.splitlines()
         assert text[3].split()[:2] == ["#Type", "#ConsumerGroup"] and text[4].split()[:2] == ["Sub", "ToolTC"]
+        # startMonitoring: one round over the online groups; ToolTC's backlog as consumerProgress counts it
+        eventually(lambda: js("consumerProgress", *ns, "-g", "ToolTC", "-t", "ToolTr")["diffTotal"] == 0, 60,
+                   "ToolTC consumed everything")
+        reports = js("startMonitoring", *ns, "--delay", "0", "--rounds", "1")
+        mine = [r for r in reports if (r["consumerGroup"], r["topic"]) == ("ToolTC", "ToolTr")]
+        assert [(r["undoneMsgsTotal"], r["undoneMsgsSingleMQ"]) for r in mine] == [(0, 0)]
+        eventually(lambda: js("consumerProgress", *ns, "-g", "ToolLag", "-t", "ToolTr")["diffTotal"] == 1, 60,
+                   "ToolLag committed up to the stuck message")
+        reports = js("startMonitoring", *ns, "--delay", "0", "--rounds", "1")
+        lag = [r for r in reports if (r["consumerGroup"], r["topic"]) == ("ToolLag", "ToolTr")]
+        assert [(r["undoneMsgsTotal"], r["undoneMsgsSingleMQ"]) for r in lag] == [(1, 1)]
+        stored = js("queryMsgByOffset", *ns, "-t", "ToolTr", "-b", "broker-a", "-i", "0", "-o", "1")["storeTimestamp"]
+        consumed = js("queryMsgByOffset", *ns, "-t", "ToolTr", "-b", "broker-a", "-i", "0", "-o", "0")["storeTimestamp"]
+        assert lag[0]["undoneMsgsDelayTimeMills"] == stored - consumed  # the newest's store time less the last consumed's
+        lines = run("startMonitoring", *ns, "--delay", "0", "--rounds", "1").stdout.splitlines()
+        assert lines[0].endswith("beginRound") and lines[-1].endswith("endRound")
+        assert ("[MONITOR] reportUndoneMsgs: UndoneMsgs [consumerGroup=ToolTC, topic=ToolTr, undoneMsgsTotal=0, "
+                "undoneMsgsSingleMQ=0, undoneMsgsDelayTimeMills=0]") in lines
         portal.call(stop.set)
         future.result(30)
 

@@ -174,6 +174,7 @@ class ConsumerBase(ClientBase):
             raise ValueError("a consumer needs a group")
         self.group = group
         self.options = options
+        self._started_ms = 0  # when it last started (running info's PROP_CONSUMER_START_TIMESTAMP)
         mm = message_model.upper()
         if mm not in (CLUSTERING, BROADCASTING):
             raise ValueError(f"message_model must be CLUSTERING or BROADCASTING, got {message_model!r}")
@@ -236,6 +237,7 @@ class ConsumerBase(ClientBase):
     # ------------------------------------------------------------------ lifecycle
     async def _start_consumer(self, rebalance: bool = True) -> None:
         inst = self.instance
+        self._started_ms = int(time.time() * 1000)
         self.strategy = make_strategy(self._allocation, inst.kernel, self.options.allocation_options)
         if self.message_model == CLUSTERING:
             self.offset_store = RemoteOffsetStore(inst, self.group)
@@ -299,9 +301,18 @@ class ConsumerBase(ClientBase):
     async def _on_running_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         import json
 
+        # the PROP_* keys are what a Java consumer reports and mqadmin's consumerStatus / monitor read
+        # (without PROP_CONSUME_TYPE its analysis fails on a null)
+        props = {"consumeType": self.consume_type, "messageModel": self.message_model,
+                 "clientId": self.instance.client_id, "language": "PYTHON",
+                 "PROP_CONSUME_TYPE": self.consume_type,
+                 "PROP_CONSUMEORDERLY": str(bool(getattr(self, "orderly", False))).lower(),
+                 "PROP_THREADPOOL_CORE_SIZE": str(getattr(self.options, "consume_concurrency", 1)),
+                 "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+                 "PROP_NAMESERVER_ADDR": ";".join(self.instance.namesrv_addrs),
+                 "PROP_CLIENT_VERSION": "V4_9_8"}  # the version it announces (DEFAULT_VERSION)
         info = {
-            "properties": {"consumeType": self.consume_type, "messageModel": self.message_model,
-                           "clientId": self.instance.client_id, "language": "PYTHON"},
+            "properties": props,
             "subscriptionSet": [s.to_json() for s in self._all_subscriptions()],
             "mqTable": {},
             "statusTable": {},

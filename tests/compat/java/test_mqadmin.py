@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import click
 import pytest
+from anyio.from_thread import start_blocking_portal
 
+from rmq.client import PushConsumer
 from rmq.client.cli import main as rmqadmin_main
 from rmq.testing import java
 from rmq.testing.daemon import RmqdProcess, eventually
@@ -623,3 +626,30 @@ def _within(java: Any, rmq: Any, values: bool) -> bool:
     if values:
         return bool(java == rmq)
     return java is None or rmq is None or isinstance(rmq, type(java)) or {type(java), type(rmq)} <= {int, float}
+
+
+async def _rmq_consumer(namesrv: str, group: str, topic: str, stop: anyio.Event) -> None:
+    consumer = PushConsumer(group, namesrv, listener=lambda m: None, rebalance_interval=1.0, heartbeat_interval=2.0)
+    consumer.subscribe(topic, "*")
+    async with consumer:
+        await stop.wait()
+
+
+def test_mqadmin_reads_an_rmq_consumer(pair: Pair) -> None:
+    """mqadmin's consumerStatus (and its monitor) read an rmq push consumer's running info: the
+    properties a Java consumer reports that mqadmin's analysis reads (consume type, start time, ...)."""
+    ns = ["-n", pair.rmqd.namesrv]
+    assert pair.shell.run("updateTopic", "-c", "DefaultCluster", "-t", "AdmRmq", "-r", "1", "-w", "1", *ns).exit == 0
+    with start_blocking_portal() as portal:
+        stop = portal.call(anyio.Event)
+        future = portal.start_task_soon(_rmq_consumer, pair.rmqd.namesrv, "AdmRmqC", "AdmRmq", stop)
+        try:
+            online = eventually(lambda: "PYTHON" in pair.shell.run("consumerConnection", "-g", "AdmRmqC", *ns).out, 60,
+                                "the rmq consumer online")
+            assert online
+            ran = pair.shell.run("consumerStatus", "-g", "AdmRmqC", *ns)
+            assert ran.exit == 0 and not ran.failure, ran.err[:2500]
+            assert "Same subscription in the same group of consumer" in ran.out, ran.out
+        finally:
+            portal.call(stop.set)
+            future.result(30)

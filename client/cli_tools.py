@@ -1,6 +1,6 @@
 """``rmqadmin`` commands of mqadmin's tool box: queue allocation, per-queue browsing, send
 probes (sendMsgStatus, checkMsgSendRT, clusterRT), metadata/config/metric exports, a message's
-trace and a broker's producers.
+trace, a broker's producers and the monitor (startMonitoring).
 
 Registered on ``rmq.client.cli.main`` through its command table (:func:`rmq.client.cli.command`);
 names, flags and printed lines are RocketMQ 4.9.8 mqadmin's. Where mqadmin prints a Java

@@ -339,10 +339,12 @@ class AdminOpsProcessor(TableProcessor):
     async def all_producer_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_ALL_PRODUCER_INFO (328): every producer group with its connections (ProducerTableInfo)."""
         data = {}
+        to_epoch = time.time() - time.monotonic()  # heartbeats are timed on the monotonic clock; Java says epoch ms
         for group, chans in sorted(self.ctx.producers.groups.items()):
             data[group] = [{"clientId": ch.client_id, "remoteIP": "{}:{}".format(*ch.conn.remote_addr[:2]),
                             "language": ch.language, "version": ch.version,
-                            "lastUpdateTimestamp": int(ch.last_update * 1000)} for ch in chans.values()]
+                            "lastUpdateTimestamp": int((ch.last_update + to_epoch) * 1000)}
+                           for ch in chans.values()]
         return cmd.response(body=_j({"data": data}).encode())
 
     async def topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -4,6 +4,7 @@ trace, a broker's producers) against a real rmqd; each answer checked against wh
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,8 @@ def test_trace_and_producers(rmqd: RmqdProcess) -> None:
         members = eventually(online, 60, "ToolPG online")
         lines = [ln for ln in run("producer", *ns, "-b", rmqd.broker_addr).stdout.splitlines() if "(ToolPG)" in ln]
         assert len(lines) == len(members) == 1 and f"clientId={members[0]['clientId']}," in lines[0]
+        # the last heartbeat in epoch ms, as Java's broker says it (not rmqd's monotonic clock)
+        assert abs(members[0]["lastUpdateTimestamp"] - time.time() * 1000) < 600_000, members[0]
         # the traced consumer's record: a Sub table for its group after the Pub one
         def consumed() -> list[Any]:
             return [v for v in traced() if v["msgType"] == "SubAfter"]

@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ Listener = Callable[[Any], Any]
 _FAIL = (ConsumeResult.RECONSUME_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
 MIB = 1024 * 1024
 FLOW_CONTROL_DELAY = 0.01  # Java waits 50 ms; shorter keeps a fast listener busy
+SPLIT_AFTER_S = 0.01  # a pulled batch's consumer still busy after this gets helpers (see _split)
 
 
 def _is_async(fn: Any) -> bool:
@@ -277,48 +279,76 @@ class PushConsumer(ConsumerBase):
         pq.put(msgs)
         if self.orderly:
             return
+        self._spawn(mq, pq, self._work(msgs), leader=True)
+
+    def _work(self, msgs: list[MessageExt]) -> deque[list[MessageExt]]:
+        bs = self.options.consume_batch_size
+        return deque([msgs[i : i + bs] for i in range(0, len(msgs), bs)])
+
+    def _spawn(self, mq: MessageQueue, pq: ProcessQueue, work: deque[list[MessageExt]], leader: bool) -> None:
         self._inflight += 1
         pq.inflight += 1
         loop = self._aio
-        if loop is not None:  # asyncio: a plain task per pulled batch (anyio's spawn costs more than it)
-            task = loop.create_task(self._consume_concurrently(mq, pq, msgs))
+        if loop is not None:  # asyncio: a plain task (anyio's spawn costs more than it)
+            task = loop.create_task(self._consume_concurrently(mq, pq, work, leader))
             self._aio_tasks.add(task)
             task.add_done_callback(self._aio_tasks.discard)
             return
         assert self._tg is not None
-        self._tg.start_soon(self._consume_concurrently, mq, pq, msgs)
+        self._tg.start_soon(self._consume_concurrently, mq, pq, work, leader)
+
+    def _split(self, mq: MessageQueue, pq: ProcessQueue, work: deque[list[MessageExt]]) -> None:
+        """A pulled batch's leader is still busy after SPLIT_AFTER_S: helpers take its remaining chunks,
+        as Java's pool gives each chunk a thread — a slow listener (I/O per message) then works on up to
+        ``consume_concurrency`` messages of one queue at once, and a stuck message holds the committed
+        offset at itself, not at the start of its batch. A quick listener never pays for this."""
+        if pq.dropped or self._state != "running":
+            return
+        for _ in range(min(len(work), self.options.consume_concurrency - 1)):
+            self._spawn(mq, pq, work, leader=False)
 
     # ------------------------------------------------------------------ concurrent consumption
-    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, work: deque[list[MessageExt]],
+                                    leader: bool = True) -> None:
+        timer = None
         try:
             async with self._consume_limiter:
-                if pq.dropped:
-                    return
-                failed = await self._run_listener(msgs)
-            done = msgs
-            if failed:
-                self.failed += len(failed)
-                if self.message_model == BROADCASTING:
-                    log.warning("%s: %d message(s) failed; broadcasting drops them", self.group, len(failed))
-                else:
-                    kept = await self._send_back_all(mq, failed)
-                    if kept:
-                        ids = {id(m) for m in kept}
-                        done = [m for m in msgs if id(m) not in ids]
-                        self._inflight += 1
-                        pq.inflight += 1
-                        assert self._tg is not None
-                        self._tg.start_soon(self._consume_later, mq, pq, kept)
-            offset = pq.remove(done)
-            if offset >= 0 and not pq.dropped:
-                store = self.offset_store
-                assert store is not None
-                store.update(mq, offset, increase_only=True)
+                if leader and len(work) > 1 and self._aio is not None and self._trace is None:
+                    timer = self._aio.call_later(SPLIT_AFTER_S, self._split, mq, pq, work)
+                while work and not pq.dropped:  # a round: the whole batch, or what SPLIT_AFTER_S allowed
+                    msgs, failed = await self._run_work(work)
+                    await self._settle(mq, pq, msgs, failed)
         finally:
+            if timer is not None:
+                timer.cancel()
             self._inflight -= 1
             pq.inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    async def _settle(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
+                      failed: list[MessageExt]) -> None:
+        """After a round: failures back to the broker (or retried here), the rest out of the process queue,
+        the offset to commit forward."""
+        done = msgs
+        if failed:
+            self.failed += len(failed)
+            if self.message_model == BROADCASTING:
+                log.warning("%s: %d message(s) failed; broadcasting drops them", self.group, len(failed))
+            else:
+                kept = await self._send_back_all(mq, failed)
+                if kept:
+                    ids = {id(m) for m in kept}
+                    done = [m for m in msgs if id(m) not in ids]
+                    self._inflight += 1
+                    pq.inflight += 1
+                    assert self._tg is not None
+                    self._tg.start_soon(self._consume_later, mq, pq, kept)
+        offset = pq.remove(done)
+        if offset >= 0 and not pq.dropped:
+            store = self.offset_store
+            assert store is not None
+            store.update(mq, offset, increase_only=True)
 
     async def _consume_later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Messages that could neither be consumed nor sent back: try again here in a while."""
@@ -331,7 +361,58 @@ class PushConsumer(ConsumerBase):
             return
         self._inflight += 1
         pq.inflight += 1
-        await self._consume_concurrently(mq, pq, msgs)
+        await self._consume_concurrently(mq, pq, self._work(msgs))
+
+    async def _run_work(self, work: deque[list[MessageExt]]) -> tuple[list[MessageExt], list[MessageExt]]:
+        """One round: consume chunks of ``work`` (helpers may take from it too) until it is empty or
+        SPLIT_AFTER_S passed, so a slow round's messages leave the process queue one by one (the committed
+        offset then waits only for what is still being consumed): (consumed, failed). A plain function
+        runs a round in one thread hop."""
+        done: list[MessageExt] = []
+        failed: list[MessageExt] = []
+        until = time.monotonic() + SPLIT_AFTER_S
+        if self._trace is not None:
+            while work:
+                chunk = work.popleft()
+                done += chunk
+                failed += await self._run_listener(chunk)
+                if time.monotonic() > until:
+                    break
+            return done, failed
+        if self._async_listener:  # the common case, inlined: a call per message
+            listener = self.listener
+            assert listener is not None
+            one = self.options.consume_batch_size == 1
+            while work:
+                chunk = work.popleft()
+                done += chunk
+                try:
+                    r = await listener(chunk[0] if one else chunk)
+                except Exception:
+                    self._listener_failed(chunk)
+                    r = ConsumeResult.RECONSUME_LATER
+                if r in _FAIL:
+                    failed += chunk
+                if time.monotonic() > until:
+                    break
+            self.consumed += len(done)
+            return done, failed
+        done, failed = await anyio.to_thread.run_sync(self._run_sync_work, work, limiter=self._thread_limiter)
+        self.consumed += len(done)
+        return done, failed
+
+    def _run_sync_work(self, work: deque[list[MessageExt]]) -> tuple[list[MessageExt], list[MessageExt]]:
+        done: list[MessageExt] = []
+        failed: list[MessageExt] = []
+        until = time.monotonic() + SPLIT_AFTER_S
+        while time.monotonic() <= until or not done:
+            try:
+                chunk = work.popleft()  # deque.popleft is atomic: helpers' threads take from it too
+            except IndexError:
+                break
+            done += chunk
+            failed += self._run_sync(chunk)
+        return done, failed
 
     def _calls(self, msgs: list[MessageExt]) -> list[tuple[Any, list[MessageExt]]]:
         """(listener argument, messages it covers): one message each, or lists of the batch size."""

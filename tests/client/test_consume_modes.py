@@ -187,3 +187,72 @@ async def test_start_offset_rules(ns: str, name: str) -> None:
                                 consume_timestamp=cut) as c:
             mq = (await c.fetch_subscribe_queues(topic))[0]
             assert await c.instance.search_offset(mq, cut) in (4, 5)  # nearest stored time: what TIMESTAMP uses
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_slow_listener_consumes_one_queues_batch_in_parallel(ns: str, name: str, kind: str) -> None:
+    """As Java's pool (a thread per consume_batch_size chunk): the messages of one pulled batch of one queue
+    are consumed side by side (up to consume_concurrency) when the listener is slow, and a stuck message
+    holds the committed offset at itself while the messages after it are consumed."""
+    import threading
+    import time
+
+    topic, group = f"T_{name}", f"G_{name}"
+    await create_topic(ns, topic, 1)
+    n, stuck_at = 80, 40
+    lock = threading.Lock()
+    now = {"in": 0, "max": 0}
+    done, release = threading.Event(), threading.Event()
+    seen: set[bytes] = set()
+
+    def enter(msg: MessageExt) -> None:
+        with lock:
+            now["in"] += 1
+            now["max"] = max(now["max"], now["in"])
+            seen.add(msg.body)
+            if len(seen) == n:
+                done.set()
+
+    def leave() -> None:
+        with lock:
+            now["in"] -= 1
+
+    def sync_listener(msg: MessageExt) -> None:
+        enter(msg)
+        try:
+            release.wait(60) if msg.body == b"stuck" else time.sleep(0.05)
+        finally:
+            leave()
+
+    async def async_listener(msg: MessageExt) -> None:
+        enter(msg)
+        try:
+            if msg.body == b"stuck":
+                await anyio.to_thread.run_sync(release.wait, 60)
+            else:
+                await anyio.sleep(0.05)
+        finally:
+            leave()
+
+    async with Producer(f"P_{name}", ns) as producer:  # a backlog: the consumer pulls batches of 32
+        for i in range(n):
+            await producer.send(Message(topic, b"stuck" if i == stuck_at else f"m{i}".encode()))
+    listener = async_listener if kind == "async" else sync_listener
+    try:
+        async with PushConsumer(group, ns, listener=listener, consume_from_where="FIRST_OFFSET", **FAST) as c:
+            c.subscribe(topic)
+            assert await anyio.to_thread.run_sync(done.wait, 60), len(seen)
+            assert c.offset_store is not None
+            store = c.offset_store
+
+            def settled() -> bool:  # every message but the stuck one consumed and its offset committed
+                return [off for mq, off in store.table.items() if mq.topic == topic] == [stuck_at] and now["in"] == 1
+
+            with anyio.move_on_after(30):
+                while not settled():  # noqa: ASYNC110 - the consumer's own tasks and threads change it
+                    await anyio.sleep(0.05)
+            assert settled(), (dict(store.table), now)
+            assert now["max"] > 4, now  # one queue, yet many of its messages at once
+            release.set()
+    finally:
+        release.set()

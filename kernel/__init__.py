@@ -65,7 +65,7 @@ from rmq.kernel.model import (
     PutStatus,
     record_of,
 )
-from rmq.kernel.net import check_bindable, local_ipv4
+from rmq.kernel.net import check_bindable, local_ipv4, source_host
 from rmq.kernel.options import NoOptions, structure_options
 from rmq.kernel.paths import ConfinementError, confined_path, remove_confined
 from rmq.kernel.plugin_manager import PluginError
@@ -123,6 +123,7 @@ __all__ = [
     "rmq_home",
     "check_bindable",
     "local_ipv4",
+    "source_host",
     "record_of",
     "remove_confined",
     "structure_options",

@@ -41,6 +41,16 @@ def local_ipv4() -> str:
     return "127.0.0.1"
 
 
+def source_host(listen_host: str) -> str:
+    """The address a role's outgoing connections bind: its ``listenHost`` when that names one address,
+    "" (the OS picks by route) for the wildcards. A node on 127.0.0.12 then reaches its peers from
+    127.0.0.12, not from 127.0.0.1, so peers and packet filters see which node is talking. The plain
+    loopback names stay "": the OS already picks them for loopback peers, and binding them would make
+    any other peer unreachable (rmqd's no-config default listens on 127.0.0.1)."""
+    host = listen_host.strip().strip("[]")
+    return "" if host in ("", "0.0.0.0", "::", "127.0.0.1", "::1", "localhost") else host
+
+
 def check_bindable(key: str, host: str, port: int) -> None:
     """Bind and release ``host:port`` (SO_REUSEADDR, as the listeners do) for listeners whose own bind
     reports no errno (grpcio, pysyncobj's thread); raise ``rmq.protocol.ports.bind_error``'s error if it fails."""

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
@@ -126,20 +126,22 @@ def write_toml(path: Path, doc: dict[str, Any]) -> Path:
 
 
 class LoopbackBroker:
-    """Where a test reaches a broker it started on 127.0.0.1 (rmqd here, Apache RocketMQ's in rmq.testing.java)."""
+    """Where a test reaches a broker it started on loopback, 127.0.0.1 unless ``host`` names another
+    loopback address (rmqd here, Apache RocketMQ's in rmq.testing.java)."""
 
     namesrv_port: int | None
     broker_port: int
+    host: str = "127.0.0.1"
 
     @property
     def namesrv_addr(self) -> str:
         if self.namesrv_port is None:
             raise RuntimeError("this broker's process runs no namesrv")
-        return f"127.0.0.1:{self.namesrv_port}"
+        return f"{self.host}:{self.namesrv_port}"
 
     @property
     def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
+        return f"{self.host}:{self.broker_port}"
 
     @property
     def ha_port(self) -> int:
@@ -168,7 +170,13 @@ class RmqdProcess(LoopbackBroker):
         env: dict[str, str] | None = None,
         proxy: bool = True,
         workers: int = 1,
+        host: str = "127.0.0.1",
     ) -> None:
+        """``host``: the loopback address every role of the process listens on and connects from (the
+        nemesis gives each node its own: rmq.testing.nemesis)."""
+        if not host.startswith("127."):
+            raise ValueError(f"host {host!r}: test daemons live on 127.0.0.0/8")
+        self.host = host
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.workers = workers  # [broker] workers: worker K's ports are the configured ones + 4K
@@ -178,13 +186,13 @@ class RmqdProcess(LoopbackBroker):
         self.grpc_port = free_port(workers) if broker and proxy else 0
         doc: dict[str, Any] = {}
         if namesrv:
-            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": "127.0.0.1",
+            doc["namesrv"] = {"listenPort": self.namesrv_port, "listenHost": host,
                               "kvConfigPath": str(self.workdir / "kvConfig.json"), **(namesrv_conf or {})}
         if broker:
             b = {
                 "listenPort": self.broker_port,
-                "listenHost": "127.0.0.1",
-                "brokerIP1": "127.0.0.1",
+                "listenHost": host,
+                "brokerIP1": host,
                 "storePathRootDir": str(self.workdir / "store"),
                 "mappedFileSizeCommitLog": 64 * 1024 * 1024,
                 # a shared CI disk past 90 % must not fail every send of the suite; the guard itself
@@ -196,7 +204,7 @@ class RmqdProcess(LoopbackBroker):
                 "waitTimeMillsInSendQueue": 1000,
             }
             if namesrv and "namesrvAddr" not in (broker_conf or {}):
-                b["namesrvAddr"] = f"127.0.0.1:{self.namesrv_port}"
+                b["namesrvAddr"] = f"{host}:{self.namesrv_port}"
             if workers != 1:
                 b["workers"] = workers
             b.update(broker_conf or {})
@@ -219,14 +227,14 @@ class RmqdProcess(LoopbackBroker):
 
     @property
     def grpc_endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     def worker_port(self, k: int) -> int:
         """Worker ``k``'s listenPort (``[broker] workers``: listenPort + 4K; rmq.roles.workers)."""
         return self.broker_port + 4 * k
 
     def worker_addr(self, k: int) -> str:
-        return f"127.0.0.1:{self.worker_port(k)}"
+        return f"{self.host}:{self.worker_port(k)}"
 
     def worker_pids(self) -> dict[int, int]:
         """Each worker's pid, from the supervisor's child processes (/proc): {K: pid}."""
@@ -335,26 +343,32 @@ class Daemons(list[RmqdProcess]):
                 shutil.rmtree(self.scratch, ignore_errors=True)
 
     def controller_group(self, workdir: Path, brokers: int, *, controllers: int = 1, raft_password: str | None = None,
-                         broker_extra: dict[str, Any] | None = None, **broker_conf: Any) -> ControllerGroup:
+                         broker_extra: dict[str, Any] | None = None, hosts: Sequence[str] | None = None,
+                         **broker_conf: Any) -> ControllerGroup:
         """A name server, ``controllers`` controllers (one Raft group) and ``brokers`` brokers of broker-a in
         controller mode (:data:`CONTROLLER_BROKER_CONF`, then ``broker_conf``; ``broker_extra``: more tables
         of the brokers' rmqd.toml, e.g. plugin options), each in a folder of ``workdir``. Returns once all
         have started (the name server and the controllers together); :meth:`ControllerGroup.settled`
-        waits for the roles."""
-        ns = RmqdProcess(workdir / "ns", broker=False)
+        waits for the roles. ``hosts``: each node's loopback address, in the order name server,
+        controllers, brokers (default: all on 127.0.0.1)."""
+        hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * (1 + controllers + brokers)
+        if len(hosts) != 1 + controllers + brokers:
+            raise ValueError(f"hosts: {1 + controllers + brokers} addresses (name server, controllers, brokers)")
+        ns = RmqdProcess(workdir / "ns", broker=False, host=hosts[0])
         ports = [free_port() for _ in range(controllers)]
-        addrs = [f"127.0.0.1:{p}" for p in ports]
+        addrs = [f"{hosts[1 + i]}:{p}" for i, p in enumerate(ports)]
         peers = ";".join(f"n{i}-{a}" for i, a in enumerate(addrs))
         secret = {"raftPassword": raft_password} if raft_password else {}
-        ctls = [RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, extra={"controller": {
-            "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": "127.0.0.1",
+        ctls = [RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, host=hosts[1 + i], extra={"controller": {
+            "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": hosts[1 + i],
             "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}})
             for i in range(controllers)]
         self.start_all(ns, *ctls)
         conf = {**CONTROLLER_BROKER_CONF, "namesrvAddr": ns.namesrv_addr, "controllerAddr": ";".join(addrs),
                 **broker_conf}
         # one after the other: started together, two brokers take the same next broker id from the controller
-        members = [self.start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf, extra=broker_extra))
+        members = [self.start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf, extra=broker_extra,
+                                          host=hosts[1 + controllers + i]))
                    for i in range(brokers)]
         return ControllerGroup(ns, ctls, members, addrs)
 

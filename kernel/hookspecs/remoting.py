@@ -61,6 +61,9 @@ class RemotingConfig:
     # one from, None = plain
     tls_server: Any = None
     tls_client: Any = None
+    # client: the address outgoing connections bind before connecting ("" = the OS picks), the role's own
+    # listenHost when that names one address: peers, firewalls and a test's packet filter see the node's address
+    local_host: str = ""
 
 
 @runtime_checkable

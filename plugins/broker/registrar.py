@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import RemotingConfig
+from rmq.kernel import RemotingConfig, source_host
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 
@@ -32,10 +32,14 @@ def split_namesrv_addrs(value: str) -> list[str]:
 
 
 def outbound_client(kernel: Any, name: str, connect_timeout: float, purpose: str) -> RemotingClient:
-    """A remoting client for requests the broker makes itself (it serves none: no handler); RuntimeError
-    naming ``purpose`` when no rmq.remoting plugin makes one."""
+    """A remoting client for requests the broker makes itself (it serves none: no handler), its
+    connections from the broker's own ``listenHost`` when that is one address; RuntimeError naming
+    ``purpose`` when no rmq.remoting plugin makes one."""
+    broker_cfg = getattr(getattr(kernel, "config", None), "broker", None)
+    local = source_host(str(getattr(broker_cfg, "listenHost", "") or ""))
     client = kernel.hook.rmq_remoting_make_client(
-        kernel=kernel, config=RemotingConfig(name=name, connect_timeout=connect_timeout), handler=None)
+        kernel=kernel, config=RemotingConfig(name=name, connect_timeout=connect_timeout, local_host=local),
+        handler=None)
     if client is None:
         raise RuntimeError(f"no rmq.remoting plugin built a client for {purpose}")
     return client  # type: ignore[no-any-return]

@@ -33,12 +33,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pysyncobj.tcp_connection as _pysyncobj_tcp
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
-from rmq.kernel import RateLimitedLog
+from rmq.kernel import RateLimitedLog, source_host
 from rmq.plugins.controller.state import ReplicasInfo, decode_event
 
 # pysyncobj's win_inet_pton module replaces socket.inet_ntop on every platform with a Windows-only
@@ -69,6 +70,34 @@ for _cls, _name in ((TcpConnection, "_TcpConnection__processRead"), (TcpConnecti
                           "pysyncobj 0.3.17")
 
 
+class _SourceBoundSockets:
+    """Stands in for the ``socket`` module inside ``pysyncobj.tcp_connection``: pysyncobj creates and
+    connects an outgoing socket in one method, so binding it to the controller's own address (its
+    ``listenHost``, see ``rmq.kernel.net.source_host``) has to happen in the factory. ``source`` is set
+    only around a ``_BoundedConnection.connect`` (pysyncobj's ticks run on one thread per node)."""
+
+    def __init__(self) -> None:
+        self.source = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(socket, name)
+
+    def socket(self, *args: Any, **kwargs: Any) -> socket.socket:
+        sock = socket.socket(*args, **kwargs)
+        host = getattr(self.source, "host", "")
+        if host:
+            try:
+                sock.bind((host, 0))
+            except OSError:
+                sock.close()
+                raise
+        return sock
+
+
+_SOCKETS = _SourceBoundSockets()
+_pysyncobj_tcp.socket = _SOCKETS  # type: ignore[assignment]
+
+
 class _BoundedConnection(TcpConnection):  # type: ignore[misc]
     """pysyncobj's connection with a cap on the frame length it will wait for.
 
@@ -77,6 +106,18 @@ class _BoundedConnection(TcpConnection):  # type: ignore[misc]
     the HMAC check, runs before more is buffered) and drops a connection whose next frame claims
     more than the cap.
     """
+
+    source_host = ""  # set by BoundedTransport: the address outgoing connections bind
+
+    def connect(self, host: Any, port: Any) -> bool:
+        _SOCKETS.source.host = self.source_host
+        try:
+            try:
+                return bool(super().connect(host, port))
+            except OSError:  # the bind failed (the address went away): a failed attempt, retried later
+                return False
+        finally:
+            _SOCKETS.source.host = ""
 
     def _TcpConnection__processRead(self) -> bool:
         more = bool(TcpConnection._TcpConnection__processRead(self))
@@ -126,6 +167,7 @@ class BoundedTransport(TCPTransport):  # type: ignore[misc]
 
     def _bound(self, conn: Any) -> None:
         conn.__class__ = _BoundedConnection
+        conn.source_host = source_host(self._syncObj.conf.bindAddress.rpartition(":")[0])
         if self._syncObj.encryptor is not None:
             conn.encryptor = _CheckedEncryptor(self._syncObj.encryptor)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from rmq.kernel import RemotingConfig
+from rmq.kernel import RemotingConfig, source_host
 from rmq.plugins.controller.raft import CommitError, RaftState, load_or_create_secret
 from rmq.plugins.controller.state import Code, Decision, HeartbeatInfo
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -136,7 +136,8 @@ class ControllerService:
                               password=self.raft_password(), bind_host=self.config.listenHost,
                               on_leader_change=self._leader_changed)
         self.client = self.kernel.hook.rmq_remoting_make_client(
-            kernel=self.kernel, config=RemotingConfig(name="controller-notify", connect_timeout=3.0), handler=None
+            kernel=self.kernel, config=RemotingConfig(name="controller-notify", connect_timeout=3.0,
+                                                        local_host=source_host(self.config.listenHost)), handler=None
         )
 
     def raft_password(self) -> str:

@@ -109,14 +109,16 @@ class TcpRemotingClient:
         cfg = self.config
         tg = self._task_group()
         limit = cfg.connect_timeout if connect_timeout is None else min(connect_timeout, cfg.connect_timeout)
+        local = cfg.local_host or None
         if cfg.tls_client is None and _on_asyncio():
             return await self._connect_protocol(addr, host, port, limit)  # type: ignore[return-value]
         try:
             with anyio.fail_after(limit):
                 if cfg.tls_client is not None:
-                    stream = await anyio.connect_tcp(host, port, ssl_context=cfg.tls_client, tls_standard_compatible=False)
+                    stream = await anyio.connect_tcp(host, port, ssl_context=cfg.tls_client, tls_standard_compatible=False,
+                                                     local_host=local)
                 else:
-                    stream = await anyio.connect_tcp(host, port)
+                    stream = await anyio.connect_tcp(host, port, local_host=local)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
         except OSError as exc:  # ssl.SSLError included
@@ -145,7 +147,8 @@ class TcpRemotingClient:
         try:
             _transport, conn = await asyncio.wait_for(loop.create_connection(
                 lambda: AsyncioConnection.for_config(handler=self._handler, config=cfg, conn_id=conn_id,
-                                                     rlog=self._rlog), host, port), limit)
+                                                     rlog=self._rlog), host, port,
+                local_addr=(cfg.local_host, 0) if cfg.local_host else None), limit)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {limit:g}s") from None
         except OSError as exc:

@@ -54,7 +54,7 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.streams.tls import TLSAttribute, TLSListener
 
-from rmq.kernel import RateLimitedLog, ReplicaError, Watermark
+from rmq.kernel import RateLimitedLog, ReplicaError, Watermark, source_host
 from rmq.plugins.replication.frames import (
     HANDSHAKE,
     FrameError,
@@ -536,12 +536,13 @@ class HAService:
 
     async def _session(self, addr: str) -> str:
         host, _, port = addr.rpartition(":")
+        local = source_host(self.host) or None  # from this broker's own address (see rmq.kernel.net)
         with anyio.fail_after(CONNECT_TIMEOUT):
             if self.tls_client is not None:
                 stream = await anyio.connect_tcp(host, int(port), ssl_context=self.tls_client,
-                                                 tls_standard_compatible=False)
+                                                 tls_standard_compatible=False, local_host=local)
             else:
-                stream = await anyio.connect_tcp(host, int(port))
+                stream = await anyio.connect_tcp(host, int(port), local_host=local)
         async with stream:
             self.log.reset_replica()
             self.diverged = ""

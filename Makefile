@@ -29,7 +29,7 @@ PYTEST  = $(BIN)/python -m pytest -q -ra
 # compiles rmq from source again, and pytest rewrites every test module's asserts on every run
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast slow faults java java-deps fuzz fuzz-asan install install-test lint bench clean protos
+.PHONY: demo test test-fast slow faults chaos chaos-deps java java-deps fuzz fuzz-asan install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,7 +75,7 @@ lint: install-test
 
 test: install-test
 	$(BIN)/ruff check .
-	$(PYTEST) -n $(XDIST) --dist loadgroup -m "not faults and not slow and not java"
+	$(PYTEST) -n $(XDIST) --dist loadgroup -m "not faults and not slow and not java and not chaos"
 
 test-fast: install-test
 	$(PYTEST) -n 2 --fast
@@ -87,6 +87,13 @@ slow: install-test
 # (cells x pass/fail, counts, recovery time). `make test` runs its fast slice (unmarked cells).
 faults: install-test
 	$(PYTEST) -n $(XDIST_SLOW) --dist loadgroup -m faults --timeout=600 tests/faults
+
+# The nemesis (issue #31): partitions and pauses on per-node loopback addresses, with nftables (as root).
+chaos-deps:
+	@command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt-get install -y -qq nftables
+
+chaos: install-test chaos-deps
+	$(PYTEST) -p no:xdist -m chaos --timeout=900 tests/nemesis
 
 # The Java judge (issue #29): Apache RocketMQ 4.9.8's client, mqadmin and broker beside rmqd. The build lives in
 # RMQ_JAVA_HOME (default ../shared/java beside the checkout, else /work/shared/java); its ensure.sh installs the JDK and Debian jars it runs on.

@@ -279,6 +279,19 @@ class BrokerController:
             "haServerAddr": f"{ha_ip}:{ha_port}",
         }
 
+    @property
+    def accepts_writes(self) -> bool:
+        """Whether sends are taken. A controller-mode master also needs its lease (a controller leader's
+        answer within ``controllerHeartBeatTimeoutMills``), checked here at each write rather than only
+        by the fence loop: a master resumed after a long pause reads its queued requests before that
+        loop wakes, and must not take one of them in an epoch that may be over."""
+        replicas = getattr(self, "replicas", None)
+        return self._accepts_writes and (replicas is None or replicas.lease_held())
+
+    @accepts_writes.setter
+    def accepts_writes(self, value: bool) -> None:
+        self._accepts_writes = value
+
     def set_role(self, *, master: bool, broker_id: int, master_addr: str) -> None:
         """Controller mode: take the role the controller named (flags the processors read, the id
         name servers list, the master to sync metadata from), then register at once."""
@@ -321,7 +334,10 @@ class BrokerController:
         return self.replicas is None or self.replicas.role != "FENCED"
 
     def _register_body(self) -> bytes:
-        return register_body(self.topics.register_body_table(self.is_slave), self.topics.data_version.to_json())
+        version = self.topics.data_version.to_json()
+        if self.replicas is not None and self.replicas.master_epoch:
+            version["stateVersion"] = self.replicas.master_epoch  # the name server keeps the newest epoch's master
+        return register_body(self.topics.register_body_table(self.is_slave), version)
 
     def namesrv_addrs(self) -> list[str]:
         """``namesrvAddr``; else the name server in this process; else ``$NAMESRV_ADDR`` (RocketMQ's broker

@@ -33,17 +33,25 @@ def dumps(obj: Any) -> bytes:
 
 @attrs.define
 class DataVersion:
+    """A broker's DataVersion. ``state_version`` (RocketMQ 5's ``stateVersion``): a controller-mode
+    broker's master epoch; 4.9 brokers send none (0)."""
+
     timestamp: int = 0
     counter: int = 0
+    state_version: int = 0
 
     @classmethod
     def from_json(cls, d: Any) -> DataVersion:
         if not isinstance(d, dict):
             return cls()
-        return cls(timestamp=int(d.get("timestamp", 0) or 0), counter=int(d.get("counter", 0) or 0))
+        return cls(timestamp=int(d.get("timestamp", 0) or 0), counter=int(d.get("counter", 0) or 0),
+                   state_version=int(d.get("stateVersion", 0) or 0))
 
     def to_json(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+        out = {"counter": self.counter, "timestamp": self.timestamp}
+        if self.state_version:
+            out["stateVersion"] = self.state_version
+        return out
 
 
 @attrs.define
@@ -225,6 +233,17 @@ class RouteInfoManager:
         # The same address under another id means a slave became master (or back): keep one entry.
         for bid in [bid for bid, a in addrs.items() if a == broker_addr and bid != broker_id]:
             del addrs[bid]
+        # As RocketMQ 5: an id held by another live broker of a newer state version (a controller-mode
+        # master epoch) is not taken over; a deposed master that still registers as id 0 (cut off from
+        # the controllers, not from this name server) must not steer producers away from the new one.
+        holder = addrs.get(broker_id)
+        live_holder = self.broker_live_table.get(holder) if holder and holder != broker_addr else None
+        if live_holder is not None and live_holder.data_version.state_version > body.data_version.state_version:
+            log.warning("registration of %s as %s id %d ignored: %s holds the id at state version %d (this one %d)",
+                        broker_addr, broker_name, broker_id, holder, live_holder.data_version.state_version,
+                        body.data_version.state_version)
+            self.broker_live_table.pop(broker_addr, None)
+            return "", ""
         register_first = register_first or addrs.get(broker_id) != broker_addr
         addrs[broker_id] = broker_addr
         prev = self.broker_live_table.get(broker_addr)

@@ -208,3 +208,27 @@ def test_a_prime_slave_registering_again_is_answered_success() -> None:
     grown = RegisterBody(DataVersion(1, 1), [TopicConfigData("T", 2, 2, 6), TopicConfigData("U", 2, 2, 6)], [])
     rm.register_broker("C", "1.1.1.1:2", "b", 1, "", grown, None, 1.0, acting_master=True)
     assert set(rm.topic_queue_table) >= {"T", "U"}
+
+
+def test_a_deposed_master_does_not_take_id_0_back_from_a_newer_epoch() -> None:
+    """Found by the nemesis (issue #31, master cut off from the controllers but not from the name
+    server): the old master kept registering as id 0 and the routes flipped between it (fenced) and the
+    new master. RocketMQ 5's name server ignores a registration for an id a live broker of a higher
+    ``stateVersion`` (the controller's master epoch) holds; 4.9 brokers send none and are unaffected."""
+    from rmq.plugins.namesrv.routes import RegisterBody, RouteInfoManager
+
+    rm = RouteInfoManager()
+    topics = [TopicConfigData("T", 2, 2, 6)]
+    rm.register_broker("C", "10.0.0.1:1", "b", 0, "", RegisterBody(DataVersion(1, 1, 1), topics, []), None, 0.0)
+    rm.register_broker("C", "10.0.0.2:1", "b", 0, "", RegisterBody(DataVersion(1, 1, 2), topics, []), None, 1.0)
+    assert rm.broker_addr_table["b"]["brokerAddrs"] == {0: "10.0.0.2:1"}  # the newer epoch takes the id
+    assert rm.register_broker("C", "10.0.0.1:1", "b", 0, "", RegisterBody(DataVersion(1, 2, 1), topics, []), None,
+                              2.0) == ("", "")
+    assert rm.broker_addr_table["b"]["brokerAddrs"] == {0: "10.0.0.2:1"}  # the deposed master is ignored
+    assert "10.0.0.1:1" not in rm.broker_live_table
+    rm.register_broker("C", "10.0.0.1:1", "b", 3, "", RegisterBody(DataVersion(1, 3, 2), topics, []), None, 3.0)
+    assert rm.broker_addr_table["b"]["brokerAddrs"] == {0: "10.0.0.2:1", 3: "10.0.0.1:1"}  # back as a slave
+    # without state versions (4.9, classic master/slave) the last registration wins, as before
+    rm.register_broker("C", "10.0.0.3:1", "c", 0, "", RegisterBody(DataVersion(1, 1), topics, []), None, 0.0)
+    rm.register_broker("C", "10.0.0.4:1", "c", 0, "", RegisterBody(DataVersion(1, 1), topics, []), None, 1.0)
+    assert rm.broker_addr_table["c"]["brokerAddrs"] == {0: "10.0.0.4:1"}

@@ -20,9 +20,12 @@ Role changes arrive as NOTIFY_BROKER_ROLE_CHANGED and by polling GET_REPLICA_INF
   tail goes, an acknowledged-in-sync message never: it is on every SyncStateSet member),
   then the broker follows the master's HA port and registers under its own id.
 
-Fencing (beyond RocketMQ, which leaves a cut-off master writable): a master that has not
-heard from a controller leader for ``controllerHeartBeatTimeoutMills`` stops taking
-writes until it does, so no write it acknowledges can lose to a newer epoch's master.
+Fencing (beyond RocketMQ, which leaves a cut-off master writable): a master holds a lease,
+renewed only by a leader's answer naming it master of its own epoch and counted from when
+that question was asked; with no renewal for ``controllerHeartBeatTimeoutMills`` it takes
+no writes until one comes, so no write it acknowledges can lose to a newer epoch's master.
+The lease is checked at each write (``lease_held``), not by a timer alone: a master resumed
+after a long pause serves its queued requests before any timer or answer can run.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class ReplicasManager:
         self.role = "FENCED"
         self.state = "INITIAL"
         self.epochs = EpochFile(cfg.store_root() / "epochFileCheckpoint")
-        self.last_leader_ok = 0.0  # monotonic time of the last answer from a controller leader
+        self.last_leader_ok = 0.0  # monotonic time a leader's answer confirming this master's epoch was asked for
         self.fenced_reason = ""  # set while a master is fenced off for want of a controller leader
         self._lock = anyio.Lock()
         self.client: RemotingClient | None = None
@@ -148,7 +151,6 @@ class ReplicasManager:
                 if attempt:
                     raise ControllerError(f"controller {leader} is not the leader")
                 continue
-            self.last_leader_ok = time.monotonic()
             return r
         raise ControllerError("unreachable")
 
@@ -263,6 +265,7 @@ class ReplicasManager:
         period = self.cfg.syncBrokerMetadataPeriod / 1000
         while True:
             await anyio.sleep(min(period, self.cfg.controllerHeartBeatTimeoutMills / 3000))
+            asked = time.monotonic()
             try:
                 r = await self._leader_call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.brokerName})
             except Exception as e:
@@ -276,7 +279,12 @@ class ReplicasManager:
             body = loads(r.body) if r.body else {}
             master = r.ext.get("masterBrokerId")
             epoch = int(r.ext.get("masterEpoch") or 0)
-            if epoch > self.master_epoch:
+            if self.role == "MASTER" and master is not None and int(master) == self.broker_id \
+                    and epoch == self.master_epoch:
+                # the lease runs from when the question left, and only an answer naming this broker master of
+                # its own epoch renews it: an answer about a newer epoch must not let the old master write
+                # while it steps down
+                self.last_leader_ok = asked
                 await self.apply_master(int(master) if master is not None else None, r.ext.get("masterAddress") or "",
                                         epoch, int(body.get("syncStateSetEpoch") or 0),
                                         set(body.get("syncStateSet") or []))
@@ -311,24 +319,37 @@ class ReplicasManager:
             else:
                 log.info("sync state set change %s refused: code %d %s", sorted(new), r.code, r.remark or "")
 
+    def lease_held(self) -> bool:
+        """False for a master no controller leader answered for ``controllerHeartBeatTimeoutMills``
+        (it may have been replaced); the broker's ``accepts_writes`` asks at every write."""
+        if self.role != "MASTER":
+            return True
+        silent = time.monotonic() - self.last_leader_ok
+        if silent <= self.cfg.controllerHeartBeatTimeoutMills / 1000:
+            if self.fenced_reason:
+                self.fenced_reason = ""
+            return True
+        if not self.fenced_reason:
+            self.fenced_reason = f"no controller leader answered for {silent:.1f} s"
+        return False
+
     async def _fence_loop(self) -> None:
-        """A master cut off from the controller leader stops taking writes (it may have been replaced)."""
+        """Logs the fence of a master cut off from the controller leader, and its end (the fence itself
+        is ``lease_held``, asked at every write)."""
         timeout = self.cfg.controllerHeartBeatTimeoutMills / 1000
+        fenced = False
         while True:
             await anyio.sleep(min(1.0, timeout / 4))
             if self.role != "MASTER":
+                fenced = False
                 continue
-            silent = time.monotonic() - self.last_leader_ok
-            b = self.broker
-            if silent > timeout and b.accepts_writes:
-                self.fenced_reason = f"no controller leader answered for {silent:.1f} s"
-                b.accepts_writes = False
+            held = self.lease_held()
+            if not held and not fenced:
                 log.error("master %s fenced: %s; it takes no writes until a controller answers",
-                          b.broker_addr, self.fenced_reason)
-            elif silent <= timeout and not b.accepts_writes:
-                b.accepts_writes = bool(self.cfg.brokerPermission & 2)
-                self.fenced_reason = ""
-                log.info("master %s unfenced: the controller leader answers again", b.broker_addr)
+                          self.broker.broker_addr, self.fenced_reason)
+            elif held and fenced:
+                log.info("master %s unfenced: the controller leader answers again", self.broker.broker_addr)
+            fenced = not held
 
     # ------------------------------------------------------------------ role changes
 
@@ -447,6 +468,7 @@ class ReplicasManager:
             return f"{host}:{int(port) + 1}"
 
     def stats(self) -> dict[str, str]:
+        self.lease_held()  # brings fenced_reason up to date
         return {
             "controllerMode": "true",
             "controllerBrokerId": str(self.broker_id),

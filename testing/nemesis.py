@@ -193,6 +193,19 @@ def tcp_peers(local: str, port: int) -> set[str]:
     return out
 
 
+def tcp_unread(local: str, port: int) -> int:
+    """Bytes received but not yet read on the established connections to ``local:port``: requests
+    waiting in a stopped process's sockets."""
+    want_local = f"{_hex_addr(local)}:{port:04X}"
+    total = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            f = line.split()
+            if len(f) > 4 and f[1] == want_local and f[3] == "01":
+                total += int(f[4].partition(":")[2], 16)
+    return total
+
+
 def _hex_addr(addr: str) -> str:
     return "".join(f"{b:02X}" for b in reversed(ipaddress.IPv4Address(addr).packed))
 

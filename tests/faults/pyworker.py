@@ -107,7 +107,8 @@ async def produce(cfg: dict[str, Any]) -> None:
                     rec.update(ok=r.ok, status=r.status.name, must=must)
                 else:
                     r = await p.send(msg)
-                    rec.update(ok=r.ok, status=r.status.name, queue=r.queue.queue_id)
+                    # the broker's offset message id names the broker that stored it (the nemesis's checker)
+                    rec.update(ok=r.ok, status=r.status.name, queue=r.queue.queue_id, omid=r.offset_msg_id)
             except Exception as e:  # noqa: BLE001 - reported: the history decides
                 rec.update(ok=False, error=f"{type(e).__name__}: {e}"[:200])
             rec["t"] = time.time()

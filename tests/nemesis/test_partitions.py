@@ -1,0 +1,281 @@
+"""Issue #31's first schedules: a 3-controller, master/slave cluster (controller mode,
+``allAckInSyncStateSet``, SYNC replication), each node on its own loopback address, under a producer
+writing unique ids; the nemesis cuts links or pauses the master, heals, and the history is checked.
+
+Invariants (per schedule, where they apply):
+
+* acknowledged-but-lost == 0: every SEND_OK id is in the topic after the heal;
+* never two masters taking writes at once: no SEND_OK from the old master for a send that started
+  after the new master's first SEND_OK, and no two brokers seen MASTER, unfenced, in one epoch;
+* the old master fences itself within ``controllerHeartBeatTimeoutMills`` (+ slack for a loaded
+  machine) when cut off from the controllers, and rejoins as a slave whose commitlog is byte for byte
+  the master's up to the confirm offset.
+
+The producer runs on 127.0.0.1, outside every cut: it reaches both halves, as the clients of a real
+partition that leaves the client side whole. ``make chaos`` runs these (root and nftables needed).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import encode_properties
+from rmq.protocol.message import decode_offset_msg_id
+from rmq.testing import faults as F
+from rmq.testing.daemon import ControllerGroup, Daemons, RmqdProcess, call, eventually
+from rmq.testing.nemesis import Nemesis, node_addrs, tcp_unread
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+PY = Path(__file__).parents[1] / "faults" / "pyworker.py"
+TIMEOUT_S = F.CONTROLLER_CELL_CONF["controllerHeartBeatTimeoutMills"] / 1000
+SLACK_S = 3.0  # a loaded 2-core machine: the fence loop's period, scheduling, a runtime poll
+
+
+@attrs.define
+class Sample:
+    t: float
+    host: str
+    role: str
+    epoch: int
+    fenced: bool
+
+
+class Monitor:
+    """Polls every broker's role, epoch and fence a few times a second (one thread per broker, so a
+    paused broker does not hold the others' samples back)."""
+
+    def __init__(self, brokers: list[RmqdProcess]) -> None:
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._poll, args=(b,), daemon=True) for b in brokers]
+        for t in self._threads:
+            t.start()
+
+    def _poll(self, b: RmqdProcess) -> None:
+        while not self._stop.wait(0.15):
+            rt = F.runtime(b)
+            if rt is not None:
+                self.samples.append(Sample(time.time(), b.host, rt.get("controllerRole", "?"),
+                                           int(rt.get("masterEpoch", 0)), "fenced" in rt))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+
+    def dual_masters(self) -> list[tuple[Sample, Sample]]:
+        """Pairs of samples, from two brokers within 0.3 s, both MASTER and unfenced in one epoch."""
+        live = sorted((s for s in self.samples if s.role == "MASTER" and not s.fenced), key=lambda s: s.t)
+        out = []
+        for i, a in enumerate(live):
+            for b in live[i + 1:]:
+                if b.t - a.t > 0.3:
+                    break
+                if b.host != a.host and b.epoch == a.epoch:
+                    out.append((a, b))
+        return out
+
+
+@attrs.define
+class Chaos:
+    tmp: Path
+    daemons: Daemons
+    group: ControllerGroup
+    cluster: F.Cluster
+    nemesis: Nemesis
+    ctl_hosts: list[str]
+    topic: str = "NemesisTopic"
+    history: F.History = attrs.field(factory=F.History)
+
+    def producer(self, name: str = "producer", interval_ms: int = 20) -> F.Worker:
+        w = F.python_worker(PY, {"mode": "produce", "namesrv": self.cluster.namesrv, "topic": self.topic,
+                                 "group": f"{name}-group", "interval_ms": interval_ms}, self.tmp, name)
+        self.history.producers.append(w)
+        return w
+
+    def acked(self) -> list[dict[str, Any]]:
+        return [s for s in self.history.sends() if s.get("ok")]
+
+    def acked_by(self, host: str) -> list[dict[str, Any]]:
+        return [s for s in self.acked() if s.get("omid") and decode_offset_msg_id(s["omid"])[0] == host]
+
+    def wait_acks(self, n: int, host: str | None = None, timeout: float = 60) -> None:
+        base = len(self.acked_by(host) if host else self.acked())
+        eventually(lambda: len(self.acked_by(host) if host else self.acked()) >= base + n, timeout,
+                   f"{n} more acknowledged sends" + (f" on {host}" if host else ""), 0.1)
+
+
+@pytest.fixture
+def chaos(tmp_path: Path) -> Iterator[Chaos]:
+    hosts = node_addrs(6)  # name server, 3 controllers, 2 brokers
+    with Daemons() as d, Nemesis() as n:
+        g = d.controller_group(tmp_path, 2, controllers=3, raft_password="nemesis-raft", hosts=hosts,
+                               **F.CONTROLLER_CELL_CONF, **F.BROKER_BASE)
+        g.settled(90)
+        c = F.Cluster("controller", tmp_path, g.namesrv, g.brokers, g.controllers, g.controller_addrs, d)
+        F.create_topic(c, "NemesisTopic")
+        ch = Chaos(tmp_path, d, g, c, n, hosts[1:4])
+        try:
+            yield ch
+        finally:
+            n.close()  # resumed and healed before the daemons stop
+            F.stop_workers(ch.history.producers)
+
+
+def commitlog(b: RmqdProcess, upto: int) -> bytes:
+    """The first ``upto`` bytes of ``b``'s commitlog, from its segment files."""
+    out = bytearray()
+    for f in sorted((b.workdir / "store" / "commitlog").iterdir()):
+        if len(out) >= upto:
+            break
+        start = int(f.name)
+        assert start == len(out), f"segment {f.name} does not follow byte {len(out)}"
+        out += f.read_bytes()
+    return bytes(out[:upto])
+
+
+def converge_and_check(ch: Chaos, old: RmqdProcess, new: RmqdProcess) -> dict[str, Any]:
+    """After the heal: ``old`` back as a slave of ``new`` with both in the SyncStateSet, the commitlogs
+    byte-identical up to the confirm offset, and every acknowledged id in the topic."""
+    ch.group.settled(120, master=new)
+    rt = F.runtime(new) or {}
+    confirm = int(rt["confirmOffset"])
+    eventually(lambda: int((F.runtime(old) or {}).get("commitLogMaxOffset", -1)) >= confirm, 60, "the slave caught up")
+    a, b = commitlog(new, confirm), commitlog(old, confirm)
+    assert len(a) == len(b) == confirm
+    diff = next((i for i in range(confirm) if a[i] != b[i]), None) if a != b else None
+    assert diff is None, f"commitlogs differ from byte {diff} (confirm offset {confirm})"
+    acked = {s["id"] for s in ch.acked()}
+    stored = set(F.pull_all(ch.cluster, ch.topic))
+    lost = acked - stored
+    assert not lost, f"{len(lost)} acknowledged but lost, e.g. {sorted(lost)[:5]}"
+    return {"acked": len(acked), "stored": len(stored), "unacked_stored": len(stored - acked), "confirm": confirm}
+
+
+def no_concurrent_masters(ch: Chaos, old: RmqdProcess, new: RmqdProcess, mon: Monitor) -> None:
+    first_new = min(s["t"] for s in ch.acked_by(new.host))
+    late_old = [s for s in ch.acked_by(old.host) if s["t0"] > first_new]
+    assert not late_old, f"the old master acknowledged {len(late_old)} sends begun after the new one took writes: " \
+                         f"{late_old[:3]}"
+    assert not mon.dual_masters(), mon.dual_masters()[:3]
+
+
+def raw_send(b: RmqdProcess, topic: str, body: str) -> RemotingCommand:
+    """One SEND_MESSAGE straight to broker ``b`` (no client retries, no route)."""
+    return call(b.broker_addr, RequestCode.SEND_MESSAGE, {
+        "producerGroup": "probe-group", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": encode_properties({"UNIQ_KEY": body}), "reconsumeTimes": 0, "unitMode": "false",
+        "batch": "false"}, body.encode(), timeout=20)
+
+
+def report(name: str, figures: dict[str, Any]) -> None:
+    print(f"\nnemesis {name}: " + json.dumps(figures))
+
+
+def test_master_isolated_from_controllers(chaos: Chaos) -> None:
+    """(a) The master loses every controller: it fences itself, the slave is elected on the majority
+    side, and after the heal the old master rejoins as a slave and converges."""
+    old, new = chaos.group.settled(60)
+    mon = Monitor(chaos.group.brokers)
+    chaos.producer()
+    chaos.wait_acks(50)
+    t_cut = time.time()
+    chaos.nemesis.isolate(old.host, chaos.ctl_hosts)
+    eventually(lambda: "fenced" in (F.runtime(old) or {}), TIMEOUT_S + SLACK_S + 5, "the old master fenced", 0.1)
+    t_fenced = time.time()
+    eventually(lambda: (F.runtime(new) or {}).get("controllerRole") == "MASTER", 60, "the slave elected", 0.1)
+    t_elected = time.time()
+    chaos.wait_acks(30, host=new.host)
+    t_writes = time.time()
+    chaos.nemesis.heal()
+    t_heal = time.time()
+    chaos.wait_acks(30, host=new.host)
+    F.stop_workers(chaos.history.producers)
+    figures = converge_and_check(chaos, old, new)
+    mon.stop()
+    no_concurrent_masters(chaos, old, new, mon)
+    figures.update(fence_s=round(t_fenced - t_cut, 2), elect_s=round(t_elected - t_cut, 2),
+                   writes_back_s=round(t_writes - t_cut, 2), rejoin_s=round(time.time() - t_heal, 2),
+                   failed_sends=sum(1 for s in chaos.history.sends() if not s.get("ok")))
+    report("master_isolated_from_controllers", figures)
+    assert t_fenced - t_cut <= TIMEOUT_S + SLACK_S, figures
+
+
+def test_slave_partitioned_from_master(chaos: Chaos) -> None:
+    """(b) Master and slave cannot reach each other (both still reach the controllers): the
+    SyncStateSet shrinks to the master, sends go on; after the heal the slave is back in it."""
+    master, slave = chaos.group.settled(60)
+    mon = Monitor(chaos.group.brokers)
+    chaos.producer()
+    chaos.wait_acks(50)
+    t_cut = time.time()
+    chaos.nemesis.cut(master.host, slave.host)
+    eventually(lambda: json.loads((F.runtime(master) or {}).get("syncStateSet", "[]")).__len__() == 1, 60,
+               "the SyncStateSet shrunk to the master", 0.1)
+    t_shrunk = time.time()
+    chaos.wait_acks(50, host=master.host)
+    t_writes = time.time()
+    chaos.nemesis.heal()
+    t_heal = time.time()
+    chaos.wait_acks(30, host=master.host)
+    F.stop_workers(chaos.history.producers)
+    figures = converge_and_check(chaos, slave, master)
+    mon.stop()
+    assert not mon.dual_masters(), mon.dual_masters()[:3]
+    assert not chaos.acked_by(slave.host), "the slave acknowledged sends"
+    figures.update(shrink_s=round(t_shrunk - t_cut, 2), writes_back_s=round(t_writes - t_cut, 2),
+                   rejoin_s=round(time.time() - t_heal, 2),
+                   failed_sends=sum(1 for s in chaos.history.sends() if not s.get("ok")))
+    report("slave_partitioned_from_master", figures)
+
+
+def test_master_paused_past_heartbeat_timeout(chaos: Chaos) -> None:
+    """(c) The master stops (SIGSTOP) for longer than the heartbeat timeout, the slave is elected;
+    on resume the old master must not acknowledge a write before it learns the new epoch."""
+    old, new = chaos.group.settled(60)
+    assert old.proc is not None
+    mon = Monitor(chaos.group.brokers)
+    chaos.producer()
+    chaos.wait_acks(50)
+    t_pause = time.time()
+    chaos.nemesis.pause(old.proc.pid, "master")
+    eventually(lambda: (F.runtime(new) or {}).get("controllerRole") == "MASTER", 60, "the slave elected", 0.1)
+    t_elected = time.time()
+    chaos.wait_acks(30, host=new.host)
+    # a send addressed to the old master while it is stopped: the kernel queues it on the listener,
+    # and the broker reads it first thing on resume, before any controller answer can reach it
+    probe: dict[str, Any] = {}
+    unread = tcp_unread(old.host, old.broker_port)
+    sender = threading.Thread(target=lambda: probe.update(r=raw_send(old, chaos.topic, "probe-on-resume")))
+    sender.start()
+    eventually(lambda: tcp_unread(old.host, old.broker_port) > unread, 20, "the probe queued at the stopped broker")
+    t_resume = time.time()
+    chaos.nemesis.resume(old.proc.pid)
+    sender.join(30)
+    chaos.wait_acks(30, host=new.host)
+    F.stop_workers(chaos.history.producers)
+    figures = converge_and_check(chaos, old, new)
+    mon.stop()
+    r = probe.get("r")
+    assert r is not None, "the probe got no answer"
+    assert r.code != ResponseCode.SUCCESS, f"the old master took a write on resume: {r.code} {r.remark}"
+    figures["probe_answer"] = f"{r.code} {r.remark}"[:160]
+    after_resume = [s for s in chaos.acked_by(old.host) if s["t"] > t_resume]
+    assert not after_resume, f"the old master acknowledged {len(after_resume)} sends after its resume: " \
+                             f"{after_resume[:3]}"
+    no_concurrent_masters(chaos, old, new, mon)
+    figures.update(elect_s=round(t_elected - t_pause, 2), paused_s=round(t_resume - t_pause, 2),
+                   failed_sends=sum(1 for s in chaos.history.sends() if not s.get("ok")))
+    report("master_paused_past_heartbeat_timeout", figures)

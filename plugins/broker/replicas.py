@@ -285,6 +285,7 @@ class ReplicasManager:
                 # its own epoch renews it: an answer about a newer epoch must not let the old master write
                 # while it steps down
                 self.last_leader_ok = asked
+            if epoch > self.master_epoch:
                 await self.apply_master(int(master) if master is not None else None, r.ext.get("masterAddress") or "",
                                         epoch, int(body.get("syncStateSetEpoch") or 0),
                                         set(body.get("syncStateSet") or []))
@@ -330,7 +331,7 @@ class ReplicasManager:
                 self.fenced_reason = ""
             return True
         if not self.fenced_reason:
-            self.fenced_reason = f"no controller leader answered for {silent:.1f} s"
+            self.fenced_reason = f"no controller leader confirmed its epoch for {silent:.1f} s"
         return False
 
     async def _fence_loop(self) -> None:

@@ -102,6 +102,7 @@ class Nemesis:
         self.table = f"{TABLE_PREFIX}{os.getpid()}"
         self.cuts: set[tuple[str, str]] = set()
         self.paused: dict[int, str] = {}
+        self.skews: set[Path] = set()
         self._closed = False
         remove_stale_tables()
         _nft(f"table inet {self.table}\ndelete table inet {self.table}\n"
@@ -167,17 +168,42 @@ class Nemesis:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGCONT)
 
+    # ------------------------------------------------------------------ clocks
+    def jump_clock(self, skew_file: Path, ms: int) -> None:
+        """Shift the wall clock of the process started with :func:`clock_env` (``skew_file``) to
+        ``ms`` milliseconds from the machine's (seen within 100 ms); undone at close."""
+        write_skew(skew_file, ms)
+        self.skews.add(Path(skew_file))
+
     def close(self) -> None:
-        """Resume every paused process and delete the table (idempotent)."""
+        """Resume every paused process, undo clock jumps and delete the table (idempotent)."""
         if self._closed:
             return
         self._closed = True
         self.resume()
+        for f in self.skews:
+            with contextlib.suppress(OSError):
+                write_skew(f, 0)
         with contextlib.suppress(NemesisError):
             _nft(f"delete table inet {self.table}\n")
         self.cuts.clear()
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
+
+
+def write_skew(skew_file: Path, ms: int) -> None:
+    """Write a clock offset for ``rmq.kernel.clock`` atomically (the process reads it whole or not at all)."""
+    tmp = Path(skew_file).with_name(f".{Path(skew_file).name}.tmp")
+    tmp.write_text(f"{int(ms)}\n")
+    os.replace(tmp, skew_file)
+
+
+def clock_env(skew_file: Path) -> dict[str, str]:
+    """The environment that gives a daemon the clock seam (``RmqdProcess(env=...)``), offset 0 to start."""
+    from rmq.kernel.clock import ENV
+
+    write_skew(skew_file, 0)
+    return {ENV: str(skew_file)}
 
 
 def tcp_peers(local: str, port: int) -> set[str]:

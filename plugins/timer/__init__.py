@@ -18,14 +18,13 @@ Entry point ``rmq.processors: timer``; selected for every broker. Settings are R
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rmq.kernel import MASTER, MessageRecord, NoOptions, PutStatus, hookimpl, structure_options
+from rmq.kernel import MASTER, MessageRecord, NoOptions, PutStatus, clock, hookimpl, structure_options
 from rmq.plugins.timer.service import TimerService
 from rmq.plugins.timer.stage import (
     RECALL_TAG,
@@ -145,7 +144,7 @@ class TimerPlugin:
             return cmd.response(ResponseCode.ILLEGAL_OPERATION, "recall failed, topic not match")
         if h_broker != b.config.brokerName:
             return cmd.response(ResponseCode.ILLEGAL_OPERATION, "recall failed, broker service not available")
-        now = time.time_ns() // 1_000_000
+        now = clock.now_ms()
         if ts - now <= 0 or ts - now >= b.config.timerMaxDelaySec * 1000:
             return cmd.response(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
         props = {Prop.TAGS: RECALL_TAG, TIMER_DELIVER_MS: str(ts), Prop.UNIQ_KEY: uniq,

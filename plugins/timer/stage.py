@@ -13,11 +13,10 @@ from __future__ import annotations
 import base64
 import binascii
 import random
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rmq.kernel import PutResult, PutStatus
+from rmq.kernel import PutResult, PutStatus, clock
 from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
 from rmq.protocol.names import RETRY_PREFIX, TIMER_TOPIC
 
@@ -111,7 +110,7 @@ class TimerStage:
         if not self.enabled:
             return PutResult(PutStatus.WHEEL_TIMER_NOT_ENABLE,
                              remark="accurate timer message is not enabled, timerWheelEnable is false")
-        now = time.time_ns() // 1_000_000
+        now = clock.now_ms()
         try:
             value = int(raw.strip())
         except ValueError:

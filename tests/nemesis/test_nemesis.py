@@ -4,9 +4,12 @@ pair (127.0.0.1 untouched), heal and close restore, a leftover table is removed,
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -139,3 +142,37 @@ def test_pause_is_resumed_at_close() -> None:
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rpartition(")")[2].split()[0]
+
+
+@pytest.mark.chaos  # Nemesis() sets up its nft table
+def test_clock_seam_shifts_one_process_only(tmp_path: Path) -> None:
+    """``rmq.kernel.clock.now_ms`` in a process started with the seam follows the skew file (and its
+    undo at close); a process without it, and this one, keep the machine's time."""
+    from rmq.kernel import clock
+    from rmq.testing.nemesis import clock_env
+
+    skew = tmp_path / "skew"
+    env = {**os.environ, **clock_env(skew)}
+    probe = ("import sys, time\nfrom rmq.kernel import clock\nfor line in sys.stdin:\n"
+             "    print(clock.now_ms() - time.time_ns() // 1_000_000, flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=env)
+    assert p.stdin is not None and p.stdout is not None
+
+    def offset() -> int:
+        p.stdin.write("?\n")
+        p.stdin.flush()
+        return int(p.stdout.readline())
+
+    try:
+        assert abs(offset()) < 50
+        with Nemesis() as n:
+            n.jump_clock(skew, 3_600_000)
+            eventually(lambda: abs(offset() - 3_600_000) < 50, 10, "an hour ahead")
+            n.jump_clock(skew, -60_000)
+            eventually(lambda: abs(offset() + 60_000) < 50, 10, "a minute behind")
+            assert abs(clock.now_ms() - time.time_ns() // 1_000_000) < 50  # this process: no seam
+        eventually(lambda: abs(offset()) < 50, 10, "undone at close")
+    finally:
+        p.kill()
+        p.wait(10)

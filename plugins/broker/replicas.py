@@ -22,7 +22,8 @@ Role changes arrive as NOTIFY_BROKER_ROLE_CHANGED and by polling GET_REPLICA_INF
 
 Fencing (beyond RocketMQ, which leaves a cut-off master writable): a master holds a lease,
 renewed only by a leader's answer naming it master of its own epoch and counted from when
-that question was asked; with no renewal for ``controllerHeartBeatTimeoutMills`` it takes
+that question was asked; with no renewal for ``controllerHeartBeatTimeoutMills`` less one
+``brokerHeartbeatInterval`` (so it ends before the controllers can elect another) it takes
 no writes until one comes, so no write it acknowledges can lose to a newer epoch's master.
 The lease is checked at each write (``lease_held``), not by a timer alone: a master resumed
 after a long pause serves its queued requests before any timer or answer can run.
@@ -321,36 +322,33 @@ class ReplicasManager:
                 log.info("sync state set change %s refused: code %d %s", sorted(new), r.code, r.remark or "")
 
     def lease_held(self) -> bool:
-        """False for a master no controller leader answered for ``controllerHeartBeatTimeoutMills``
-        (it may have been replaced); the broker's ``accepts_writes`` asks at every write."""
+        """False for a master no controller leader confirmed for ``controllerHeartBeatTimeoutMills``
+        (less a heartbeat interval): it may have been replaced. The broker's ``accepts_writes`` asks at
+        every write; the fence and its end are logged when first seen, here."""
         if self.role != "MASTER":
             return True
         silent = time.monotonic() - self.last_leader_ok
-        if silent <= self.cfg.controllerHeartBeatTimeoutMills / 1000:
+        # shorter than the controllers' timeout by a heartbeat interval: the lease counts from the last
+        # confirming poll, which can follow the last heartbeat the controllers saw, and it must end before
+        # they can elect another master
+        timeout_ms = self.cfg.controllerHeartBeatTimeoutMills
+        if silent <= max(timeout_ms - self.cfg.brokerHeartbeatInterval, timeout_ms / 2) / 1000:
             if self.fenced_reason:
                 self.fenced_reason = ""
+                log.info("master %s unfenced: the controller leader confirms its epoch again", self.broker.broker_addr)
             return True
         if not self.fenced_reason:
             self.fenced_reason = f"no controller leader confirmed its epoch for {silent:.1f} s"
+            log.error("master %s fenced: %s; it takes no writes until a controller answers",
+                      self.broker.broker_addr, self.fenced_reason)
         return False
 
     async def _fence_loop(self) -> None:
-        """Logs the fence of a master cut off from the controller leader, and its end (the fence itself
-        is ``lease_held``, asked at every write)."""
+        """Keeps the fence state (runtime info, log) current while no write asks (``lease_held``)."""
         timeout = self.cfg.controllerHeartBeatTimeoutMills / 1000
-        fenced = False
         while True:
             await anyio.sleep(min(1.0, timeout / 4))
-            if self.role != "MASTER":
-                fenced = False
-                continue
-            held = self.lease_held()
-            if not held and not fenced:
-                log.error("master %s fenced: %s; it takes no writes until a controller answers",
-                          self.broker.broker_addr, self.fenced_reason)
-            elif held and fenced:
-                log.info("master %s unfenced: the controller leader answers again", self.broker.broker_addr)
-            fenced = not held
+            self.lease_held()
 
     # ------------------------------------------------------------------ role changes
 

@@ -90,7 +90,7 @@ faults: install-test
 
 # The nemesis (issue #31): partitions and pauses on per-node loopback addresses, with nftables (as root).
 chaos-deps:
-	@command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt-get install -y -qq nftables
+	@command -v nft >/dev/null || [ -x /usr/sbin/nft ] || (apt-get update -qq && apt-get install -y -qq nftables)
 
 chaos: install-test chaos-deps
 	$(PYTEST) -p no:xdist -m chaos --timeout=900 tests/nemesis

@@ -53,6 +53,7 @@ from rmq.kernel.hookspecs.remoting import (
 from rmq.kernel.hookspecs.replication import ReplicationService
 from rmq.kernel.hookspecs.storage import ForcedCleanHook, MessageStore, ReplicaError, ReplicaLog
 from rmq.kernel.kernel import Kernel, make_handler
+from rmq.kernel.loops import OwnLoops
 from rmq.kernel.markers import hookimpl, hookspec
 from rmq.kernel.metafile import ConfigFile, DataVersion, PersistedTable, dumps
 from rmq.kernel.model import (
@@ -104,6 +105,7 @@ __all__ = [
     "PutResult",
     "PutStage",
     "PutStatus",
+    "OwnLoops",
     "RateLimitedLog",
     "RemotingClient",
     "RemotingConfig",

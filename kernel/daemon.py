@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import logging
 import os
@@ -116,11 +117,8 @@ async def _run(config: RootConfig, argv: list[str], worker: int | None = None) -
 
 def _supervisor(config: RootConfig, argv: list[str]) -> Any:
     """The first table's supervisor of child daemons (the broker's, when it runs several), else None."""
-    for table in config.tables.values():
-        supervisor = getattr(table, "supervisor", lambda *_: None)(config, argv)
-        if supervisor is not None:
-            return supervisor
-    return None
+    found = (getattr(table, "supervisor", lambda *_: None)(config, argv) for table in config.tables.values())
+    return next((supervisor for supervisor in found if supervisor is not None), None)
 
 
 def _as_worker(config: RootConfig, k: int) -> RootConfig:
@@ -168,13 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plugins":
             print(describe(config.selected(), NAMESPACES))
             return 0
-        backend_options = {}
-        try:
-            import uvloop  # noqa: F401
-
-            backend_options = {"use_uvloop": True}
-        except ImportError:
-            pass
+        backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
         anyio.run(_run, config, _child_argv(args), args.worker, backend="asyncio", backend_options=backend_options)
         return 0
     except (ConfigError, PluginError) as e:

@@ -273,11 +273,13 @@ class RmqdProcess(LoopbackBroker):
                     self._registered.set()  # the first round ended (a refusal, e.g. TLS client auth, is an answer)
             logf.close()
 
-        threading.Thread(target=pump, args=(self.proc.stderr,), daemon=True).start()
+        self._pump = threading.Thread(target=pump, args=(self.proc.stderr,), daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not (self._ready.wait(0.05) and (self._registered.is_set() or not self._await_registration)):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
+                self._pump.join(5)  # every line it wrote before exiting is in the log and the error
                 raise RuntimeError(f"rmqd did not start (exit {self.proc.returncode}):\n" + self.log_tail())
         return self
 

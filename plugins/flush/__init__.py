@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from rmq.kernel import Flushable, NoOptions, RateLimitedLog, hookimpl, structure_options
+from rmq.kernel import Flushable, NoOptions, OwnLoops, RateLimitedLog, hookimpl, structure_options
 
 __all__ = ["AsyncFlushPlugin", "AsyncFlushPolicy", "SyncFlushPlugin", "SyncFlushPolicy"]
 
@@ -36,7 +36,7 @@ def _check_options(options: Mapping[str, Any] | None) -> None:
         raise ValueError(f"{e} (flush settings live in [broker]: flushIntervalCommitLog, ...)") from None
 
 
-class _PolicyBase:
+class _PolicyBase(OwnLoops):
     """Shared machinery: a background loop in a task group; waiters await ``store.durable``.
 
     Each flush advances the store's ``durable`` watermark with the offset it reached, which
@@ -51,25 +51,18 @@ class _PolicyBase:
         self.store = store
         self.config = config
         self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
-        self._tg: Any = None
         self._kick: Any = None  # anyio.Event: somebody waits or data arrived
         self.rounds = 0
         self.flush_seconds = 0.0
 
     async def __aenter__(self) -> Any:
         self._kick = anyio.Event()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._loop)
+        await self.start_loops(self._loop)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is None:
-            return
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
-        await self._final_flush()
+        if await self.stop_loops():
+            await self._final_flush()
 
     async def _final_flush(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -54,7 +54,7 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.streams.tls import TLSAttribute, TLSListener
 
-from rmq.kernel import RateLimitedLog, ReplicaError, Watermark, source_host
+from rmq.kernel import OwnLoops, RateLimitedLog, ReplicaError, Watermark, source_host
 from rmq.plugins.replication.frames import (
     HANDSHAKE,
     FrameError,
@@ -152,7 +152,7 @@ class SlaveLink:
         }
 
 
-class HAService:
+class HAService(OwnLoops):
     """See the module docstring. ``replicated``: the highest commitlog offset a slave acknowledged."""
 
     def __init__(self, store: MessageStore, log_: ReplicaLog, config: BrokerConfig, notifier: DataNotifier) -> None:
@@ -172,7 +172,6 @@ class HAService:
         self.master_address = self.fixed_master
         self.replicated = Watermark()
         self.links: set[SlaveLink] = set()
-        self._tg: Any = None
         self._listener: Any = None
         self._master_changed = anyio.Event()
         self._client_scope: anyio.CancelScope | None = None
@@ -332,22 +331,16 @@ class HAService:
         if self.tls_server is not None:
             self._listener = TLSListener(self._listener, self.tls_server, standard_compatible=False,
                                          handshake_timeout=CONNECT_TIMEOUT)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._serve)
-        if self.role == "SLAVE":
-            self._tg.start_soon(self._follow)
+        await self.start_loops(self._serve, *((self._follow,) if self.role == "SLAVE" else ()))
         log.info("HA service listening on %s:%d (brokerRole %s%s)", self.host, self.port, self.role,
                  f", master {self.master_address}" if self.master_address else "")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is None:
+        if self._tg is None:
             return
-        tg.cancel_scope.cancel()
         try:
-            await tg.__aexit__(None, None, None)
+            await self.stop_loops()
         finally:
             await self._listener.aclose()
 

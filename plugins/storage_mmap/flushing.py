@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from rmq.kernel import RateLimitedLog
+from rmq.kernel import OwnLoops, RateLimitedLog
 
 if TYPE_CHECKING:
     from rmq.kernel import Flushable
@@ -35,7 +35,7 @@ log = logging.getLogger("rmq.store")
 _limited = RateLimitedLog(log, interval=30.0)
 
 
-class DefaultFlushPolicy:
+class DefaultFlushPolicy(OwnLoops):
     """See the module docstring; ``FlushPolicy`` by structure."""
 
     def __init__(self, store: Flushable, config: Any) -> None:
@@ -45,23 +45,16 @@ class DefaultFlushPolicy:
         self.timeout = max(int(config.syncFlushTimeout), 1) / 1000
         self.rounds = 0
         self._kick: Any = None
-        self._tg: Any = None
 
     async def __aenter__(self) -> DefaultFlushPolicy:
         self._kick = anyio.Event()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._loop)
+        await self.start_loops(self._loop)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is None:
-            return
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
-        with anyio.CancelScope(shield=True):
-            await self._flush()
+        if await self.stop_loops():
+            with anyio.CancelScope(shield=True):
+                await self._flush()
 
     def wake(self) -> None:
         if self.synchronous and self._kick is not None:

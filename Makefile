@@ -14,7 +14,8 @@
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 #   make fuzz-asan  the compiled codec's differential properties against its AddressSanitizer/UBSan build
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)
-# CI (.ci/run) runs make test, then make slow, make faults and make java.
+#   make chaos  the nemesis (issue #31): partitions and pauses on per-node loopback addresses (nftables, as root)
+# CI (.ci/run) runs make test, then make slow, make faults, make chaos and make java.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin

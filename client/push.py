@@ -371,31 +371,16 @@ class PushConsumer(ConsumerBase):
         done: list[MessageExt] = []
         failed: list[MessageExt] = []
         until = time.monotonic() + SPLIT_AFTER_S
-        if self._trace is not None:
+        if self._async_listener or self._trace is not None:
+            call = self._call_listener if self._trace is None else self._run_listener  # the latter counts and traces
             while work:
                 chunk = work.popleft()
                 done += chunk
-                failed += await self._run_listener(chunk)
+                failed += await call(chunk)
                 if time.monotonic() > until:
                     break
-            return done, failed
-        if self._async_listener:  # the common case, inlined: a call per message
-            listener = self.listener
-            assert listener is not None
-            one = self.options.consume_batch_size == 1
-            while work:
-                chunk = work.popleft()
-                done += chunk
-                try:
-                    r = await listener(chunk[0] if one else chunk)
-                except Exception:
-                    self._listener_failed(chunk)
-                    r = ConsumeResult.RECONSUME_LATER
-                if r in _FAIL:
-                    failed += chunk
-                if time.monotonic() > until:
-                    break
-            self.consumed += len(done)
+            if self._trace is None:
+                self.consumed += len(done)
             return done, failed
         done, failed = await anyio.to_thread.run_sync(self._run_sync_work, work, limiter=self._thread_limiter)
         self.consumed += len(done)

@@ -71,7 +71,7 @@ def test_slow():
 def test_unmarked_spawner():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
 '''
-    out = run_tree(tmp_path, {"test_mixed.py": tests}, "-n", "2", "--fast")
+    out = run_tree(tmp_path, {"test_mixed.py": tests}, "-n", "1", "--fast")  # xdist, as make test-fast; one worker is enough
     assert re.search(r"PASSED test_mixed.py::test_pure\b", out), out
     assert re.search(r"ERROR test_mixed.py::test_unmarked_spawner\b", out), out
     assert "Failed: started a process under --fast (mark its module `integration`): subprocess.Popen" in out, out

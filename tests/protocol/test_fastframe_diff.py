@@ -239,7 +239,7 @@ def streams(draw: st.DrawFn) -> bytes:
 # --------------------------------------------------------------------------- properties
 
 
-@fuzz_settings(300)
+@fuzz_settings(100)
 @given(streams(), st.lists(st.integers(1, 64), max_size=12), st.booleans(), st.sampled_from(LIMITS),
        st.sampled_from(["bytes", "bytearray", "memoryview"]))
 def test_any_stream_any_chunking_same_outcome(data: bytes, cuts: list[int], recover: bool, limit: int,
@@ -252,7 +252,7 @@ def test_any_stream_any_chunking_same_outcome(data: bytes, cuts: list[int], reco
     assert got == want, data
 
 
-_SPLIT = fuzz_settings(200)
+_SPLIT = fuzz_settings(25)
 
 
 @settings(_SPLIT, max_examples=min(_SPLIT.max_examples, 1000))  # each example is hundreds of inputs
@@ -268,13 +268,13 @@ def test_valid_commands_decode_identically_split_at_every_byte(cmds: list[Remoti
         assert same([data[:k], data[k:]]) == whole
 
 
-@fuzz_settings(300)
+@fuzz_settings(100)
 @given(json_headers(), st.binary(max_size=8), st.booleans())
 def test_hand_written_json_headers(header: bytes, body: bytes, recover: bool) -> None:
     same([frame(header, body)], recover=recover)
 
 
-@fuzz_settings(300)
+@fuzz_settings(100)
 @given(binary_headers(), st.binary(max_size=8), st.booleans())
 def test_binary_headers(header: bytes, body: bytes, recover: bool) -> None:
     same([frame(header, body, st_=1)], recover=recover)
@@ -442,7 +442,7 @@ def commands_to_encode(draw: st.DrawFn) -> Any:
     return cmd
 
 
-@fuzz_settings(300)
+@fuzz_settings(100)
 @given(commands_to_encode())
 def test_encoder_writes_the_pure_bytes(cmd: RemotingCommand) -> None:
     codec = frame_mod.compiled_codec()

@@ -17,18 +17,20 @@ import struct
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rmq.connectors.spark._offsets import Bounds, DataLossError, QueueRef
 
 log = logging.getLogger("rmq.connectors.spark")
 
-__all__ = ["Session", "shared_session", "message_factory", "key_hash"]
+__all__ = ["HalfRef", "Session", "shared_session", "message_factory", "key_hash"]
 
 T = TypeVar("T")
 
 PULLS_IN_FLIGHT = 8  # spans of one queue pulled concurrently
 SENDS_IN_FLIGHT = 8  # batches sent concurrently by one task
+HALVES_IN_FLIGHT = 32  # half messages (one per request: a batch cannot be transactional) in flight per task
 _GROUP = "rmq_spark_reader"  # pulls need a group name; nothing is committed under it
 
 
@@ -321,6 +323,28 @@ class Session:
                 p = self._producers[group] = Producer(self, self._host(client))
             return p
 
+    def tx_producer(self, group: str, send_timeout_s: float, checker: Callable[[Mapping[str, str]], bool | None]
+                    ) -> TxProducer:
+        """A transactional producer of ``group`` whose broker checks ``checker(properties)`` answers
+        (True commit, False rollback, None unknown). It lives as long as this process's session, so
+        every Python worker that wrote or committed halves keeps answering checks for the group."""
+        with self._lock:
+            p = self._producers.get("tx:" + group)
+            if p is None:
+                from rmq.client import LocalTransactionState, TransactionProducer
+
+                def check(msg: Any) -> Any:
+                    ok = checker(msg.properties)
+                    return (LocalTransactionState.UNKNOW if ok is None else
+                            LocalTransactionState.COMMIT_MESSAGE if ok else LocalTransactionState.ROLLBACK_MESSAGE)
+
+                client = TransactionProducer(group, namesrv_addr=self.nameserver, send_timeout=send_timeout_s,
+                                             request_timeout=self.timeout_s, credentials=self.credentials,
+                                             checker=check)
+                p = self._producers["tx:" + group] = TxProducer(self, self._host(client))
+            assert isinstance(p, TxProducer)
+            return p
+
     def publish_queues(self, topic: str) -> list[QueueRef]:
         """Queues a send may target, sorted by (broker, queue id): the sink's ``partition`` index."""
         p = next(iter(self._producers.values()), None)
@@ -354,6 +378,91 @@ class Producer:
 
         if jobs:
             self.session._call(all_(), timeout=self.session.timeout_s * (3 + len(jobs) / SENDS_IN_FLIGHT))
+
+
+@dataclass(frozen=True)
+class HalfRef:
+    """A stored half message: what END_TRANSACTION needs to end it (picklable, for commit messages)."""
+
+    topic: str
+    broker: str
+    queue_offset: int  # in the half topic (tranStateTableOffset)
+    commit_log_offset: int
+    offset_msg_id: str
+    msg_id: str  # UNIQ_KEY: the half's identity in the commit log
+    transaction_id: str
+
+
+class TxProducer(Producer):
+    """Sends half messages (each on its own: RocketMQ has no transactional batch) and ends them."""
+
+    def send_halves(self, jobs: Sequence[tuple[QueueRef, Any]]) -> list[HalfRef]:
+        from rmq.client import SendStatus
+        from rmq.protocol.message import decode_offset_msg_id
+
+        client = self.client
+
+        async def all_() -> list[HalfRef]:
+            slots = asyncio.Semaphore(HALVES_IN_FLIGHT)
+
+            async def one(q: QueueRef, msg: Any) -> HalfRef:
+                async with slots:
+                    prepared = client._prepare(msg, transactional=True)
+                    r = await client._send(prepared, _mq(q), None, None, None, None, client.options.retry_times)
+                if r.status is not SendStatus.SEND_OK:  # stored but not safe: its attempt fails, a check rolls it back
+                    raise RuntimeError(f"rocketmq: half message to {q} not stored safely: {r.status.name}")
+                off = r.offset_msg_id or r.msg_id
+                return HalfRef(q.topic, r.queue.broker_name, r.queue_offset, decode_offset_msg_id(off)[2], off,
+                               r.msg_id, r.transaction_id or r.msg_id)
+
+            return list(await asyncio.gather(*(one(q, m) for q, m in jobs)))
+
+        if not jobs:
+            return []
+        return self.session._call(all_(), timeout=self.session.timeout_s * (3 + len(jobs) / HALVES_IN_FLIGHT))
+
+    def end(self, halves: Sequence[HalfRef], commit: bool, deadline: float | None = None) -> set[str]:
+        """END_TRANSACTION for each half as a request (not Java's oneway), so its arrival is known.
+        Returns the msg ids the broker acknowledged; the rest are left to the broker's check. No END
+        starts after ``deadline`` (time.time()), when a check may take over the outcome."""
+        import time
+
+        from rmq.client import LocalTransactionState
+        from rmq.client.transaction import end_transaction_header
+        from rmq.protocol.codes import RequestCode
+
+        client = self.client
+        inst = client.instance
+        state = LocalTransactionState.COMMIT_MESSAGE if commit else LocalTransactionState.ROLLBACK_MESSAGE
+
+        async def all_() -> set[str]:
+            slots = asyncio.Semaphore(HALVES_IN_FLIGHT)
+            acked: set[str] = set()
+
+            async def one(h: HalfRef) -> None:
+                async with slots:
+                    if deadline is not None and time.time() > deadline:
+                        return
+                    ext = end_transaction_header(client.group, state, queue_offset=h.queue_offset,
+                                                 offset_msg_id=h.offset_msg_id, msg_id=h.msg_id,
+                                                 transaction_id=h.transaction_id, from_check=False,
+                                                 commit_log_offset=h.commit_log_offset)
+                    try:
+                        addr = await inst.find_broker_addr(h.broker, h.topic)
+                        await inst.invoke(addr, RequestCode.END_TRANSACTION, ext, timeout=self.session.timeout_s,
+                                          what=f"end transaction {h.msg_id}")
+                    except Exception as exc:  # noqa: BLE001 - unknown outcome: the broker's check decides
+                        log.warning("rocketmq: END_TRANSACTION of %s not acknowledged (a check will end it): %s",
+                                    h.msg_id, exc)
+                        return
+                    acked.add(h.msg_id)
+
+            await asyncio.gather(*(one(h) for h in halves))
+            return acked
+
+        if not halves:
+            return set()
+        return self.session._call(all_(), timeout=self.session.timeout_s * (3 + len(halves) / HALVES_IN_FLIGHT))
 
 
 _RAW_STATUS = {0: "FOUND", 19: "NO_NEW_MSG", 20: "NO_MATCHED_MSG", 21: "OFFSET_ILLEGAL"}

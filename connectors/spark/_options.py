@@ -61,6 +61,11 @@ SINK_OPTIONS = (
     "requestTimeoutMs",
     "accessKey",
     "secretKey",
+    "exactlyOnce",
+    "commitLogLocation",
+    "transactionGraceMs",
+    "testFailCommit",
+    "testFailTask",
 )
 # Options Spark itself may put next to the user's; accepted and ignored.
 _SPARK_INJECTED = ("path", "paths", "checkpointLocation", "queryName")
@@ -140,6 +145,11 @@ class SinkConfig:
     send_timeout_s: float = 10.0
     request_timeout_s: float = 10.0
     credentials: tuple[str, str] | None = None  # ACL: accessKey, secretKey
+    exactly_once: bool = False
+    commit_log: str | None = None  # exactly once: the directory of the commit log (None: from the checkpoint)
+    grace_s: float = 60.0  # exactly once: how long a check leaves a commit in progress to its driver
+    test_fail_commit: str | None = None  # testing hook: "beforeLog" / "afterLog" makes commit() fail once
+    test_fail_task: int | None = None  # testing hook: this partition's first attempt fails after sending
 
 
 def _credentials(opts: dict[str, str]) -> tuple[str, str] | None:
@@ -396,7 +406,32 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
         send_timeout_s=(send_ms or 10_000) / 1000.0,
         request_timeout_s=(req_ms or 10_000) / 1000.0,
         credentials=_credentials(opts),
+        exactly_once=_bool(opts, "exactlyOnce", False),
+        commit_log=_commit_log(options, opts),
+        grace_s=(_int(opts, "transactionGraceMs") or 60_000) / 1000.0,
+        test_fail_commit=_choice(opts, "testFailCommit", ("beforeLog", "afterLog")),
+        test_fail_task=_int(opts, "testFailTask", minimum=0),
     )
+
+
+def _commit_log(raw: Mapping[str, str], opts: dict[str, str]) -> str | None:
+    """Where exactly-once commits are logged: the option, else ``<checkpointLocation>/rocketmq-sink``."""
+    if opts.get("commitLogLocation"):
+        return opts["commitLogLocation"].strip()
+    for k, v in raw.items():
+        if k.lower() == "checkpointlocation" and v:
+            return v.rstrip("/") + "/rocketmq-sink"
+    return None
+
+
+def _choice(opts: dict[str, str], name: str, allowed: tuple[str, ...]) -> str | None:
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    for a in allowed:
+        if raw.strip().lower() == a.lower():
+            return a
+    raise RocketMQOptionError(name, f"expected one of {', '.join(allowed)}, got {raw!r}")
 
 
 def describe(value: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,15 @@ from pyspark.sql.types import (
 )
 
 from rmq.connectors.spark import _access
+from rmq.connectors.spark._access import HalfRef
+from rmq.connectors.spark._exactly_once import (
+    ATTEMPT_PROP,
+    PARTITION_PROP,
+    ExactlyOnceDriver,
+    TxCommit,
+    log_dir,
+    task_properties,
+)
 from rmq.connectors.spark._options import RocketMQOptionError, SinkConfig
 from rmq.connectors.spark._schema import SYSTEM_PROPERTIES
 
@@ -116,10 +126,11 @@ def _headers(v: Any) -> dict[str, str]:
 class _Sender:
     """Executor side of one task: group rows by target queue, send batches, count."""
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(self, config: SinkConfig, tx: ExactlyOnceTask | None = None) -> None:
         self.config = config
         self.session = _access.shared_session(config.nameserver, config.request_timeout_s, config.credentials)
         self.producer = self.session.producer(config.producer_group, config.send_timeout_s)
+        self.tx = tx  # exactly once: rows go out as half messages carrying tx.properties
         self._queues: dict[str, list[Any]] = {}
         self._rr = itertools.count(random.randrange(1 << 16))
         self._message = _access.message_factory()
@@ -161,7 +172,7 @@ class _Sender:
                     value,
                     tags=tags[i] if tags is not None else None,
                     keys=key,
-                    properties=_headers(headers[i]) if headers is not None and headers[i] else None,
+                    properties=self._properties(headers[i] if headers is not None else None),
                 )
                 part = parts[i] if parts is not None else None
                 if part is not None:
@@ -185,38 +196,96 @@ class _Sender:
                 qs = self.queues(topic)
                 for j in range(0, len(msgs), size):
                     jobs.append((qs[next(self._rr) % len(qs)], msgs[j : j + size]))
-            self.producer.send_batches(jobs)
+            if self.tx is None:
+                self.producer.send_batches(jobs)
+            else:
+                self.tx.send(jobs)
             self.messages += n
             self.batches += len(jobs)
+        if self.tx is not None:
+            self.tx.test_fail()
+            return TxCommit(self.messages, self.batches, self.tx.halves)
         return SinkCommit(self.messages, self.batches)
+
+    def _properties(self, headers: Any) -> dict[str, str] | None:
+        props = _headers(headers) if headers else None
+        if self.tx is None:
+            return props
+        return {**props, **self.tx.properties} if props else dict(self.tx.properties)
+
+
+class ExactlyOnceTask:
+    """A task's half messages: tagged with the query/job, batch, partition and attempt; listed for the driver."""
+
+    def __init__(self, config: SinkConfig, log: str, job_id: str | None) -> None:
+        self.properties = task_properties(log, job_id)
+        self.fail = config.test_fail_task is not None and self.properties[PARTITION_PROP] == str(
+            config.test_fail_task) and self.properties[ATTEMPT_PROP] == "0"
+        driver = ExactlyOnceDriver(config, log)
+        self.producer = driver.producer()
+        self.halves: list[HalfRef] = []
+
+    def test_fail(self) -> None:
+        if self.fail:
+            raise RuntimeError(f"rocketmq sink: testFailTask: attempt 0 of partition {self.properties[PARTITION_PROP]}"
+                               f" fails after sending {len(self.halves)} halves")
+
+    def send(self, jobs: list[tuple[Any, list[Any]]]) -> None:
+        self.halves.extend(self.producer.send_halves([(q, m) for q, msgs in jobs for m in msgs]))
 
 
 class _SendsRows:
-    """The batch and the streaming writer send alike; only Spark's commit/abort signatures differ."""
+    """The batch and the streaming writer send alike; only Spark's commit/abort signatures differ.
+
+    At least once (default): rows are acknowledged by a broker before write() returns; commit and
+    abort have nothing to do. Exactly once: see ``_exactly_once``. ``job_id`` names a batch job
+    (made on the driver when Spark builds the writer, pickled to the tasks); a stream has None
+    (its commit log is in the checkpoint, its ids in Spark's task properties).
+    """
+
+    job_id: str | None = None
 
     def __init__(self, config: SinkConfig, schema: StructType) -> None:
         self.config = config
         self.schema = schema
+        if config.exactly_once and self.job_id is None and isinstance(self, RocketMQStreamWriter):
+            if config.commit_log is None:
+                raise RocketMQOptionError(
+                    "exactlyOnce", "a stream written exactly once needs a checkpointLocation (or commitLogLocation)")
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return _Sender(self.config).write(iterator)
+    def _log(self) -> str:
+        return log_dir(self.config, self.job_id)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit | TxCommit:
+        tx = ExactlyOnceTask(self.config, self._log(), self.job_id) if self.config.exactly_once else None
+        return _Sender(self.config, tx).write(iterator)
 
 
 class RocketMQWriter(_SendsRows, DataSourceArrowWriter):
     """``df.write.format("rocketmq")`` (append only)."""
 
+    def __init__(self, config: SinkConfig, schema: StructType) -> None:
+        self.job_id = uuid.uuid4().hex if config.exactly_once else None
+        super().__init__(config, schema)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # every message was acknowledged by a broker before write() returned
+        if self.config.exactly_once:
+            ExactlyOnceDriver(self.config, self._log()).commit(messages, 0)
+        # at least once: every message was acknowledged by a broker before write() returned
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # sent messages cannot be taken back: at-least-once
+        if self.config.exactly_once:
+            ExactlyOnceDriver(self.config, self._log()).abort(messages, 0, final=True)
+        # at least once: sent messages cannot be taken back
 
 
 class RocketMQStreamWriter(_SendsRows, DataSourceStreamArrowWriter):
     """``df.writeStream.format("rocketmq")``: each micro-batch's rows are sent before it commits."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        pass
+        if self.config.exactly_once:
+            ExactlyOnceDriver(self.config, self._log()).commit(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        pass
+        if self.config.exactly_once:  # Spark runs the batch again after a restart: no empty record
+            ExactlyOnceDriver(self.config, self._log()).abort(messages, batchId, final=False)

@@ -47,7 +47,7 @@ def spark(discovery_path: Path) -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (extra, old["PYTHONPATH"]) if p)
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,3]")  # 3 attempts per task: the retry cases
         .appName("rmq-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -115,7 +115,8 @@ def spark_read(spark: Any, namesrv: str, topic: str) -> tuple[int, int, float]:
     return int(row["n"]), int(row["bytes"] or 0), time.perf_counter() - t0
 
 
-def spark_write(spark: Any, namesrv: str, topic: str, n: int, size: int, partitions: int) -> float:
+def spark_write(spark: Any, namesrv: str, topic: str, n: int, size: int, partitions: int,
+                exactly_once: bool = False) -> float:
     from rmq.client.blocking import Admin
 
     with Admin(namesrv_addr=namesrv) as admin:
@@ -124,8 +125,73 @@ def spark_write(spark: Any, namesrv: str, topic: str, n: int, size: int, partiti
         "CAST(id AS STRING) AS key", f"CAST(repeat('y', {size}) AS BINARY) AS value"
     )
     t0 = time.perf_counter()
-    df.write.format("rocketmq").option("nameserver", namesrv).option("topic", topic).mode("append").save()
+    (df.write.format("rocketmq").option("nameserver", namesrv).option("topic", topic)
+     .option("exactlyOnce", str(exactly_once).lower()).mode("append").save())
     return time.perf_counter() - t0
+
+
+def stream_latency(spark: Any, namesrv: str, rate: float, seconds: float, exactly_once: bool) -> list[float]:
+    """Produce at ``rate`` msgs/s (send time in the body), run source → upper() → sink as a stream
+    (processingTime 0), and time each output row's arrival at a pulling consumer: end-to-end ms."""
+    import threading
+
+    from rmq.client import Message, PullStatus
+    from rmq.client.blocking import Admin, Producer, PullConsumer
+
+    tag = f"{os.getpid()}_{int(exactly_once)}_{time.monotonic_ns()}"
+    src, dst = f"bench_lat_in_{tag}", f"bench_lat_out_{tag}"
+    with Admin(namesrv_addr=namesrv) as admin:
+        admin.create_topic(src, 2)
+        admin.create_topic(dst, 2)
+    ckpt = tempfile.mkdtemp(prefix="rmq-spark-lat-")
+    query = (spark.readStream.format("rocketmq").option("nameserver", namesrv).option("subscribe", src).load()
+             .selectExpr("upper(CAST(value AS STRING)) AS value")
+             .writeStream.format("rocketmq").option("nameserver", namesrv).option("topic", dst)
+             .option("exactlyOnce", str(exactly_once).lower()).option("checkpointLocation", ckpt).start())
+    lat: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        with PullConsumer("bench_lat_reader", namesrv_addr=namesrv) as c:
+            offs = {mq: 0 for mq in c.fetch_queues(dst)}
+            while not stop.is_set():
+                for mq, off in offs.items():
+                    res = c.pull(mq, off, 64)
+                    if res.status is PullStatus.FOUND:
+                        now = time.time() * 1000
+                        lat.extend(now - float(m.body.decode()) for m in res.messages)
+                        offs[mq] = res.next_begin_offset
+                time.sleep(0.005)
+
+    try:
+        eventually_active(query)
+        t = threading.Thread(target=consume, daemon=True)
+        t.start()
+        with Producer("bench_lat_producer", namesrv_addr=namesrv) as p:
+            t0 = time.monotonic()
+            for i in range(int(rate * seconds)):
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                p.send(Message(src, f"{time.time() * 1000:.3f}".encode()))
+        time.sleep(5)  # the last rows' way through
+        stop.set()
+        t.join(10)
+    finally:
+        query.stop()
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return sorted(lat)
+
+
+def eventually_active(query: Any) -> None:
+    """Wait until the stream ran its first (empty) batch: Spark's start-up is not latency."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not query.recentProgress:
+        time.sleep(0.2)
+
+
+def pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,6 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--skip-produce", action="store_true")
     ap.add_argument("--skip-write", action="store_true")
+    ap.add_argument("--eo-messages", type=int, default=100_000,
+                    help="rows for the exactly-once sink pass (one half message per request: slower)")
+    ap.add_argument("--latency-rate", type=float, default=200.0, help="streaming latency: input msgs/s")
+    ap.add_argument("--latency-seconds", type=float, default=30.0, help="streaming latency: seconds of input")
+    ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--max-transfer", type=int, default=None,
                     help="own rmqd only: maxTransferCountOnMessageInMemory (messages per pull; broker default 32)")
     args = ap.parse_args(argv)
@@ -178,6 +249,18 @@ def main(argv: list[str] | None = None) -> None:
             if not args.skip_write:
                 secs = spark_write(spark, namesrv, f"{topic}_sink", n, size, spark.sparkContext.defaultParallelism)
                 print(f"spark sink (write):             {secs:7.2f} s  {n / secs:12,.0f} rows/s")
+                m = min(n, args.eo_messages)
+                secs = spark_write(spark, namesrv, f"{topic}_sink_alo", m, size, spark.sparkContext.defaultParallelism)
+                print(f"spark sink at least once:       {secs:7.2f} s  {m / secs:12,.0f} rows/s  ({m:,} rows)")
+                secs = spark_write(spark, namesrv, f"{topic}_sink_eo", m, size, spark.sparkContext.defaultParallelism,
+                                   exactly_once=True)
+                print(f"spark sink exactly once:        {secs:7.2f} s  {m / secs:12,.0f} rows/s  ({m:,} rows)")
+            if not args.skip_latency:
+                for eo in (False, True):
+                    lat = stream_latency(spark, namesrv, args.latency_rate, args.latency_seconds, eo)
+                    print(f"stream e2e latency {'exactly once ' if eo else 'at least once'} at "
+                          f"{args.latency_rate:g} msgs/s: p50 {pct(lat, 0.5):6.0f} ms  p90 {pct(lat, 0.9):6.0f} ms  "
+                          f"p99 {pct(lat, 0.99):6.0f} ms  ({len(lat):,} rows)")
         finally:
             spark.stop()
     finally:

@@ -34,10 +34,12 @@ pullBatchSize               offsets per pull span (default 256); requestTimeoutM
 
 ``df.where(col("tags") == "x")`` / ``isin(...)`` is pushed to the broker as a TAG filter.
 
-Writing (``df.write`` / ``df.writeStream``, append only, at least once): ``value`` (string
-or binary) required; optional ``key``, ``tags``, ``topic``, ``partition``, ``headers``.
-Options: ``nameserver``, ``topic`` (overrides the column), ``producerGroup``,
-``batchSize`` (messages per batch send, default 256), ``sendTimeoutMs``.
+Writing (``df.write`` / ``df.writeStream``, append only, at least once unless
+``exactlyOnce=true``): ``value`` (string or binary) required; optional ``key``, ``tags``,
+``topic``, ``partition``, ``headers``. Options: ``nameserver``, ``topic`` (overrides the
+column), ``producerGroup``, ``batchSize`` (messages per batch send, default 256),
+``sendTimeoutMs``, ``exactlyOnce`` (transactional halves ended by the driver's commit; see
+the README), ``commitLogLocation``, ``transactionGraceMs``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from rmq.connectors.spark import _access
 from rmq.connectors.spark._access import HalfRef
 from rmq.connectors.spark._options import SinkConfig
 
-__all__ = ["TxCommit", "TxLog", "decide", "task_properties", "ExactlyOnceDriver", "log_dir"]
+__all__ = ["TxCommit", "TxLog", "decide", "task_properties", "ExactlyOnceDriver", "ExactlyOnceTask", "log_dir"]
 
 LOG_PROP = "sparkCommitLog"
 QUERY_PROP = "sparkQueryId"
@@ -205,3 +205,27 @@ class ExactlyOnceDriver:
             self.log.write_commit(batch, [])
             self.log.write_ended(batch, [])
         self.producer().end(halves, commit=False)
+
+
+class ExactlyOnceTask:
+    """A task's half messages: tagged with the query/job, batch, partition and attempt; listed for the driver.
+
+    A replay of a batch the log already holds sends nothing (when this worker can read the log;
+    otherwise the driver rolls the replay's halves back)."""
+
+    def __init__(self, config: SinkConfig, log: str, job_id: str | None) -> None:
+        self.properties = task_properties(log, job_id)
+        self.fail = (config.test_fail_task is not None and self.properties[ATTEMPT_PROP] == "0"
+                     and self.properties[PARTITION_PROP] == str(config.test_fail_task))
+        self.producer = ExactlyOnceDriver(config, log).producer()
+        self.committed = TxLog(log).commit_record(int(self.properties[BATCH_PROP])) is not None
+        self.halves: list[HalfRef] = []
+
+    def test_fail(self) -> None:
+        if self.fail:
+            raise RuntimeError(f"rocketmq sink: testFailTask: attempt 0 of partition {self.properties[PARTITION_PROP]}"
+                               f" fails after sending {len(self.halves)} halves")
+
+    def send(self, jobs: list[tuple[Any, list[Any]]]) -> None:
+        if not self.committed:
+            self.halves.extend(self.producer.send_halves([(q, m) for q, msgs in jobs for m in msgs]))

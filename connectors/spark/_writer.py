@@ -34,15 +34,7 @@ from pyspark.sql.types import (
 )
 
 from rmq.connectors.spark import _access
-from rmq.connectors.spark._access import HalfRef
-from rmq.connectors.spark._exactly_once import (
-    ATTEMPT_PROP,
-    PARTITION_PROP,
-    ExactlyOnceDriver,
-    TxCommit,
-    log_dir,
-    task_properties,
-)
+from rmq.connectors.spark._exactly_once import ExactlyOnceDriver, ExactlyOnceTask, TxCommit, log_dir
 from rmq.connectors.spark._options import RocketMQOptionError, SinkConfig
 from rmq.connectors.spark._schema import SYSTEM_PROPERTIES
 
@@ -129,8 +121,10 @@ class _Sender:
     def __init__(self, config: SinkConfig, tx: ExactlyOnceTask | None = None) -> None:
         self.config = config
         self.session = _access.shared_session(config.nameserver, config.request_timeout_s, config.credentials)
-        self.producer = self.session.producer(config.producer_group, config.send_timeout_s)
         self.tx = tx  # exactly once: rows go out as half messages carrying tx.properties
+        # (then no plain producer of the group: the broker must send its checks to a transactional one)
+        self.producer = tx.producer if tx is not None else self.session.producer(config.producer_group,
+                                                                                 config.send_timeout_s)
         self._queues: dict[str, list[Any]] = {}
         self._rr = itertools.count(random.randrange(1 << 16))
         self._message = _access.message_factory()
@@ -212,26 +206,6 @@ class _Sender:
         if self.tx is None:
             return props
         return {**props, **self.tx.properties} if props else dict(self.tx.properties)
-
-
-class ExactlyOnceTask:
-    """A task's half messages: tagged with the query/job, batch, partition and attempt; listed for the driver."""
-
-    def __init__(self, config: SinkConfig, log: str, job_id: str | None) -> None:
-        self.properties = task_properties(log, job_id)
-        self.fail = config.test_fail_task is not None and self.properties[PARTITION_PROP] == str(
-            config.test_fail_task) and self.properties[ATTEMPT_PROP] == "0"
-        driver = ExactlyOnceDriver(config, log)
-        self.producer = driver.producer()
-        self.halves: list[HalfRef] = []
-
-    def test_fail(self) -> None:
-        if self.fail:
-            raise RuntimeError(f"rocketmq sink: testFailTask: attempt 0 of partition {self.properties[PARTITION_PROP]}"
-                               f" fails after sending {len(self.halves)} halves")
-
-    def send(self, jobs: list[tuple[Any, list[Any]]]) -> None:
-        self.halves.extend(self.producer.send_halves([(q, m) for q, msgs in jobs for m in msgs]))
 
 
 class _SendsRows:

@@ -73,6 +73,12 @@ def test_available_now_with_checkpoint_reads_every_message_exactly_once(
 
     # stop, produce more, restart the same query: only the new messages, once each
     cluster.produce(topic, _msgs(200, 130), batch=50)
+    # meanwhile an operator sees the stopped query's lag: the groupId mirror of its checkpoint
+    from rmq.testing.daemon import eventually
+    from rmq.testing.rmqadmin import js
+
+    eventually(lambda: js("consumerProgress", "-n", cluster.namesrv, "-g", group, "-t", topic)["diffTotal"] == 130,
+               30, "rmqadmin consumerProgress shows the stopped query's lag of 130")
     batches = _run(spark, cluster.namesrv, topic, out, ckpt, **opts)
     assert sum(batches) == 130
     rows = _output(spark, out)

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 DRIVER = '''
 import sys
+import time
 from pyspark.sql import SparkSession, functions as F
 from rmq.connectors.spark import register
 
@@ -40,7 +41,7 @@ register(spark)
 
 @F.udf("string")
 def slow_upper(v):  # a few ms a row, so a batch's tasks run long enough to lose an executor mid-way
-        time.sleep(0.01)
+    time.sleep(0.01)
     return v.upper()
 
 q = (spark.readStream.format("rocketmq").option("nameserver", ns).option("subscribe", src)
@@ -155,16 +156,17 @@ def test_exactly_once_on_a_standalone_cluster_with_an_executor_killed(
 
     driver = _driver(standalone, script, ns, src, out, str(ckpt))
     try:
-        eventually(lambda: log.is_dir() and any(p.suffix == ".commit" for p in log.iterdir()), 300,
-                   "the first batch committed")
-        victims = eventually(standalone.executors, 60, "executor JVMs")
+        eventually(lambda: driver.poll() is not None or log.is_dir() and any(
+            p.suffix == ".commit" for p in log.iterdir()), 300, "the first batch committed")
+        victims = eventually(lambda: driver.poll() is not None or standalone.executors(), 60, "executor JVMs")
+        assert driver.poll() is None, _finish(driver)
         os.kill(victims[0], signal.SIGKILL)
         killed_at = sum(p.suffix == ".commit" for p in log.iterdir())
         _finish(driver)
-    finally:
+    except AssertionError as e:
         if driver.poll() is None:
             driver.kill()
-            driver.wait(10)
+        raise AssertionError(f"{e}\ndriver output:\n{driver.communicate()[0][-6000:]}") from None
     assert killed_at < 6, "the stream ended before the executor was killed"  # 600 rows, 100 a batch
     eventually(lambda: tx.resolved(out, want), 120, "the output resolved")
 

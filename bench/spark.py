@@ -165,7 +165,7 @@ def stream_latency(spark: Any, namesrv: str, rate: float, seconds: float, exactl
                     res = c.pull(mq, off, 64)
                     if res.status is PullStatus.FOUND:
                         now = time.time() * 1000
-                        lat.extend(now - float(m.body) for m in res.messages if not m.body.startswith(b"w"))
+                        lat.extend(now - float(m.body) for m in res.messages if not m.body.upper().startswith(b"W"))
                         offs[mq] = res.next_begin_offset
                 time.sleep(0.005)
 

@@ -94,71 +94,6 @@ def txbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RmqdProcess]:
         proc.stop()
 
 
-class TxTools:
-    """Test-side views of the exactly-once broker: topics, what a consumer can pull, pending halves."""
-
-    HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-
-    def __init__(self, proc: RmqdProcess) -> None:
-        self.proc = proc
-        self.ns = proc.namesrv_addr
-
-    def topic(self, prefix: str, queues: int = 2) -> str:
-        from rmq.client.blocking import Admin
-
-        name = f"{prefix}_{os.getpid()}_{next(_names)}"
-        with Admin(namesrv_addr=self.ns) as admin:
-            admin.create_topic(name, queues)
-        return name
-
-    def pulled(self, topic: str) -> list[Any]:
-        """Every message a consumer can pull from ``topic`` now (rmq.client, no Spark)."""
-        from rmq.client import PullStatus
-        from rmq.client.blocking import PullConsumer
-
-        out: list[Any] = []
-        with PullConsumer("eo_test_reader", namesrv_addr=self.ns) as c:
-            for mq in c.fetch_queues(topic):
-                off = c.min_offset(mq)
-                while True:
-                    res = c.pull(mq, off, 32)
-                    if res.status is not PullStatus.FOUND:
-                        break
-                    out.extend(res.messages)
-                    off = res.next_begin_offset
-        return out
-
-    def pending_halves(self) -> int:
-        """Half messages the broker has no outcome for yet (half-topic offsets without an op record)."""
-        halves = {m.queue_offset for m in self.pulled(self.HALF)}
-        ops = {int(m.body.decode()) for m in self.pulled(self.OP)}
-        return len(halves - ops)
-
-    def bodies(self, topic: str) -> list[str]:
-        return sorted(m.body.decode() for m in self.pulled(topic))
-
-    def resolved(self, topic: str, want: list[str]) -> bool:
-        """No half left undecided and ``topic`` holds exactly ``want``."""
-        return self.pending_halves() == 0 and self.bodies(topic) == want
-
-    def produce(self, topic: str, n: int, start: int = 0) -> list[str]:
-        """Send ``in-<start>`` .. ``in-<start+n-1>``; returns the upper-cased values pipelines output."""
-        from rmq.client import Message
-        from rmq.client.blocking import Producer
-
-        end = start + n
-        with Producer("eo_test_producer", namesrv_addr=self.ns) as p:
-            for i in range(start, end, 20):
-                p.send_batch([Message(topic, f"in-{j}".encode(), keys=f"k{j % 5}")
-                              for j in range(i, min(end, i + 20))])
-        return sorted(f"IN-{j}" for j in range(start, end))
-
-
-@pytest.fixture(scope="session")
-def tx(txbroker: RmqdProcess) -> TxTools:
-    return TxTools(txbroker)
-
-
 class Cluster:
     """Test-side helpers around the suite's rmqd: topics and producing with rmq.client."""
 
@@ -189,3 +124,56 @@ class Cluster:
 @pytest.fixture(scope="session")
 def cluster(broker: RmqdProcess) -> Cluster:
     return Cluster(broker)
+
+
+class TxTools(Cluster):
+    """Test-side views of the exactly-once broker: topics, what a consumer can pull, pending halves."""
+
+    HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+    def pulled(self, topic: str) -> list[Any]:
+        """Every message a consumer can pull from ``topic`` now (rmq.client, no Spark)."""
+        from rmq.client import PullStatus
+        from rmq.client.blocking import PullConsumer
+
+        out: list[Any] = []
+        with PullConsumer("eo_test_reader", namesrv_addr=self.namesrv) as c:
+            for mq in c.fetch_queues(topic):
+                off = c.min_offset(mq)
+                while True:
+                    res = c.pull(mq, off, 32)
+                    if res.status is not PullStatus.FOUND:
+                        break
+                    out.extend(res.messages)
+                    off = res.next_begin_offset
+        return out
+
+    def pending_halves(self) -> int:
+        """Half messages the broker has no outcome for yet (half-topic offsets without an op record)."""
+        halves = {m.queue_offset for m in self.pulled(self.HALF)}
+        ops = {int(m.body.decode()) for m in self.pulled(self.OP)}
+        return len(halves - ops)
+
+    def bodies(self, topic: str) -> list[str]:
+        return sorted(m.body.decode() for m in self.pulled(topic))
+
+    def resolved(self, topic: str, want: list[str]) -> bool:
+        """No half left undecided and ``topic`` holds exactly ``want``."""
+        return self.pending_halves() == 0 and self.bodies(topic) == want
+
+    def produce_rows(self, topic: str, n: int, start: int = 0) -> list[str]:
+        """Send ``in-<start>`` .. ``in-<start+n-1>``; returns the upper-cased values pipelines output."""
+        from rmq.client import Message
+        from rmq.client.blocking import Producer
+
+        end = start + n
+        with Producer("eo_test_producer", namesrv_addr=self.namesrv) as p:
+            for i in range(start, end, 20):
+                p.send_batch([Message(topic, f"in-{j}".encode(), keys=f"k{j % 5}")
+                              for j in range(i, min(end, i + 20))])
+        return sorted(f"IN-{j}" for j in range(start, end))
+
+
+@pytest.fixture(scope="session")
+def tx(txbroker: RmqdProcess) -> TxTools:
+    return TxTools(txbroker)

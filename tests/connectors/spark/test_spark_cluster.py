@@ -146,9 +146,9 @@ def _finish(p: subprocess.Popen[str]) -> str:
 
 def test_exactly_once_on_a_standalone_cluster_with_an_executor_killed(
         standalone: Standalone, tx: Any, tmp_path: Path) -> None:
-    ns = tx.ns
+    ns = tx.namesrv
     src, out = tx.topic("clIn"), tx.topic("clOut")
-    want = tx.produce(src, 600)
+    want = tx.produce_rows(src, 600)
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     ckpt = tmp_path / "ckpt"
@@ -171,6 +171,6 @@ def test_exactly_once_on_a_standalone_cluster_with_an_executor_killed(
     eventually(lambda: tx.resolved(out, want), 120, "the output resolved")
 
     # more input; the query restarted from its checkpoint writes only the new rows, once
-    want = sorted(want + tx.produce(src, 300, start=600))
+    want = sorted(want + tx.produce_rows(src, 300, start=600))
     _finish(_driver(standalone, script, ns, src, out, str(ckpt)))
     eventually(lambda: tx.resolved(out, want), 120, "the second run resolved")

@@ -29,7 +29,7 @@ def _sink(w: Any, namesrv: str, topic: str, **options: str) -> Any:
 
 
 def test_batch_write_with_a_retried_task_is_exactly_once(spark: Any, tx: Any, tmp_path: Path) -> None:
-    ns = tx.ns
+    ns = tx.namesrv
     out = tx.topic("eoBatch", 4)
     rows = [(f"row-{i}", f"k{i % 7}") for i in range(400)]
     df = spark.createDataFrame(rows, "value string, key string").repartition(4)
@@ -68,9 +68,9 @@ def _run(query: Any) -> BaseException | None:
 @pytest.mark.parametrize("where", ["beforeLog", "afterLog"])
 def test_stream_driver_dies_at_commit_then_restarts(spark: Any, tx: Any, tmp_path: Path,
                                                     where: str) -> None:
-    ns = tx.ns
+    ns = tx.namesrv
     src, out = tx.topic("eoIn"), tx.topic("eoOut")
-    want = tx.produce(src, 100)
+    want = tx.produce_rows(src, 100)
     ckpt = tmp_path / "ckpt"
     error = _run(_stream(spark, ns, src, out, ckpt, testFailCommit=where, transactionGraceMs="3000"))
     assert error is not None and f"testFailCommit={where}" in str(error)
@@ -82,6 +82,10 @@ def test_stream_driver_dies_at_commit_then_restarts(spark: Any, tx: Any, tmp_pat
     # the first run's committed when the broker checks them (after the grace)
     eventually(lambda: tx.resolved(out, want), 90, "the output resolved")
     assert tx.bodies(out) == want
+    got = tx.pulled(out)
+    ids = {m.properties["sparkQueryId"] for m in got}
+    assert len(ids) == 1 and "unknown" not in ids  # Spark's query id, the same after the restart
+    assert {m.properties["sparkBatchId"] for m in got} == {"0", "1", "2"}
     records = sorted(p.name for p in (ckpt / "rocketmq-sink").iterdir() if p.suffix in (".commit", ".ended"))
     assert "0.commit" in records and "2.commit" in records
 
@@ -92,9 +96,9 @@ def test_stream_survives_a_broker_restart(spark: Any, tx: Any, tmp_path: Path) -
     checkpoint whenever it died, until the input is consumed. Output: each row once."""
     import threading
 
-    ns = tx.ns
+    ns = tx.namesrv
     src, out = tx.topic("eoRsIn"), tx.topic("eoRsOut")
-    want = tx.produce(src, 400)
+    want = tx.produce_rows(src, 400)
     ckpt = tmp_path / "ckpt"
     log = ckpt / "rocketmq-sink"
     restarted = threading.Event()

@@ -128,3 +128,29 @@ def test_stream_survives_a_broker_restart(spark: Any, tx: Any, tmp_path: Path) -
     assert at_restart and at_restart[0] < 10, "the stream ended before the broker restarted"
     eventually(lambda: tx.resolved(out, want), 120, "the output resolved")
     assert sum(p.suffix == ".commit" for p in log.iterdir()) >= 10  # 400 rows, 40 per batch
+
+
+def test_driver_commit_ends_a_new_batch_and_rolls_back_a_replay(tx: Any, tmp_path: Path) -> None:
+    """The driver's side alone (executors that cannot read the log still send a replay's halves)."""
+    from rmq.client import Message
+    from rmq.connectors.spark import _access
+    from rmq.connectors.spark._exactly_once import BATCH_PROP, LOG_PROP, ExactlyOnceDriver, TxCommit, TxLog
+    from rmq.connectors.spark._options import parse_sink_options
+
+    out = tx.topic("eoDrv")
+    cfg = parse_sink_options({"nameserver": tx.namesrv, "topic": out, "exactlyOnce": "true"})
+    driver = ExactlyOnceDriver(cfg, str(tmp_path))
+    producer = driver.producer()
+    queues = _access.shared_session(cfg.nameserver, cfg.request_timeout_s).publish_queues(out)
+
+    def send(batch: int, body: str) -> TxCommit:
+        props = {LOG_PROP: str(tmp_path), BATCH_PROP: str(batch)}
+        return TxCommit(1, 1, producer.send_halves([(queues[0], Message(out, body.encode(), properties=props))]))
+
+    TxLog(str(tmp_path)).write_commit(0, ["from-an-earlier-run"])
+    driver.commit([send(0, "replayed"), None], 0)  # None: a task Spark lists as failed
+    driver.commit([send(1, "new")], 1)
+    assert tx.bodies(out) == ["new"]  # the new batch's END was acknowledged before commit() returned
+    assert TxLog(str(tmp_path)).ended_record(1)["acked"] == [m.properties["UNIQ_KEY"] for m in tx.pulled(out)]
+    eventually(lambda: tx.pending_halves() == 0, 60, "the replay's half rolled back")
+    assert tx.bodies(out) == ["new"]

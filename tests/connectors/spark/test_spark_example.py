@@ -44,12 +44,14 @@ def test_pipeline_aggregates_windows_to_topic_and_parquet(spark: Any, cluster: A
             "--available-now",
         ]
     )
-    query = example.start(spark, args)
+    queries = example.start(spark, args)
     try:
-        assert query.awaitTermination(180)
+        for query in queries:
+            assert query.awaitTermination(180)
     finally:
-        query.stop()
-    assert query.exception() is None
+        for query in queries:
+            query.stop()
+    assert [q.exception() for q in queries] == [None, None]
 
     expected = {
         BASE_MS + w * 10_000: (10, round(sum(1.5 + i for i in range(w * 10, w * 10 + 10)), 2)) for w in range(3)
@@ -62,3 +64,8 @@ def test_pipeline_aggregates_windows_to_topic_and_parquet(spark: Any, cluster: A
     docs = [json.loads(bytes(r.value)) for r in stats.collect()]
     assert sorted((d["orders"], d["revenue"]) for d in docs) == sorted(expected.values())
     assert {r.tags for r in stats.collect()} == {"window-stats"}
+    # exactly once: the windows went out as transactional halves of the query's batches, then committed
+    headers = (spark.read.format("rocketmq").option("nameserver", cluster.namesrv).option("subscribe", stats_topic)
+               .option("includeHeaders", "true").load().collect())
+    assert all({h.key: bytes(h.value).decode() for h in r.headers}.get("sparkQueryId") == queries[0].id
+               for r in headers), headers[:1]

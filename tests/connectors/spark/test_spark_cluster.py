@@ -174,3 +174,31 @@ def test_exactly_once_on_a_standalone_cluster_with_an_executor_killed(
     want = sorted(want + tx.produce_rows(src, 300, start=600))
     _finish(_driver(standalone, script, ns, src, out, str(ckpt)))
     eventually(lambda: tx.resolved(out, want), 120, "the second run resolved")
+
+
+def test_the_example_pipeline_runs_on_the_standalone_cluster(standalone: Standalone, tx: Any, tmp_path: Path) -> None:
+    """examples/spark_pipeline.py unchanged, its driver pointed at the cluster through PYSPARK_SUBMIT_ARGS."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    base = 1_704_067_200_000
+    orders, stats = tx.topic("clOrders", 2), tx.topic("clStats", 2)
+    docs = [{"order_id": f"o{i}", "customer": f"c{i % 4}", "amount": 1.5 + i, "ts": base + i * 1000} for i in range(30)]
+    docs.append({"order_id": "late", "customer": "c0", "amount": 1.0, "ts": base + 45_000})  # closes the windows
+    tx.produce(orders, [{"body": json.dumps(d).encode()} for d in docs], batch=8)
+    submit = (f"--master {standalone.url} --conf spark.executor.memory=512m --conf spark.executor.cores=1 "
+              "--conf spark.cores.max=2 --conf spark.driver.host=127.0.0.1 --conf spark.ui.enabled=false "
+              "pyspark-shell")
+    example = Path(__file__).resolve().parents[3] / "examples" / "spark_pipeline.py"
+    run = subprocess.run(
+        [sys.executable, str(example), "--nameserver", tx.namesrv, "--checkpoint", str(tmp_path / "ckpt"),
+         "--output", str(tmp_path / "out"), "--input-topic", orders, "--output-topic", stats, "--available-now"],
+        env={**standalone.env, "PYSPARK_SUBMIT_ARGS": submit}, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Registering app rocketmq-orders" in (standalone.work / "master.log").read_text()  # ran on the cluster
+    want = sorted((10, round(sum(1.5 + i for i in range(w * 10, w * 10 + 10)), 2)) for w in range(3))
+    eventually(lambda: tx.pending_halves() == 0 and len(tx.bodies(stats)) == 3, 120, "the windows committed")
+    assert sorted((d["orders"], d["revenue"]) for d in map(json.loads, tx.bodies(stats))) == want
+    table = pq.read_table(tmp_path / "out").to_pylist()
+    assert sorted((r["orders"], r["revenue"]) for r in table) == want

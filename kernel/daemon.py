@@ -32,8 +32,8 @@ from rmq import __version__
 from rmq.kernel.config import EMBEDDED, NAMESPACES, ConfigError, RootConfig, dump_config, load_config
 from rmq.kernel.net import port_holder
 from rmq.kernel.plugin_manager import PluginError, describe
-from rmq.protocol.frame import CODEC
 from rmq.protocol.ports import BindError
+from rmq.protocol.storepath import SERVING as CODEC  # "compiled; store compiled"
 
 log = logging.getLogger("rmq.daemon")
 

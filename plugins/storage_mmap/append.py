@@ -20,14 +20,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-try:  # optional (the "fast" extra): ISA-L's CRC32, zlib's very values, 0.07 instead of 0.5 µs per KiB
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - exercised where isal is absent
-    from zlib import crc32
-
 from rmq.kernel import MessageRecord, PutResult, PutStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, RecordError, parse_for_dispatch
 from rmq.protocol.common import MAGIC_MESSAGE
+from rmq.protocol.storepath import crc32
 
 if TYPE_CHECKING:
     from rmq.plugins.storage_mmap.store import MmapMessageStore
@@ -127,6 +123,9 @@ class Appender:
                 add(meas)
                 size = meas[3]
             total += size
+        return self._append_batch(batch, measured, total)
+
+    def _append_batch(self, batch: Sequence[MessageRecord], measured: Any, total: int) -> PutResult:
         if total > self._max_batch + RECORD_OVERHEAD * len(batch):
             return self.illegal(f"batch of {total} bytes exceeds maxMessageSize {self.store.config.maxMessageSize}")
         return self.append(batch, measured, total)
@@ -192,6 +191,27 @@ class Appender:
             tq[qid] = qoff + n  # type: ignore[index]
             step = 1
         ts = first.store_timestamp or time.time_ns() // 1_000_000
+        handed = len(self.handoff)
+        failed = self._write(f.mm, pos, total, batch, measured, phys, topic, qid, qoff, step, ts)
+        if failed is not None:  # a field outside its Java type: nothing was written
+            if tq is not None:
+                tq[qid] = qoff  # give the queue offsets back: no hole
+            self.n_failed += 1
+            what = "a record field" if n == 1 else "a batch member's field"
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"{what} is out of range: {failed}")
+        f.wrote = pos + total
+        cl.tail = (phys + total, ts)
+        self.n_put += n
+        if self.reput.idle:
+            self.reput.wake()
+        if n == 1:
+            return PutResult(_OK, phys, total, qoff, 1, ts)
+        return PutResult(_OK, phys, total, qoff, n, ts, [h[0] for h in self.handoff[handed:]])
+
+    def _write(self, mm: Any, pos: int, total: int, batch: Sequence[MessageRecord], measured: Any, phys: int,
+               topic: str, qid: int, qoff: int, step: int, ts: int) -> struct.error | None:
+        """Pack the records into the write buffer, hand them off, copy them into ``mm[pos:pos + total]``;
+        the error (nothing written, nothing handed off) when a field is outside its Java type."""
         if total > len(self._buf):
             self._grow(total)
         buf = self._buf
@@ -202,6 +222,7 @@ class Appender:
         q = qoff
         p = 0
         i = 0
+        n = len(batch)
         try:
             while i < n:  # a while loop: for a batch of one, zip() or range() would cost more than packing
                 m = batch[i]
@@ -237,23 +258,11 @@ class Appender:
                 p += size
                 buf[s:p] = plen(len(pb)) + pb
                 q += step
-        except struct.error as exc:  # a field outside its Java type: nothing was written yet
-            if tq is not None:
-                tq[qid] = qoff  # give the queue offsets back: no hole
+        except struct.error as exc:
             del handoff[handed:]
-            self.n_failed += 1
-            what = "a record field" if n == 1 else "a batch member's field"
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"{what} is out of range: {exc}")
-        end = pos + total
-        f.mm[pos:end] = self._view[:total]  # the one copy into the mapping
-        f.wrote = end
-        cl.tail = (phys + total, ts)
-        self.n_put += n
-        if self.reput.idle:
-            self.reput.wake()
-        if n == 1:
-            return PutResult(_OK, phys, total, qoff, 1, ts)
-        return PutResult(_OK, phys, total, qoff, n, ts, [h[0] for h in handoff[handed:]])
+            return exc
+        mm[pos : pos + total] = self._view[:total]  # the one copy into the mapping
+        return None
 
     def _grow(self, size: int) -> None:
         self._view.release()
@@ -263,3 +272,61 @@ class Appender:
     def illegal(self, remark: str) -> PutResult:
         self.n_failed += 1
         return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=remark)
+
+
+class _Compiled:
+    """``measured`` of a put the compiled path measured: its topic prefix (the C code reads the rest)."""
+
+    __slots__ = ("tp",)
+
+    def __init__(self, tp: bytes) -> None:
+        self.tp = tp
+
+
+class CompiledAppender(Appender):
+    """The appender with the common case measured and packed by ``rmq.protocol._faststore``, which writes
+    the records straight into the mapping (no staging buffer, no per-field Python calls). A put it does
+    not take whole (an unknown topic, an IPv6 producer, a field outside its type, a batch the rules
+    refuse) is the pure path's, so results match by construction; test_faststore_diff compares them."""
+
+    def __init__(self, store: MmapMessageStore, fast: Any) -> None:
+        super().__init__(store)
+        self._measure = fast.measure
+        self._pack = fast.pack
+
+    def append(
+        self, batch: Sequence[MessageRecord], measured: Sequence[Measured] | None = None, total: int = 0
+    ) -> PutResult:
+        if measured is None:
+            tp = self._topics.get(batch[0].topic)
+            if tp is not None:
+                size = self._measure(batch, tp, self.writer.head8.size, self._max_body, False)
+                if size >= 0:
+                    return super().append(batch, _Compiled(tp), size)  # type: ignore[arg-type]
+        return super().append(batch, measured, total)
+
+    def put_batch(self, batch: Sequence[MessageRecord]) -> PutResult:
+        if batch:
+            tp = self._topics.get(batch[0].topic)
+            if tp is not None:
+                total = self._measure(batch, tp, self.writer.head8.size, self._max_body, True)
+                if total >= 0:
+                    return self._append_batch(batch, _Compiled(tp), total)
+        return super().put_batch(batch)
+
+    def _write(self, mm: Any, pos: int, total: int, batch: Sequence[MessageRecord], measured: Any, phys: int,
+               topic: str, qid: int, qoff: int, step: int, ts: int) -> struct.error | None:
+        if measured.__class__ is not _Compiled:
+            return super()._write(mm, pos, total, batch, measured, phys, topic, qid, qoff, step, ts)
+        w = self.writer
+        self._pack(mm, pos, total, batch, measured.tp, w._store_host, w._store_v6, phys, qid, qoff, step, ts,
+                   self.handoff, topic)
+        return None
+
+
+def make_appender(store: MmapMessageStore, pure: bool | None = None) -> Appender:
+    """The appender that serves: compiled unless ``pure`` (None: as ``RMQ_PURE`` and the install decided)."""
+    from rmq.protocol import storepath
+
+    fast = None if pure else storepath.FAST if pure is None else storepath.compiled_store()
+    return Appender(store) if fast is None else CompiledAppender(store, fast)

@@ -53,7 +53,7 @@ import anyio.lowlevel
 from rmq.kernel import MessageRecord, PutResult, PutStatus, Watermark
 from rmq.plugins.storage_mmap import retention
 from rmq.plugins.storage_mmap.admin import StoreAdminMixin
-from rmq.plugins.storage_mmap.append import Appender
+from rmq.plugins.storage_mmap.append import make_appender
 from rmq.plugins.storage_mmap.checkpoint import Checkpoint, StoreLock
 from rmq.plugins.storage_mmap.commitlog import CommitLog
 from rmq.plugins.storage_mmap.flushing import DefaultFlushPolicy, LogicsFlusher
@@ -132,7 +132,7 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
         self._attached_policy: FlushPolicy | None = None
         self._stale_span = config.maxMessageSize + 128 * 1024
         self.reput = ReputService(self)
-        self.appender = Appender(self)
+        self.appender = make_appender(self)  # compiled unless RMQ_PURE (or no compiler at install)
         self._append = self.appender.append  # bound once: the put path's hottest call
         self.replica = Replica(self)
         self._sync = False

@@ -1,0 +1,327 @@
+/* rmq.protocol._faststore: the compiled commitlog append of the mmap store (issue #30, step 4).
+ *
+ * Two calls per put (a single message or a batch of one topic and queue):
+ *
+ *   measure(batch, prefix, head_size, max_body, is_batch) -> int
+ *       the bytes the records will take, or -1 when any message is outside the common case (a field of
+ *       another type or outside its Java range, an IPv6 born host, a body over max_body, properties
+ *       that are not UTF-8 or over 32767 bytes, and for a batch: another topic or queue, a transaction
+ *       flag, a DELAY property). The caller then takes the pure path for the whole put, so refusals,
+ *       their statuses and remarks stay the pure path's by construction.
+ *
+ *   pack(mm, pos, total, batch, prefix, store_host, store_v6, phys, queue_id, queue_offset, step,
+ *        store_timestamp, handoff, topic) -> None
+ *       writes the records (the layout of rmq.protocol.record, CRC through the configured crc32, the
+ *       library the pure path uses) straight into the writable buffer ``mm`` at [pos, pos + total),
+ *       and appends one hand-off tuple per record to ``handoff`` (reput.Handoff's layout). Every write
+ *       is checked against that region: a batch whose records would not end exactly at pos + total
+ *       raises ValueError before a byte past the region is touched, and the hand-offs it added are
+ *       removed again.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_PROPS 32767
+#define BORN_V6 0x10
+#define STORE_V6 0x20
+
+static PyObject *crc_fn = NULL; /* bytes -> int: isal's or zlib's crc32, whichever the pure path uses */
+static int32_t magic = 0;
+
+enum {
+    A_TOPIC, A_QID, A_BODY, A_FLAG, A_PROPS, A_SYSFLAG, A_BORN_TS, A_BORN_HOST, A_RECONSUME, A_PREPARED,
+    A_STORE_TS, N_ATTR
+};
+static const char *const attr_names[N_ATTR] = {
+    "topic", "queue_id", "body", "flag", "properties", "sys_flag", "born_timestamp", "born_host",
+    "reconsume_times", "prepared_tx_offset", "store_timestamp",
+};
+static PyTypeObject *msg_type = NULL; /* MessageRecord: its slots are read in place */
+static Py_ssize_t attr_off[N_ATTR];
+
+/* One message's fields, borrowed from it (the message holds them for the whole call). */
+typedef struct {
+    PyObject *topic, *props, *prepared_obj, *body_obj;
+    const char *body, *born_host, *pb;
+    Py_ssize_t body_len, pb_len;
+    long long qid, flag, sys_flag, born_ts, reconsume, prepared, store_ts;
+} Msg;
+
+static inline void wr_i32(unsigned char *p, int64_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24); p[1] = (unsigned char)(u >> 16); p[2] = (unsigned char)(u >> 8); p[3] = (unsigned char)u;
+}
+static inline void wr_i64(unsigned char *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)u; u >>= 8; }
+}
+
+/* An exact int within [lo, hi] into *out; 0 when it is anything else (no exception left set). */
+static int int_in(PyObject *o, long long lo, long long hi, long long *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    if (v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* Reads message ``m`` (borrowed values: the message holds them for the whole call) into ``r``: 1 when it
+ * is a common-case message, 0 when not (another type, an unset slot, a field of another type or range). */
+static int load(PyObject *m, Msg *r) {
+    if (Py_TYPE(m) != msg_type) return 0;
+    PyObject *v[N_ATTR];
+    for (int i = 0; i < N_ATTR; i++) {
+        v[i] = *(PyObject **)((char *)m + attr_off[i]);
+        if (v[i] == NULL) return 0;
+    }
+    const long long I32_MIN = INT32_MIN, I32_MAX = INT32_MAX;
+    r->topic = v[A_TOPIC];
+    r->props = v[A_PROPS];
+    r->prepared_obj = v[A_PREPARED];
+    r->body_obj = v[A_BODY];
+    if (!PyUnicode_CheckExact(v[A_TOPIC]) || !PyUnicode_CheckExact(v[A_PROPS]) || !PyBytes_CheckExact(v[A_BODY])
+        || !PyBytes_CheckExact(v[A_BORN_HOST]) || PyBytes_GET_SIZE(v[A_BORN_HOST]) != 8
+        || !int_in(v[A_QID], I32_MIN, I32_MAX, &r->qid) || !int_in(v[A_FLAG], I32_MIN, I32_MAX, &r->flag)
+        || !int_in(v[A_SYSFLAG], I32_MIN, I32_MAX, &r->sys_flag)
+        || !int_in(v[A_BORN_TS], INT64_MIN, INT64_MAX, &r->born_ts)
+        || !int_in(v[A_RECONSUME], I32_MIN, I32_MAX, &r->reconsume)
+        || !int_in(v[A_PREPARED], INT64_MIN, INT64_MAX, &r->prepared)
+        || !int_in(v[A_STORE_TS], INT64_MIN, INT64_MAX, &r->store_ts)) /* the put's stamp may be the first's */
+        return 0;
+    r->body = PyBytes_AS_STRING(v[A_BODY]);
+    r->body_len = PyBytes_GET_SIZE(v[A_BODY]);
+    r->born_host = PyBytes_AS_STRING(v[A_BORN_HOST]);
+    r->pb = PyUnicode_AsUTF8AndSize(v[A_PROPS], &r->pb_len); /* cached in the str: no copy per put */
+    if (r->pb == NULL) { /* lone surrogates: the pure path raises its own error */
+        PyErr_Clear();
+        return 0;
+    }
+    return r->pb_len <= MAX_PROPS;
+}
+
+static int has_delay(const Msg *r) {
+    static const char key[] = "DELAY\x01";
+    const size_t k = sizeof(key) - 1;
+    const char *p = r->pb, *end = r->pb + r->pb_len;
+    while ((size_t)(end - p) >= k && (p = memchr(p, 'D', (size_t)(end - p) - k + 1)) != NULL) {
+        if (memcmp(p, key, k) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
+static PyObject *measure(PyObject *self, PyObject *args) {
+    PyObject *batch, *prefix;
+    long long head_size, max_body;
+    int is_batch;
+    if (!PyArg_ParseTuple(args, "OSLLp", &batch, &prefix, &head_size, &max_body, &is_batch)) return NULL;
+    if (!PyList_CheckExact(batch) && !PyTuple_CheckExact(batch)) return PyLong_FromLong(-1);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(batch);
+    PyObject **items = PySequence_Fast_ITEMS(batch);
+    long long total = 0;
+    const long long fixed = head_size + PyBytes_GET_SIZE(prefix) + 2;
+    Msg first;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Msg r;
+        if (!load(items[i], &r) || r.body_len > max_body) return PyLong_FromLong(-1);
+        if (i == 0) first = r;
+        if (is_batch) { /* RocketMQ's batch rules: the pure path refuses what breaks them, with its remark */
+            int same = PyUnicode_Compare(r.topic, first.topic);
+            if (same == -1 && PyErr_Occurred()) return NULL;
+            if (same != 0 || r.qid != first.qid || (r.sys_flag & 0xC) || has_delay(&r)) return PyLong_FromLong(-1);
+        }
+        total += fixed + r.body_len + r.pb_len;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+/* The hand-off tuple of one record: (phys, size, topic, queue_id, queue_offset, sys_flag,
+ * store_timestamp, prepared_offset, properties). */
+static PyObject *handoff_tuple(long long at, long long size, PyObject *topic, PyObject *qid, long long q,
+                               long long sf, PyObject *ts, const Msg *r) {
+    PyObject *t = PyTuple_New(9);
+    if (t == NULL) return NULL;
+    PyObject *ints[6] = {PyLong_FromLongLong(at), PyLong_FromLongLong(size), Py_NewRef(qid),
+                         PyLong_FromLongLong(q), PyLong_FromLongLong(sf), Py_NewRef(ts)};
+    for (int i = 0; i < 6; i++) {
+        if (ints[i] == NULL) {
+            for (int j = 0; j < 6; j++) Py_XDECREF(ints[j]);
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    PyTuple_SET_ITEM(t, 0, ints[0]);
+    PyTuple_SET_ITEM(t, 1, ints[1]);
+    Py_INCREF(topic);
+    PyTuple_SET_ITEM(t, 2, topic);
+    PyTuple_SET_ITEM(t, 3, ints[2]);
+    PyTuple_SET_ITEM(t, 4, ints[3]);
+    PyTuple_SET_ITEM(t, 5, ints[4]);
+    PyTuple_SET_ITEM(t, 6, ints[5]);
+    Py_INCREF(r->prepared_obj);
+    PyTuple_SET_ITEM(t, 7, r->prepared_obj);
+    Py_INCREF(r->props);
+    PyTuple_SET_ITEM(t, 8, r->props);
+    return t;
+}
+
+static long long body_crc(PyObject *body) {
+    PyObject *c = PyObject_CallOneArg(crc_fn, body);
+    if (c == NULL) return -1;
+    unsigned long v = PyLong_AsUnsignedLongMask(c);
+    Py_DECREF(c);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    return (long long)(v & 0x7FFFFFFFUL);
+}
+
+static PyObject *pack(PyObject *self, PyObject *args) {
+    PyObject *mm, *batch, *prefix, *store_host, *handoff, *topic, *qid_obj, *ts_obj;
+    long long pos, total, store_v6, phys, qid, qoff, step, ts;
+    if (!PyArg_ParseTuple(args, "OLLOSSLLO!LLO!O!U", &mm, &pos, &total, &batch, &prefix, &store_host, &store_v6,
+                          &phys, &PyLong_Type, &qid_obj, &qoff, &step, &PyLong_Type, &ts_obj, &PyList_Type,
+                          &handoff, &topic))
+        return NULL;
+    int overflow = 0;
+    qid = PyLong_AsLongLongAndOverflow(qid_obj, &overflow);
+    if (!overflow) ts = PyLong_AsLongLongAndOverflow(ts_obj, &overflow);
+    if (overflow || qid < INT32_MIN || qid > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "queue_id or store_timestamp outside its Java type");
+        return NULL;
+    }
+    if (crc_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_faststore.configure() was not called");
+        return NULL;
+    }
+    if (!PyList_CheckExact(batch) && !PyTuple_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "batch must be a list or tuple");
+        return NULL;
+    }
+    Py_ssize_t sh_len = PyBytes_GET_SIZE(store_host);
+    if (sh_len != 8 && sh_len != 20) {
+        PyErr_SetString(PyExc_ValueError, "store_host must be 8 or 20 bytes");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (pos < 0 || total < 0 || pos > view.len || total > view.len - pos) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the region to write is outside the buffer");
+        return NULL;
+    }
+    unsigned char *base = (unsigned char *)view.buf + pos;
+    const long long head_size = 64 + sh_len + 16, tl = PyBytes_GET_SIZE(prefix);
+    const char *sh = PyBytes_AS_STRING(store_host), *tp = PyBytes_AS_STRING(prefix);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(batch), handed = PyList_GET_SIZE(handoff);
+    PyObject **items = PySequence_Fast_ITEMS(batch);
+    long long p = 0, q = qoff;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Msg r;
+        if (!load(items[i], &r)) {
+            PyErr_SetString(PyExc_ValueError, "a message outside the compiled path's common case");
+            goto fail;
+        }
+        long long size = head_size + r.body_len + tl + 2 + r.pb_len;
+        if (size > total - p) {
+            PyErr_SetString(PyExc_ValueError, "the records do not fit the region reserved for them");
+            goto fail;
+        }
+        long long crc = body_crc(r.body_obj);
+        if (crc < 0) goto fail;
+        long long sf = (r.sys_flag & ~(long long)(BORN_V6 | STORE_V6)) | store_v6;
+        PyObject *h = handoff_tuple(phys + p, size, topic, qid_obj, q, sf, ts_obj, &r);
+        if (h == NULL) goto fail;
+        int added = PyList_Append(handoff, h);
+        Py_DECREF(h);
+        if (added < 0) goto fail;
+        unsigned char *w = base + p;
+        wr_i32(w, size);
+        wr_i32(w + 4, magic);
+        wr_i32(w + 8, crc);
+        wr_i32(w + 12, qid);
+        wr_i32(w + 16, r.flag);
+        wr_i64(w + 20, q);
+        wr_i64(w + 28, phys + p);
+        wr_i32(w + 36, sf);
+        wr_i64(w + 40, r.born_ts);
+        memcpy(w + 48, r.born_host, 8);
+        wr_i64(w + 56, ts);
+        memcpy(w + 64, sh, (size_t)sh_len);
+        w += 64 + sh_len;
+        wr_i32(w, r.reconsume);
+        wr_i64(w + 4, r.prepared);
+        wr_i32(w + 12, r.body_len);
+        w += 16;
+        memcpy(w, r.body, (size_t)r.body_len);
+        w += r.body_len;
+        memcpy(w, tp, (size_t)tl);
+        w += tl;
+        w[0] = (unsigned char)(r.pb_len >> 8);
+        w[1] = (unsigned char)r.pb_len;
+        memcpy(w + 2, r.pb, (size_t)r.pb_len);
+        p += size;
+        q += step;
+    }
+    PyBuffer_Release(&view);
+    if (p != total) {
+        PyList_SetSlice(handoff, handed, PyList_GET_SIZE(handoff), NULL);
+        PyErr_SetString(PyExc_ValueError, "the records do not fill the region reserved for them");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&view);
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyList_SetSlice(handoff, handed, PyList_GET_SIZE(handoff), NULL);
+        PyErr_Restore(et, ev, tb);
+    }
+    return NULL;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *fn, *type;
+    int m;
+    if (!PyArg_ParseTuple(args, "OiO!:configure", &fn, &m, &PyType_Type, &type)) return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "crc32 must be callable");
+        return NULL;
+    }
+    PyTypeObject *t = (PyTypeObject *)type;
+    Py_ssize_t off[N_ATTR];
+    for (int i = 0; i < N_ATTR; i++) {
+        PyObject *d = PyObject_GetAttrString(type, attr_names[i]);
+        if (d == NULL) return NULL;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
+                 ((PyMemberDescrObject *)d)->d_common.d_type == t;
+        if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "%s is not an object slot of the message type", attr_names[i]);
+            return NULL;
+        }
+    }
+    memcpy(attr_off, off, sizeof off);
+    Py_XSETREF(msg_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(crc_fn, Py_NewRef(fn));
+    magic = (int32_t)m;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "configure(crc32, magic, message_type): the CRC function, MAGIC_MESSAGE, MessageRecord."},
+    {"measure", measure, METH_VARARGS, "Bytes a put's records take, or -1 outside the common case."},
+    {"pack", pack, METH_VARARGS, "Write a measured put's records into a buffer region; append hand-offs."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_faststore", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__faststore(void) {
+    return PyModule_Create(&module);
+}

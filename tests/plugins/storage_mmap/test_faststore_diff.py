@@ -1,0 +1,191 @@
+"""The compiled commitlog append (``rmq.protocol._faststore``) against the pure one, put stream by put stream.
+
+Two stores get the same puts -- single messages and batches, valid ones of every shape the common case
+takes, and ones outside it (unknown or illegal topics, IPv6 producers, fields outside their Java types,
+bodies over maxMessageSize, properties over 32767 bytes or with lone surrogates, batches that break
+RocketMQ's batch rules) -- and must agree on every put's result (status, offsets, remark) or error,
+on the hand-offs given to the reput, and on every byte of the store's files: commitlog segments
+(64 KiB here, so puts roll over segments), consume queues and index files once dispatched. The
+compiled writer's own bounds checks are tested directly: it never writes outside the region it is
+given. ``make fuzz`` runs the property with the fuzz profile, ``make fuzz-asan`` against an
+AddressSanitizer/UBSan build of the extension.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmq.kernel.model import MessageRecord
+from rmq.plugins.storage_mmap import MmapMessageStore
+from rmq.plugins.storage_mmap.append import CompiledAppender, make_appender
+from rmq.protocol import storepath
+from rmq.testing.fuzz import fuzz_settings
+
+from .conftest import open_store
+
+FAST = storepath.compiled_store()
+I32 = (-(2**31), 2**31 - 1)
+I64 = (-(2**63), 2**63 - 1)
+V4 = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+
+
+def _compiler_present() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    import shutil
+
+    return shutil.which(cc) is not None
+
+
+def test_compiled_store_serves_unless_rmq_pure() -> None:
+    """Where a compiler exists the extension must have been built (so CI proves both paths run)."""
+    if os.getenv("RMQ_PURE"):
+        assert storepath.STORE == "pure (RMQ_PURE set)" and storepath.FAST is None
+    elif _compiler_present():
+        assert storepath.STORE == "compiled", "the compiled store was not built: run make install-test"
+    assert storepath.SERVING.endswith(f"; store {storepath.STORE}")
+    alt = os.getenv("RMQ_FASTSTORE")  # make fuzz-asan: the sanitizer build must be the one tested
+    if alt:
+        assert FAST is not None and sys.modules[FAST.__name__].__file__ == alt
+
+
+def _edge(lo: int, hi: int) -> st.SearchStrategy[Any]:
+    """Mostly small valid values, sometimes a bound or one past it, sometimes not an int at all."""
+    return st.one_of(
+        st.integers(0, 3),
+        st.integers(lo, hi),
+        st.sampled_from([lo, hi, lo - 1, hi + 1]),
+        st.sampled_from([True, 1.0, None]),
+    )
+
+
+_prop_key = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "k\u00e9", "a"])
+_prop_val = st.one_of(st.sampled_from(["TagA", "0", "3", "true", "k1 k2", ""]), st.text(max_size=12))
+properties = st.one_of(
+    st.dictionaries(_prop_key, _prop_val, max_size=4).map(lambda d: "".join(f"{k}\x01{v}\x02" for k, v in d.items())),
+    st.just(""),
+    st.just("x" * 32768),  # over 32767 UTF-8 bytes
+    st.just("TAGS\x01\ud800\x02"),  # a lone surrogate: not encodable
+    st.just("\u00e9" * 16384),  # 32768 bytes from 16384 chars
+)
+
+
+@st.composite
+def messages(draw: st.DrawFn, topic: str | None = None, qid: int | None = None) -> MessageRecord:
+    common = draw(st.booleans())  # half the messages in the common case, the others anything
+    return MessageRecord(
+        topic if topic is not None else draw(st.sampled_from(["TopicA", "TopicB", "Topic\u00e9", "bad topic", ""])),
+        qid if qid is not None else draw(st.integers(0, 3) if common else _edge(*I32)),
+        draw(st.one_of(st.binary(max_size=1500), st.just(b"z" * (16 * 1024 + 1)), st.binary().map(bytearray))),
+        flag=draw(st.integers(0, 3) if common else _edge(*I32)),
+        properties=draw(properties),
+        sys_flag=draw(st.sampled_from([0, 0, 1, 4, 8, 12, 0x10, 0x30, 2**31, -1])),
+        born_timestamp=draw(st.integers(0, 2**41) if common else _edge(*I64)),
+        born_host=draw(st.sampled_from([V4, V4, bytes(20), b"1234567"])),
+        reconsume_times=draw(st.integers(0, 16) if common else _edge(*I32)),
+        prepared_tx_offset=draw(st.integers(0, 2**40) if common else _edge(*I64)),
+        store_timestamp=draw(st.one_of(st.integers(1, 2**41), st.sampled_from([2**63, True]))),  # 0 means "now"
+    )
+
+
+@st.composite
+def puts(draw: st.DrawFn) -> tuple[str, list[MessageRecord]]:
+    if draw(st.booleans()):
+        return "single", [draw(messages())]
+    topic = draw(st.sampled_from(["TopicA", "TopicB"]))
+    qid = draw(st.integers(0, 3))
+    n = draw(st.integers(0, 24))
+    same = draw(st.booleans())  # a batch by the rules, or members drawn freely
+    batch = [draw(messages(topic, qid) if same else messages()) for _ in range(n)]
+    return "batch", batch if draw(st.booleans()) else tuple(batch)  # type: ignore[return-value]
+
+
+def _put(store: MmapMessageStore, kind: str, batch: list[MessageRecord]) -> Any:
+    try:
+        return store.appender.append(batch) if kind == "single" else store.appender.put_batch(batch)
+    except Exception as e:  # the pure path's own errors must be the compiled path's too
+        return type(e), str(e)
+
+
+def _files(root: Path) -> dict[str, Any]:
+    """Every store file's bytes by path; index files in order (they are named by their creation time)."""
+    files: dict[str, Any] = {"index": []}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.parent.name != "config" and p.name not in ("lock", "checkpoint", "abort"):
+            if p.parent.name == "index":
+                files["index"].append(p.read_bytes())
+            else:
+                files[str(p.relative_to(root))] = p.read_bytes()
+    return files
+
+
+def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
+    assert FAST is not None or not _compiler_present(), "the compiled store was not built: run make install-test"
+
+    async def main() -> None:
+        async with open_store(tmp_path / "pure") as pure, open_store(tmp_path / "fast") as fast:
+            pure.appender = make_appender(pure, pure=True)
+            fast.appender = make_appender(fast, pure=False)  # (without a compiler: pure against pure)
+            assert type(pure.appender) is not CompiledAppender
+            assert type(fast.appender) is CompiledAppender or FAST is None
+            used = []
+
+            @fuzz_settings(60)
+            @given(st.lists(puts(), min_size=1, max_size=6))
+            def check(stream: list[tuple[str, list[MessageRecord]]]) -> None:
+                for kind, batch in stream:
+                    before = fast.appender.n_put
+                    expected = _put(pure, kind, batch)
+                    assert _put(fast, kind, batch) == expected, (kind, batch)
+                    used.append(fast.appender.n_put > before)
+                assert fast.reput.handoff == pure.reput.handoff
+                assert fast.commitlog.max_offset == pure.commitlog.max_offset
+
+            check()
+            assert any(used)
+            assert _files(tmp_path / "fast") == _files(tmp_path / "pure")
+            await pure.wait_dispatched()
+            await fast.wait_dispatched()
+        assert _files(tmp_path / "fast") == _files(tmp_path / "pure")  # consume queues and index too
+
+    anyio.run(main)
+
+
+def test_compiled_writer_stays_inside_its_region() -> None:
+    """The region is [pos, pos + total): records that would end past it or short of it are refused
+    before anything outside is written, and the hand-offs of a refused call are taken back."""
+    assert FAST is not None or not _compiler_present()
+    if FAST is None:
+        return  # nothing compiled to check
+    msgs = [MessageRecord("T", 0, b"x" * 100, properties="TAGS\x01a\x02", store_timestamp=5) for _ in range(3)]
+    tp = b"\x01T"
+    total = FAST.measure(msgs, tp, 88, 1 << 20, True)
+    assert total == 3 * (88 + 100 + 2 + 2 + len("TAGS\x01a\x02"))
+    buf = bytearray(b"\xee" * (total + 64))
+    handoff: list[Any] = [("earlier",)]
+    args = (tp, V4, 0, 1000, 0, 7, 1, 5, handoff, "T")
+    for pos, size in ((80, total), (-1, total), (0, total - 1), (0, total + 1)):
+        with pytest.raises(ValueError):
+            FAST.pack(buf, pos, size, msgs, *args)
+        assert handoff == [("earlier",)]
+        if pos != 0:  # a region outside the buffer: nothing at all was written
+            assert buf == b"\xee" * (total + 64)
+        elif size < total:  # a region too short: nothing past its end was written
+            assert buf[size:] == b"\xee" * (total + 64 - size)
+    FAST.pack(buf, 32, total, msgs, *args)
+    assert buf[32 + total :] == b"\xee" * 32
+    assert [h[0] for h in handoff[1:]] == [1000, 1000 + total // 3, 1000 + 2 * total // 3]
+    with pytest.raises(BufferError):
+        FAST.pack(bytes(total), 0, total, msgs, *args)  # a read-only buffer
+    odd = [MessageRecord("T", 0, bytearray(b"x"))]
+    assert FAST.measure(odd, tp, 88, 1 << 20, False) == -1  # not the common case: the pure path's
+    with pytest.raises(ValueError):
+        FAST.pack(buf, 0, total, odd, *args)

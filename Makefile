@@ -12,7 +12,7 @@
 #               restarts, timer SIGKILL, the README's Spark snippet in a fresh process
 #   make faults the fault matrix: every message flow through every fault, printed as a table
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
-#   make fuzz-asan  the compiled codec's differential properties against its AddressSanitizer/UBSan build
+#   make fuzz-asan  the compiled codec's and store append's differential properties against AddressSanitizer/UBSan builds
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)
 #   make chaos  the nemesis (issue #31): partitions and pauses on per-node loopback addresses (nftables, as root)
 # CI (.ci/run) runs make test, then make slow, make faults, make chaos and make java.
@@ -40,12 +40,12 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[fast]"
 
 # once per virtualenv, again when an install's pyproject.toml changes (entry points): the inner loop skips it;
-# the compiled codec (protocol/_fastframe.c, issue #30) is rebuilt in place whenever its source changes
+# the compiled codec and store append (protocol/_fastframe.c, _faststore.c, issue #30) are rebuilt in place whenever their source changes
 install-test: $(VENV)/.install-test $(VENV)/.fastframe
 
 # pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
 # rmq runs on the pure path and rmqd's start line says "codec pure")
-$(VENV)/.fastframe: protocol/_fastframe.c setup.py | $(VENV)/.install-test
+$(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c setup.py | $(VENV)/.install-test
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
@@ -112,6 +112,7 @@ java: install-test java-deps
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
+             tests/plugins/storage_mmap/test_faststore_diff.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -128,16 +129,17 @@ fuzz_run = start=$$(date +%s); \
 fuzz: install-test
 	@$(call fuzz_run,,$(FUZZ_TESTS),$(VENV)/fuzz.log); exit $$rc
 
-# The compiled codec's properties against an AddressSanitizer/UBSan build of it (RMQ_FASTFRAME names the build
-# the tests load; the sanitizer runtime must be preloaded into the interpreter).
-FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py
+# The compiled codec's and store append's properties against AddressSanitizer/UBSan builds of them
+# (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
+FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test
-	@d=$$(mktemp -d); so=$$d/_fastframe$(EXT_SUFFIX); \
-	gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-		-fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/_fastframe.c -o $$so || { rm -rf $$d; exit 1; }; \
-	$(call fuzz_run,RMQ_FASTFRAME=$$so LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	@d=$$(mktemp -d); so=$$d/_fastframe$(EXT_SUFFIX); so2=$$d/_faststore$(EXT_SUFFIX); \
+	for m in _fastframe _faststore; do gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined \
+		-fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/$$m.c \
+		-o $$d/$$m$(EXT_SUFFIX) || { rm -rf $$d; exit 1; }; done; \
+	$(call fuzz_run,RMQ_FASTFRAME=$$so RMQ_FASTSTORE=$$so2 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=print_stacktrace=1,$(FUZZ_ASAN_TESTS),$(VENV)/fuzz-asan.log); \
 	rm -rf $$d; exit $$rc
 

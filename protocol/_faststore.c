@@ -17,6 +17,17 @@
  *       is checked against that region: a batch whose records would not end exactly at pos + total
  *       raises ValueError before a byte past the region is touched, and the hand-offs it added are
  *       removed again.
+ *
+ * And one call per run of index keys (the reput's IndexDispatcher):
+ *
+ *   index_put(mm, items, i, stop, entries_at, count, slots, begin_ts, begin_phy, slot_count, phy, ts)
+ *       -> (i, count, begin_ts, begin_phy, slot_count, phy, ts)
+ *       adds items[i:stop] ((key, commitlog offset, store timestamp) tuples) to an index file: the
+ *       key's Java String.hashCode over UTF-16 units picks a slot, each entry (hash, offset, seconds
+ *       since begin_ts, previous entry of the slot) goes at the end and the slot points at it, as
+ *       IndexFile.put_many does. It stops early at an item outside the common case (not a 3-tuple of
+ *       str and ints in range, a lone surrogate in the key) and returns where it stopped, for the pure
+ *       loop to go on from there. The header is the caller's (written before and after the call).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -284,6 +295,85 @@ fail:
     return NULL;
 }
 
+/* Java's String.hashCode of a str, over its UTF-16 code units; 0 when it has a lone surrogate (the pure
+ * path cannot encode it either, and takes over). */
+static int java_hash(PyObject *key, int32_t *out) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF) return 0;
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    *out = (int32_t)h;
+    return 1;
+}
+
+static inline int32_t rd_i32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static PyObject *index_put(PyObject *self, PyObject *args) {
+    PyObject *mm, *items;
+    Py_ssize_t i, stop;
+    long long at, count, slots, begin_ts, begin_phy, slot_count, phy, ts;
+    if (!PyArg_ParseTuple(args, "OO!nnLLLLLLLL", &mm, &PyList_Type, &items, &i, &stop, &at, &count, &slots,
+                          &begin_ts, &begin_phy, &slot_count, &phy, &ts))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (i < 0 || stop > PyList_GET_SIZE(items) || slots <= 0 || count < 0 || 40 + slots * 4 > at
+        || (stop > i && (at > view.len || count + (stop - i) > (view.len - at) / 20))) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "index entries outside the file");
+        return NULL;
+    }
+    unsigned char *base = (unsigned char *)view.buf;
+    for (; i < stop; i++) {
+        PyObject *it = PyList_GET_ITEM(items, i);
+        if (!PyTuple_CheckExact(it) || PyTuple_GET_SIZE(it) != 3 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(it, 0)))
+            break;
+        long long p, t;
+        int32_t h;
+        if (!int_in(PyTuple_GET_ITEM(it, 1), INT64_MIN, INT64_MAX, &p)
+            || !int_in(PyTuple_GET_ITEM(it, 2), INT64_MIN, INT64_MAX, &t) || !java_hash(PyTuple_GET_ITEM(it, 0), &h))
+            break;
+        h = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
+        unsigned char *slot = base + 40 + (h % slots) * 4;
+        long long prev = rd_i32(slot);
+        if (prev <= 0 || prev > count) prev = 0;
+        long long diff = 0;
+        if (begin_ts > 0 && t > begin_ts) {
+            diff = (long long)(((unsigned long long)t - (unsigned long long)begin_ts) / 1000);
+            if (diff > INT32_MAX) diff = INT32_MAX;
+        }
+        unsigned char *e = base + at + count * 20;
+        wr_i32(e, h);
+        wr_i64(e + 4, p);
+        wr_i32(e + 12, diff);
+        wr_i32(e + 16, prev);
+        if (count <= 1) {
+            begin_phy = p;
+            begin_ts = t;
+        }
+        if (prev == 0) slot_count++;
+        wr_i32(slot, count);
+        count++;
+        phy = p;
+        ts = t;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nLLLLLL)", i, count, begin_ts, begin_phy, slot_count, phy, ts);
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *fn, *type;
     int m;
@@ -317,6 +407,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(crc32, magic, message_type): the CRC function, MAGIC_MESSAGE, MessageRecord."},
     {"measure", measure, METH_VARARGS, "Bytes a put's records take, or -1 outside the common case."},
     {"pack", pack, METH_VARARGS, "Write a measured put's records into a buffer region; append hand-offs."},
+    {"index_put", index_put, METH_VARARGS, "Add a run of (key, offset, timestamp) entries to an index file."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,11 +23,12 @@ from array import array
 from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from rmq.kernel import DispatchRequest
 from rmq.plugins.storage_mmap.codec import _HIGH31, _LOW31, java_hash_fast
 from rmq.plugins.storage_mmap.mapped_file import MappedFile
+from rmq.protocol import storepath
 from rmq.protocol.common import java_hash
 
 log = logging.getLogger("rmq.store")
@@ -116,7 +117,7 @@ class IndexFile:
         SLOT.pack_into(mm, slot_pos, count)
         return True
 
-    def put_many(self, items: list[tuple[str, int, int]], i: int) -> int:
+    def put_many(self, items: list[tuple[str, int, int]], i: int, fast: Any = None) -> int:
         """``put`` for ``items[i:]`` until the file is full; returns the index of the first item not added.
 
         The reput loop's path (two or so keys per message make this the hottest dispatcher):
@@ -124,7 +125,8 @@ class IndexFile:
         once per entry. The first write reserves the entry count, so every slot ever written
         points at an entry the header counts; the second sets the end offset/time. A crash in
         between leaves unreachable entries but intact chains, and replay (guarded by the old
-        end offset) adds what is missing.
+        end offset) adds what is missing. ``fast``: the compiled module (``rmq.protocol._faststore``),
+        whose ``index_put`` writes the same entries and leaves what it does not take to the loop here.
         """
         mm = self.mm
         slots = self.slots
@@ -141,6 +143,10 @@ class IndexFile:
         slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         low, high, fallback = _LOW31, _HIGH31, java_hash
         phy = ts = 0
+        if fast is not None:
+            i, count, begin_ts, begin_phy, slot_count, phy, ts = fast.index_put(
+                mm, items, i, stop, at, count, slots, begin_ts, begin_phy, slot_count, phy, ts
+            )
         while i < stop:
             key, phy, ts = items[i]
             try:  # java_hash_fast, inlined
@@ -275,6 +281,7 @@ class IndexService:
         self.entries_at = HEADER_SIZE + slots * 4
         self.damage = ""
         self._on_full = on_full
+        self.fast: Any = storepath.FAST  # the compiled index writer, None on the pure path
         self.guard = -1  # records at or below this offset are indexed already (replay guard)
 
     def load(self, check_all: bool = False) -> None:
@@ -424,5 +431,5 @@ class IndexDispatcher:
                     add((r.topic + "#" + keys, phy, r.store_timestamp))
         i = 0
         while i < len(items):
-            i = svc.writable().put_many(items, i)
+            i = svc.writable().put_many(items, i, svc.fast)
         svc.guard = last

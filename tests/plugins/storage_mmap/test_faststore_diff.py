@@ -134,6 +134,8 @@ def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
         async with open_store(tmp_path / "pure") as pure, open_store(tmp_path / "fast") as fast:
             pure.appender = make_appender(pure, pure=True)
             fast.appender = make_appender(fast, pure=False)  # (without a compiler: pure against pure)
+            assert pure.index is not None and fast.index is not None
+            pure.index.fast, fast.index.fast = None, FAST
             assert type(pure.appender) is not CompiledAppender
             assert type(fast.appender) is CompiledAppender or FAST is None
             used = []
@@ -189,3 +191,52 @@ def test_compiled_writer_stays_inside_its_region() -> None:
     assert FAST.measure(odd, tp, 88, 1 << 20, False) == -1  # not the common case: the pure path's
     with pytest.raises(ValueError):
         FAST.pack(buf, 0, total, odd, *args)
+
+
+_keys = st.one_of(  # "topic#key", as the dispatcher builds them (never empty)
+    st.text(max_size=40).map(lambda k: "T#" + k),  # any code point (non-BMP ones hash as two UTF-16 units)
+    st.sampled_from(["T#k", "T#\u00e9", "T#\U0001f600", "T#" + "k" * 4100, "T#a\ud800"]),  # long; a lone surrogate
+)
+_entries = st.lists(
+    st.one_of(
+        st.tuples(_keys, st.integers(0, 2**40), st.integers(0, 2**42)),
+        st.tuples(_keys, st.sampled_from([-1, 2**63]), st.integers(-(2**63), 2**63 - 1)),  # out of range / odd
+        st.tuples(st.integers(), st.integers(), st.integers()),  # not a key: the pure loop's own error
+    ),
+    max_size=30,
+)
+
+
+@fuzz_settings(100)
+@given(st.lists(_entries, min_size=1, max_size=4), st.sampled_from([1, 3, 64]), st.integers(1, 200))
+def test_compiled_and_pure_index_write_the_same_entries(runs: list[Any], slots: int, max_entries: int) -> None:
+    """IndexFile.put_many with and without the compiled writer: the same entries, slots and header, the
+    same index of the first item not added, the same error for an item the pure loop refuses."""
+    import tempfile
+
+    from rmq.plugins.storage_mmap.index import IndexFile, index_file_size
+    from rmq.plugins.storage_mmap.mapped_file import MappedFile
+
+    assert FAST is not None or not _compiler_present()
+    with tempfile.TemporaryDirectory() as d:
+        files = []
+        for name in ("pure", "fast"):
+            (Path(d) / name).mkdir()
+            mf = MappedFile.open(Path(d) / name / "0", index_file_size(slots, max_entries), create=True, reserve=0)
+            files.append(IndexFile(mf, slots, max_entries))
+        try:
+            for items in runs:
+                outcome = []
+                for f, fast in zip(files, (None, FAST), strict=True):
+                    try:
+                        outcome.append(f.put_many(list(items), 0, fast))
+                    except Exception as e:
+                        outcome.append((type(e), str(e)))
+                assert outcome[0] == outcome[1]
+                a, b = files
+                assert (a.count, a.begin_ts, a.end_ts, a.begin_phy, a.end_phy, a.slot_count) == (
+                    b.count, b.begin_ts, b.end_ts, b.begin_phy, b.end_phy, b.slot_count)
+                assert a.mm[:] == b.mm[:]
+        finally:
+            for f in files:
+                f.close()

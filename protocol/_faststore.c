@@ -28,6 +28,15 @@
  *       IndexFile.put_many does. It stops early at an item outside the common case (not a 3-tuple of
  *       str and ints in range, a lone surrogate in the key) and returns where it stopped, for the pure
  *       loop to go on from there. The header is the caller's (written before and after the call).
+ *
+ * And one call per reput turn over the hand-offs of the records this process appended:
+ *
+ *   requests(take, expected, out) -> int
+ *       appends to ``out`` a DispatchRequest per hand-off tuple of ``take`` (properties decoded as
+ *       rmq.protocol.common.decode_properties does, the tags code as tags_code), and returns how many
+ *       it took; it stops at a record that does not start at ``expected`` (the end of the one before),
+ *       at a schedule-topic record with a DELAY property, and at anything outside the common case:
+ *       the reput's pure loop decides those.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -374,45 +383,163 @@ static PyObject *index_put(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nLLLLLL)", i, count, begin_ts, begin_phy, slot_count, phy, ts);
 }
 
-static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *fn, *type;
-    int m;
-    if (!PyArg_ParseTuple(args, "OiO!:configure", &fn, &m, &PyType_Type, &type)) return NULL;
-    if (!PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "crc32 must be callable");
+/* DispatchRequest: its slots, written in place on a fresh instance (no __init__ call per record) */
+enum { R_TOPIC, R_QID, R_PHYS, R_SIZE, R_TAGS, R_TS, R_QOFF, R_SYSFLAG, R_PREPARED, R_KEYS, R_UNIQ, R_PROPS, N_REQ };
+static const char *const req_names[N_REQ] = {
+    "topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "store_timestamp",
+    "consume_queue_offset", "sys_flag", "prepared_tx_offset", "keys", "uniq_key", "properties",
+};
+static PyTypeObject *req_type = NULL;
+static Py_ssize_t req_off[N_REQ];
+static PyObject *sep_prop = NULL, *k_tags = NULL, *k_keys = NULL, *k_uniq = NULL, *k_delay = NULL, *schedule = NULL;
+
+/* decode_properties of a str: pairs split at \x02, each cut at its first \x01, kept when both sides
+ * are non-empty (a later pair with the same name wins). */
+static PyObject *decode_props(PyObject *props) {
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    PyObject *parts = PyUnicode_Split(props, sep_prop, -1);
+    if (parts == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        PyObject *item = PyList_GET_ITEM(parts, i);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(item);
+        Py_ssize_t at = PyUnicode_FindChar(item, 1, 0, n, 1);
+        if (at == -2) { Py_DECREF(parts); goto fail; }
+        if (at <= 0 || at == n - 1) continue;
+        PyObject *k = PyUnicode_Substring(item, 0, at), *v = PyUnicode_Substring(item, at + 1, n);
+        int bad = k == NULL || v == NULL || PyDict_SetItem(d, k, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (bad) { Py_DECREF(parts); goto fail; }
+    }
+    Py_DECREF(parts);
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *requests(PyObject *self, PyObject *args) {
+    PyObject *take, *out;
+    long long expected;
+    if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &take, &expected, &PyList_Type, &out)) return NULL;
+    if (req_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_faststore.configure() was not given the request type");
         return NULL;
     }
+    Py_ssize_t i = 0, n = PyList_GET_SIZE(take);
+    for (; i < n; i++) {
+        PyObject *h = PyList_GET_ITEM(take, i);
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 9) break;
+        PyObject *topic = PyTuple_GET_ITEM(h, 2), *props = PyTuple_GET_ITEM(h, 8);
+        long long phys, size;
+        if (!int_in(PyTuple_GET_ITEM(h, 0), INT64_MIN, INT64_MAX, &phys) || phys != expected
+            || !int_in(PyTuple_GET_ITEM(h, 1), 0, INT64_MAX, &size) || !PyUnicode_CheckExact(topic)
+            || !PyUnicode_CheckExact(props))
+            break;
+        PyObject *d, *keys = Py_None, *uniq = Py_None, *tc;
+        if (PyUnicode_GET_LENGTH(props) == 0) {
+            d = PyDict_New();
+            tc = PyLong_FromLong(0);
+        } else {
+            d = decode_props(props);
+            if (d == NULL) return NULL;
+            int sched = PyUnicode_Compare(topic, schedule);
+            if (sched == -1 && PyErr_Occurred()) { Py_DECREF(d); return NULL; }
+            PyObject *tags = PyDict_GetItemWithError(d, k_tags);
+            int32_t hash = 0;
+            if ((sched == 0 && PyDict_GetItemWithError(d, k_delay) != NULL) || PyErr_Occurred()
+                || (tags != NULL && !java_hash(tags, &hash))) {
+                Py_DECREF(d);
+                if (PyErr_Occurred()) return NULL;
+                break; /* a delayed message's tags code is its deliver time; a lone surrogate: the pure path */
+            }
+            tc = PyLong_FromLong(hash);
+            keys = PyDict_GetItemWithError(d, k_keys);
+            uniq = keys == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(d, k_uniq);
+            if (PyErr_Occurred()) { Py_DECREF(d); Py_XDECREF(tc); return NULL; }
+            if (keys == NULL) keys = Py_None;
+            if (uniq == NULL) uniq = Py_None;
+        }
+        if (d == NULL || tc == NULL) { Py_XDECREF(d); Py_XDECREF(tc); return NULL; }
+        PyObject *r = req_type->tp_alloc(req_type, 0);
+        if (r == NULL) { Py_DECREF(d); Py_DECREF(tc); return NULL; }
+        PyObject *vals[N_REQ] = {
+            Py_NewRef(topic), Py_NewRef(PyTuple_GET_ITEM(h, 3)), Py_NewRef(PyTuple_GET_ITEM(h, 0)),
+            Py_NewRef(PyTuple_GET_ITEM(h, 1)), tc, Py_NewRef(PyTuple_GET_ITEM(h, 6)),
+            Py_NewRef(PyTuple_GET_ITEM(h, 4)), Py_NewRef(PyTuple_GET_ITEM(h, 5)), Py_NewRef(PyTuple_GET_ITEM(h, 7)),
+            Py_NewRef(keys), Py_NewRef(uniq), d,
+        };
+        for (int j = 0; j < N_REQ; j++) *(PyObject **)((char *)r + req_off[j]) = vals[j];
+        int added = PyList_Append(out, r);
+        Py_DECREF(r);
+        if (added < 0) return NULL;
+        expected = phys + size;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* The object slots of ``type`` named ``names`` into ``off``; -1 (TypeError set) when one is not. */
+static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *off) {
     PyTypeObject *t = (PyTypeObject *)type;
-    Py_ssize_t off[N_ATTR];
-    for (int i = 0; i < N_ATTR; i++) {
-        PyObject *d = PyObject_GetAttrString(type, attr_names[i]);
-        if (d == NULL) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString(type, names[i]);
+        if (d == NULL) return -1;
         int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
                  ((PyMemberDescrObject *)d)->d_common.d_type == t;
         if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
         Py_DECREF(d);
         if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "%s is not an object slot of the message type", attr_names[i]);
-            return NULL;
+            PyErr_Format(PyExc_TypeError, "%s is not an object slot of %s", names[i], t->tp_name);
+            return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *fn, *type, *rtype;
+    int m;
+    if (!PyArg_ParseTuple(args, "OiO!O!:configure", &fn, &m, &PyType_Type, &type, &PyType_Type, &rtype)) return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "crc32 must be callable");
+        return NULL;
+    }
+    PyTypeObject *rt = (PyTypeObject *)rtype;
+    if (rt->tp_itemsize != 0 || rt->tp_alloc == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the request type must be a plain class with __slots__");
+        return NULL;
+    }
+    Py_ssize_t off[N_ATTR], roff[N_REQ];
+    if (slot_offsets(type, attr_names, N_ATTR, off) < 0 || slot_offsets(rtype, req_names, N_REQ, roff) < 0)
+        return NULL;
     memcpy(attr_off, off, sizeof off);
+    memcpy(req_off, roff, sizeof roff);
     Py_XSETREF(msg_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(req_type, (PyTypeObject *)Py_NewRef(rtype));
     Py_XSETREF(crc_fn, Py_NewRef(fn));
     magic = (int32_t)m;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(crc32, magic, message_type): the CRC function, MAGIC_MESSAGE, MessageRecord."},
+    {"configure", configure, METH_VARARGS, "configure(crc32, magic, message_type, request_type): CRC function, MAGIC_MESSAGE, MessageRecord, DispatchRequest."},
     {"measure", measure, METH_VARARGS, "Bytes a put's records take, or -1 outside the common case."},
     {"pack", pack, METH_VARARGS, "Write a measured put's records into a buffer region; append hand-offs."},
     {"index_put", index_put, METH_VARARGS, "Add a run of (key, offset, timestamp) entries to an index file."},
+    {"requests", requests, METH_VARARGS, "DispatchRequests for a run of hand-offs; how many it took."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_faststore", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__faststore(void) {
+    sep_prop = PyUnicode_FromString("\x02");
+    k_tags = PyUnicode_InternFromString("TAGS");
+    k_keys = PyUnicode_InternFromString("KEYS");
+    k_uniq = PyUnicode_InternFromString("UNIQ_KEY");
+    k_delay = PyUnicode_InternFromString("DELAY");
+    schedule = PyUnicode_InternFromString("SCHEDULE_TOPIC_XXXX");
+    if (!sep_prop || !k_tags || !k_keys || !k_uniq || !k_delay || !schedule) return NULL;
     return PyModule_Create(&module);
 }

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from rmq.kernel.model import MessageRecord
+from rmq.kernel.model import DispatchRequest, MessageRecord
 from rmq.protocol.common import MAGIC_MESSAGE
 from rmq.protocol.frame import CODEC
 
@@ -41,7 +41,7 @@ def compiled_store() -> Any:
             from rmq.protocol import _faststore  # type: ignore[attr-defined]
         except ImportError:
             return None
-    _faststore.configure(crc32, MAGIC_MESSAGE, MessageRecord)
+    _faststore.configure(crc32, MAGIC_MESSAGE, MessageRecord, DispatchRequest)
     return _faststore
 
 

@@ -39,6 +39,7 @@ from rmq.kernel import DispatchRequest, RateLimitedLog
 from rmq.plugins.storage_mmap.codec import SCHEDULE_TOPIC, message_tags_code, parse_for_dispatch
 from rmq.plugins.storage_mmap.mapped_file import full_remark
 from rmq.plugins.storage_mmap.scan import resync
+from rmq.protocol import storepath
 from rmq.protocol.common import MAGIC_BLANK, Prop, decode_properties, tags_code
 from rmq.protocol.record import HEAD2
 
@@ -101,6 +102,7 @@ class ReputService:
         self._progress: Any = None
         self._batch = store.options.dispatch_batch
         self._levels = store.config.delay_levels_ms()
+        self.fast: Any = storepath.FAST  # the compiled request builder, None on the pure path
         self.n_handoff = self.n_parsed = 0
 
     def start(self) -> None:
@@ -292,6 +294,11 @@ class ReputService:
         add = reqs.append
         decode, tags, req, levels = decode_properties, tags_code, DispatchRequest, self._levels
         expected = offset
+        if self.fast is not None:  # the compiled loop takes the common run, this one goes on from there
+            done = self.fast.requests(take, offset, reqs)
+            if done:
+                expected = take[done - 1][0] + take[done - 1][1]
+                take = take[done:]
         for phys, size, topic, qid, qoff, sys_flag, ts, prepared, props in take:
             if phys != expected and not self._rolled(expected, phys, fsize):
                 log.warning("reput: hand-off out of step at %d (expected %d); parsing instead", phys, expected)

@@ -9,10 +9,7 @@ opaque and flag, so the connection can answer it and go on) or a FrameError (clo
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import struct
-import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -24,6 +21,7 @@ from rmq.protocol.command import (
     RemotingCommand,
     UndecodableCommand,
 )
+from rmq.protocol.extensions import load_extension, select
 from rmq.protocol.headercodec import (
     decode_binary_header,
     decode_json_header,
@@ -113,19 +111,9 @@ def compiled_codec() -> Any:
     """The compiled codec module (``rmq.protocol._fastframe``, bound to this module's pure decoder and
     encoder for what it does not do itself), or None when the extension was not built; loaded whatever
     ``RMQ_PURE`` says. ``RMQ_FASTFRAME`` names another build of the extension to load instead."""
-    alt = os.getenv("RMQ_FASTFRAME")  # another build of it (make fuzz-asan: the sanitizer build)
-    if alt:
-        spec = importlib.util.spec_from_file_location("rmq.protocol._fastframe", alt)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"RMQ_FASTFRAME={alt} is not an extension module")
-        _fastframe = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_fastframe)
-        sys.modules[spec.name] = _fastframe
-    else:
-        try:
-            from rmq.protocol import _fastframe  # type: ignore[attr-defined]
-        except ImportError:
-            return None
+    _fastframe = load_extension("_fastframe", "RMQ_FASTFRAME")  # RMQ_FASTFRAME: make fuzz-asan's build
+    if _fastframe is None:
+        return None
     from rmq.protocol.headercodec import _LANG_NAMES
 
     _fastframe.configure(RemotingCommand, _LANG_NAMES, _decode_one, encode_parts_pure)
@@ -141,14 +129,7 @@ def compiled_split() -> _Split | None:
 encode_parts_pure = encode_parts  # the reference the compiled encoder falls back to and is tested against
 
 
-def _select() -> tuple[Any, str]:
-    if os.getenv("RMQ_PURE"):
-        return None, "pure (RMQ_PURE set)"
-    codec = compiled_codec()
-    return codec, "compiled" if codec is not None else "pure (no compiler at install)"
-
-
-_codec, CODEC = _select()
+_codec, CODEC = select(compiled_codec)
 """``CODEC``: which frame codec serves, in words, for ``rmqd``'s start line ("compiled" / "pure (...)")."""
 _split: _Split | None = None
 if _codec is not None:

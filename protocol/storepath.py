@@ -7,13 +7,11 @@ path for the codec and the store alike. :data:`SERVING` is what ``rmqd``'s start
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from typing import Any
 
 from rmq.kernel.model import DispatchRequest, MessageRecord
 from rmq.protocol.common import MAGIC_MESSAGE
+from rmq.protocol.extensions import load_extension, select
 from rmq.protocol.frame import CODEC
 
 __all__ = ["SERVING", "STORE", "compiled_store", "crc32"]
@@ -28,30 +26,13 @@ def compiled_store() -> Any:
     """The compiled append module, configured with the pure path's CRC function, or None when it was not
     built; loaded whatever ``RMQ_PURE`` says (the differential tests run both paths in one process).
     ``RMQ_FASTSTORE`` names another build of the extension to load instead (make fuzz-asan)."""
-    alt = os.getenv("RMQ_FASTSTORE")
-    if alt:
-        spec = importlib.util.spec_from_file_location("rmq.protocol._faststore", alt)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"RMQ_FASTSTORE={alt} is not an extension module")
-        _faststore = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_faststore)
-        sys.modules[spec.name] = _faststore
-    else:
-        try:
-            from rmq.protocol import _faststore  # type: ignore[attr-defined]
-        except ImportError:
-            return None
+    _faststore = load_extension("_faststore", "RMQ_FASTSTORE")
+    if _faststore is None:
+        return None
     _faststore.configure(crc32, MAGIC_MESSAGE, MessageRecord, DispatchRequest)
     return _faststore
 
 
-def _select() -> tuple[Any, str]:
-    if os.getenv("RMQ_PURE"):
-        return None, "pure (RMQ_PURE set)"
-    fast = compiled_store()
-    return fast, "compiled" if fast is not None else "pure (no compiler at install)"
-
-
-FAST, STORE = _select()
+FAST, STORE = select(compiled_store)
 """``FAST``: the module serving (None on the pure path); ``STORE``: that choice in words."""
 SERVING = f"{CODEC}; store {STORE}"

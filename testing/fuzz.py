@@ -12,11 +12,13 @@ property tests keep their own settings:
 from __future__ import annotations
 
 import os
+import shutil
+import sysconfig
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-__all__ = ["FUZZ_ENV", "fuzz_settings", "fuzzing", "mutate"]
+__all__ = ["FUZZ_ENV", "compiler_present", "fuzz_settings", "fuzzing", "mutate"]
 
 FUZZ_ENV = "RMQ_FUZZ"
 EXAMPLES_ENV = "RMQ_FUZZ_EXAMPLES"
@@ -65,3 +67,10 @@ def mutate(data: bytes, draw: st.DrawFn) -> bytes:
             else:
                 del b[i]
     return bytes(b)
+
+
+def compiler_present() -> bool:
+    """Whether the C compiler Python was built with is here: then rmq's extensions must have been built
+    (their differential tests fail rather than compare the pure path with itself)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None

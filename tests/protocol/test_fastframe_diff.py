@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import struct
 import sys
-import sysconfig
 from typing import Any
 
 import pytest
@@ -28,7 +26,7 @@ from rmq.protocol import frame as frame_mod
 from rmq.protocol.codes import LanguageCode, SerializeType
 from rmq.protocol.command import FrameError, HeldAnswer, RemotingCommand, UndecodableCommand
 from rmq.protocol.frame import FrameDecoder, encode
-from rmq.testing.fuzz import fuzz_settings, fuzzing, mutate
+from rmq.testing.fuzz import compiler_present, fuzz_settings, fuzzing, mutate
 
 LANGS = sorted(m.name for m in LanguageCode)
 I32 = (-(2**31), 2**31 - 1)
@@ -36,18 +34,13 @@ I16 = (-(2**15), 2**15 - 1)
 LIMITS = [64, 4096, 1 << 24]
 
 
-def _compiler_present() -> bool:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc) is not None
-
-
 def test_compiled_codec_serves_unless_rmq_pure() -> None:
     """Where a compiler exists the extension must have been built (so CI proves both paths run)."""
     if os.getenv("RMQ_PURE"):
         assert frame_mod.CODEC == "pure (RMQ_PURE set)" and frame_mod._split is None
-    elif _compiler_present():
+    elif compiler_present():
         assert frame_mod.CODEC == "compiled", "the compiled codec was not built: run make install-test"
-    assert FrameDecoder(compiled=True)._split is not None or not _compiler_present()
+    assert FrameDecoder(compiled=True)._split is not None or not compiler_present()
     alt = os.getenv("RMQ_FASTFRAME")  # make fuzz-asan: the sanitizer build must be the one tested
     if alt:
         split = FrameDecoder(compiled=True)._split
@@ -446,13 +439,13 @@ def commands_to_encode(draw: st.DrawFn) -> Any:
 @given(commands_to_encode())
 def test_encoder_writes_the_pure_bytes(cmd: RemotingCommand) -> None:
     codec = frame_mod.compiled_codec()
-    assert codec is not None or not _compiler_present()
+    assert codec is not None or not compiler_present()
     if codec is not None:
         assert encoded(codec.encode_parts, cmd) == encoded(frame_mod.encode_parts_pure, cmd)
 
 
 def test_encoder_serves_unless_rmq_pure() -> None:
-    if not os.getenv("RMQ_PURE") and _compiler_present():
+    if not os.getenv("RMQ_PURE") and compiler_present():
         assert frame_mod.encode_parts is not frame_mod.encode_parts_pure
     cmd = RemotingCommand.request(310, {"a": "g", "p": "TAGS\x01A\x02"}, body=b"x", opaque=3).response(
         remark="\u00e9\U0001f600", ext={"msgId": "7F", "queueOffset": "12"})

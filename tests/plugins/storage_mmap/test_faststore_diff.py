@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from rmq.kernel.model import MessageRecord
 from rmq.plugins.storage_mmap import MmapMessageStore
 from rmq.plugins.storage_mmap.append import CompiledAppender, make_appender
 from rmq.protocol import storepath
-from rmq.testing.fuzz import fuzz_settings
+from rmq.testing.fuzz import compiler_present, fuzz_settings
 
 from .conftest import open_store
 
@@ -39,18 +38,11 @@ I64 = (-(2**63), 2**63 - 1)
 V4 = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
 
 
-def _compiler_present() -> bool:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    import shutil
-
-    return shutil.which(cc) is not None
-
-
 def test_compiled_store_serves_unless_rmq_pure() -> None:
     """Where a compiler exists the extension must have been built (so CI proves both paths run)."""
     if os.getenv("RMQ_PURE"):
         assert storepath.STORE == "pure (RMQ_PURE set)" and storepath.FAST is None
-    elif _compiler_present():
+    elif compiler_present():
         assert storepath.STORE == "compiled", "the compiled store was not built: run make install-test"
     assert storepath.SERVING.endswith(f"; store {storepath.STORE}")
     alt = os.getenv("RMQ_FASTSTORE")  # make fuzz-asan: the sanitizer build must be the one tested
@@ -129,7 +121,7 @@ def _files(root: Path) -> dict[str, Any]:
 
 
 def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
-    assert FAST is not None or not _compiler_present(), "the compiled store was not built: run make install-test"
+    assert FAST is not None or not compiler_present(), "the compiled store was not built: run make install-test"
 
     async def main() -> None:
         async with open_store(tmp_path / "pure") as pure, open_store(tmp_path / "fast") as fast:
@@ -166,7 +158,7 @@ def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
 def test_compiled_writer_stays_inside_its_region() -> None:
     """The region is [pos, pos + total): records that would end past it or short of it are refused
     before anything outside is written, and the hand-offs of a refused call are taken back."""
-    assert FAST is not None or not _compiler_present()
+    assert FAST is not None or not compiler_present()
     if FAST is None:
         return  # nothing compiled to check
     msgs = [MessageRecord("T", 0, b"x" * 100, properties="TAGS\x01a\x02", store_timestamp=5) for _ in range(3)]
@@ -219,7 +211,7 @@ def test_compiled_and_pure_index_write_the_same_entries(runs: list[Any], slots: 
     from rmq.plugins.storage_mmap.index import IndexFile, index_file_size
     from rmq.plugins.storage_mmap.mapped_file import MappedFile
 
-    assert FAST is not None or not _compiler_present()
+    assert FAST is not None or not compiler_present()
     with tempfile.TemporaryDirectory() as d:
         files = []
         for name in ("pure", "fast"):
@@ -275,7 +267,7 @@ def handoffs(draw: st.DrawFn) -> tuple[int, list[tuple[Any, ...]]]:
 def test_compiled_and_pure_reput_build_the_same_requests(tmp_path: Path) -> None:
     """The reput's requests from hand-offs, with and without the compiled builder: the same requests
     (decoded properties, tags codes, keys), the same end offset, the same hand-offs left."""
-    assert FAST is not None or not _compiler_present()
+    assert FAST is not None or not compiler_present()
 
     async def main() -> None:
         async with open_store(tmp_path / "s") as store:

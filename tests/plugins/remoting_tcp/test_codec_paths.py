@@ -14,7 +14,7 @@ import pytest
 
 from rmq.client import Message, Producer, PullConsumer
 from rmq.client.message import PullStatus
-from rmq.protocol import frame
+from rmq.protocol import frame, storepath
 from rmq.testing.daemon import RmqdProcess
 
 
@@ -24,10 +24,11 @@ def test_rmqd_names_its_codec_and_serves_send_and_pull(rmqd_factory: Callable[..
     ready = [ln for ln in proc.log_lines() if " ready: " in ln]
     assert ready
     if pure:
-        assert "; codec pure (RMQ_PURE set)" in ready[0]
+        assert "; codec pure (RMQ_PURE set); store pure (RMQ_PURE set)" in ready[0]
     else:  # the daemon's choice is this process's choice (the same install, RMQ_PURE unset)
         expected = frame.CODEC if frame.CODEC != "pure (RMQ_PURE set)" else "compiled"
-        assert f"; codec {expected}" in ready[0], ready[0]
+        store = storepath.STORE if storepath.STORE != "pure (RMQ_PURE set)" else "compiled"
+        assert f"; codec {expected}; store {store}" in ready[0], ready[0]
     body = "h\u00e9llo \u4e2d\u6587 \U0001f600".encode() * 50
 
     async def round_trip() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq.kernel.model import MessageRecord
@@ -162,7 +162,7 @@ def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
             assert type(fast.appender) is CompiledAppender or FAST is None
             used = []
 
-            @fuzz_settings(60)
+            @settings(fuzz_settings(60), max_examples=min(fuzz_settings(60).max_examples, 2000))  # the store grows
             @given(st.lists(puts(), min_size=1, max_size=6))
             def check(stream: list[tuple[str, list[MessageRecord]]]) -> None:
                 for kind, batch in stream:

@@ -32,6 +32,7 @@ SYS_GROUP = "CID_RMQ_SYS_TRANS"
 OP_TAG = "d"
 _TX_BITS = SysFlag.TX_PREPARED | SysFlag.TX_COMMIT  # 0x4 | 0x8 = the transaction type bits
 _BATCH = 32
+_COMMITTED_MAX = 65_536  # transactions remembered as committed, for a second END that must not store again
 
 
 class HalfMessageStage:
@@ -64,6 +65,10 @@ class TransactionEnder:
 
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+        # (group, UNIQ_KEY, born time) of recent commits, oldest first: a check's copy of a half committed
+        # meanwhile, or an END sent again after its answer was lost, settles the half without a second
+        # message (RocketMQ 4.9 stores it again). In memory, so a restart forgets it.
+        self.committed: dict[tuple[str, str, int], None] = {}
 
     async def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         b = self.broker
@@ -96,7 +101,11 @@ class TransactionEnder:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
         if half.commit_log_offset != phys:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "The commit log offset wrong")
-        if kind == SysFlag.TX_COMMIT:
+        key = (group, props.get(Prop.UNIQ_KEY) or f"@{phys}", half.born_timestamp)
+        if kind == SysFlag.TX_COMMIT and key in self.committed:
+            log.info("transaction %s of %s already committed: half %d settled without storing it again",
+                     key[1], group, queue_offset)
+        elif kind == SysFlag.TX_COMMIT:
             real_topic, real_qid = props.get(Prop.REAL_TOPIC), props.get(Prop.REAL_QID)
             if not real_topic or not (real_qid or "").lstrip("-").isdigit():
                 return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no real topic/queue")
@@ -114,6 +123,9 @@ class TransactionEnder:
                         PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE}.get(
                             result.status, ResponseCode.SYSTEM_ERROR)
                 return cmd.response(code, f"commit not stored: {result.status.name} {result.remark or ''}".strip())
+            self.committed[key] = None
+            if len(self.committed) > _COMMITTED_MAX:
+                del self.committed[next(iter(self.committed))]
         op = await b.put(op_record(queue_offset))
         if op.status is not PutStatus.PUT_OK:
             _limited.warning("op", "transaction op for half offset %d not stored: %s", queue_offset, op.status.name)

@@ -177,3 +177,25 @@ async def test_immunity_delays_a_check_without_holding_up_the_others(tx_rmqd: Rm
         got = await bodies(ns, "TxD", wait_for=2, timeout=25)
     assert sorted(got) == [b"immune", b"plain"]
     assert asked[b"plain"] < asked[b"immune"] and asked[b"immune"] >= 3.5  # checked after its immunity only
+
+
+async def test_a_second_commit_of_one_transaction_stores_nothing_more(tx_rmqd: RmqdProcess) -> None:
+    """An END resent after its answer was lost, or a check's copy of a half committed meanwhile, settles the
+    half and answers OK without a second message (RocketMQ 4.9 would store the message again)."""
+    from rmq.client.transaction import end_transaction_header
+
+    ns = tx_rmqd.namesrv_addr
+    await create_topic(tx_rmqd.broker_addr, "TxTwice")
+    async with TransactionProducer("TXG_TWICE", ns, checker=lambda m: None) as p:
+        sent = await p.send_in_transaction(Message("TxTwice", b"once"), lambda m, a: LocalTransactionState.UNKNOW)
+    r = sent.send_result
+    ext = end_transaction_header("TXG_TWICE", LocalTransactionState.COMMIT_MESSAGE, queue_offset=r.queue_offset,
+                                 offset_msg_id=r.offset_msg_id or r.msg_id, msg_id=r.msg_id,
+                                 transaction_id=r.transaction_id, from_check=False)
+    async with TcpRemotingClient(RemotingConfig(name="tx-twice")) as c:
+        for _ in range(2):
+            resp = await c.invoke(tx_rmqd.broker_addr, RemotingCommand.request(RequestCode.END_TRANSACTION, ext), 5)
+            assert resp.code == 0, resp.remark
+    assert await bodies(ns, "TxTwice", wait_for=1) == [b"once"]
+    await anyio.sleep(1.5)  # a check pass: the half is settled, nothing more arrives
+    assert await bodies(ns, "TxTwice", wait_for=1, timeout=2) == [b"once"]

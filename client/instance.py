@@ -198,7 +198,8 @@ class ClientInstance:
             o = self.options
             tls = ClientTls(verify=o.tls_verify, ca=o.tls_ca or "", cert=o.tls_cert or "",
                             key=o.tls_key or "") if o.tls else None  # the transport makes the context
-            cfg = RemotingConfig(name=self.name, connect_timeout=o.request_timeout, tls_client=tls)
+            cfg = RemotingConfig(name=self.name, connect_timeout=o.request_timeout, tls_client=tls,
+                                 local_host=o.local_host)
             remoting = self.kernel.hook.rmq_remoting_make_client(
                 kernel=self.kernel, config=cfg, handler=self._router.dispatch
             )

@@ -48,6 +48,9 @@ class ClientOptions:
     tls_key: str | None = None
     enable_trace: bool = False  # write RocketMQ message traces (Pub / SubBefore / SubAfter), see rmq.client.trace
     trace_topic: str = ""  # "" = RMQ_SYS_TRACE_TOPIC
+    # the address outgoing connections bind ("" = the OS picks): a multi-homed host's chosen interface, or
+    # a test client on its own loopback address that a packet filter can cut from one broker only
+    local_host: str = ""
 
 
 @attrs.define(kw_only=True)

@@ -346,22 +346,25 @@ class Daemons(list[RmqdProcess]):
 
     def controller_group(self, workdir: Path, brokers: int, *, controllers: int = 1, raft_password: str | None = None,
                          broker_extra: dict[str, Any] | None = None, hosts: Sequence[str] | None = None,
-                         **broker_conf: Any) -> ControllerGroup:
+                         envs: Sequence[dict[str, str] | None] | None = None, **broker_conf: Any) -> ControllerGroup:
         """A name server, ``controllers`` controllers (one Raft group) and ``brokers`` brokers of broker-a in
         controller mode (:data:`CONTROLLER_BROKER_CONF`, then ``broker_conf``; ``broker_extra``: more tables
         of the brokers' rmqd.toml, e.g. plugin options), each in a folder of ``workdir``. Returns once all
         have started (the name server and the controllers together); :meth:`ControllerGroup.settled`
         waits for the roles. ``hosts``: each node's loopback address, in the order name server,
-        controllers, brokers (default: all on 127.0.0.1)."""
+        controllers, brokers (default: all on 127.0.0.1); ``envs``: each node's extra environment, in the
+        same order (the nemesis's clock seam)."""
         hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * (1 + controllers + brokers)
-        if len(hosts) != 1 + controllers + brokers:
-            raise ValueError(f"hosts: {1 + controllers + brokers} addresses (name server, controllers, brokers)")
-        ns = RmqdProcess(workdir / "ns", broker=False, host=hosts[0])
+        envs = list(envs) if envs is not None else [None] * len(hosts)
+        if len(hosts) != 1 + controllers + brokers or len(envs) != len(hosts):
+            raise ValueError(f"hosts, envs: {1 + controllers + brokers} each (name server, controllers, brokers)")
+        ns = RmqdProcess(workdir / "ns", broker=False, host=hosts[0], env=envs[0])
         ports = [free_port() for _ in range(controllers)]
         addrs = [f"{hosts[1 + i]}:{p}" for i, p in enumerate(ports)]
         peers = ";".join(f"n{i}-{a}" for i, a in enumerate(addrs))
         secret = {"raftPassword": raft_password} if raft_password else {}
-        ctls = [RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, host=hosts[1 + i], extra={"controller": {
+        ctls = [RmqdProcess(workdir / f"c{i}", namesrv=False, broker=False, host=hosts[1 + i], env=envs[1 + i],
+                            extra={"controller": {
             "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}", "listenHost": hosts[1 + i],
             "scanNotActiveBrokerInterval": 1000, "controllerStorePath": str(workdir / f"c{i}" / "ctl"), **secret}})
             for i in range(controllers)]
@@ -370,7 +373,7 @@ class Daemons(list[RmqdProcess]):
                 **broker_conf}
         # one after the other: started together, two brokers take the same next broker id from the controller
         members = [self.start(RmqdProcess(workdir / f"b{i}", namesrv=False, broker_conf=conf, extra=broker_extra,
-                                          host=hosts[1 + controllers + i]))
+                                          host=hosts[1 + controllers + i], env=envs[1 + controllers + i]))
                    for i in range(brokers)]
         return ControllerGroup(ns, ctls, members, addrs)
 

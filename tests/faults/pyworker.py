@@ -5,6 +5,7 @@ its answer, ``recv`` for every delivery with its time. Runs until "stop" arrives
 client lives through the whole fault without a restart.
 
 Modes:
+  (every mode: "local_host", the address the client connects from; produce: "send_timeout", "retry_times")
   produce  {"namesrv","topic","group","kind": normal|ordered|delay|timer|request|tx,"interval_ms",
             "delay_level","delay_s","tx": "commit"|"mix"|"unknown", "request_timeout_s", "first", "count"}
             (bodies are "<topic>-<i>" from i = first: a second producer of a flow gives its own ids)
@@ -38,6 +39,16 @@ _out = threading.Lock()
 FAST = {"route_interval": 2.0, "heartbeat_interval": 2.0}  # route/heartbeat every 2 s (RocketMQ: 30 s)
 
 
+def client_opts(cfg: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """FAST, the worker's own loopback address (``local_host``: the nemesis cuts it from one broker) and
+    the producer settings a schedule chooses."""
+    opts: dict[str, Any] = {**FAST, **more}
+    for k in ("local_host", "send_timeout", "retry_times"):
+        if cfg.get(k) is not None:
+            opts[k] = cfg[k]
+    return opts
+
+
 def emit(obj: dict[str, Any]) -> None:
     obj.setdefault("t", time.time())
     with _out:
@@ -68,9 +79,9 @@ async def produce(cfg: dict[str, Any]) -> None:
         def checker(msg: Any) -> LocalTransactionState:  # the same answer the local transaction gave
             return (LocalTransactionState.COMMIT_MESSAGE if index(msg.body.decode()) % 2 == 0
                     else LocalTransactionState.ROLLBACK_MESSAGE)
-        p: Producer = TransactionProducer(cfg["group"], cfg["namesrv"], checker=checker, **FAST)
+        p: Producer = TransactionProducer(cfg["group"], cfg["namesrv"], checker=checker, **client_opts(cfg))
     else:
-        p = Producer(cfg["group"], cfg["namesrv"], **FAST)
+        p = Producer(cfg["group"], cfg["namesrv"], **client_opts(cfg))
     async with p, anyio.create_task_group() as tg:
         tg.start_soon(wait_stop, stop)
         i = first = int(cfg.get("first", 0))
@@ -90,7 +101,8 @@ async def produce(cfg: dict[str, Any]) -> None:
             try:
                 if kind == "ordered":
                     r = await p.send(msg, sharding_key=f"k{i % 8}")
-                    rec.update(ok=r.ok, status=r.status.name, queue=r.queue.queue_id, key=f"k{i % 8}")
+                    rec.update(ok=r.ok, status=r.status.name, queue=r.queue.queue_id, key=f"k{i % 8}",
+                               omid=r.offset_msg_id)
                 elif kind == "request":
                     reply = await p.request(msg, timeout=float(cfg.get("request_timeout_s", 3)))
                     rec.update(ok=reply.body.decode() == f"re:{body}", status="REPLIED")
@@ -141,7 +153,7 @@ async def push(cfg: dict[str, Any]) -> None:
             await replier.send(create_reply_message(msg, f"re:{body}"))
         return ConsumeResult.RECONSUME_LATER if fail else ConsumeResult.SUCCESS
 
-    opts: dict[str, Any] = {**FAST, "rebalance_interval": 2.0, "persist_interval": 1.0}
+    opts = client_opts(cfg, rebalance_interval=2.0, persist_interval=1.0)
     if cfg.get("max_reconsume") is not None:
         opts["max_reconsume_times"] = int(cfg["max_reconsume"])
     c = PushConsumer(cfg["group"], cfg["namesrv"], listener=listener, orderly=bool(cfg.get("orderly")),

@@ -11,8 +11,8 @@ Invariants (per schedule, where they apply):
   machine) when cut off from the controllers, and rejoins as a slave whose commitlog is byte for byte
   the master's up to the confirm offset.
 
-The producer runs on 127.0.0.1, outside every cut: it reaches both halves, as the clients of a real
-partition that leaves the client side whole. ``make chaos`` runs these (root and nftables needed).
+The producer runs on its own address, outside every cut here: it reaches both halves, as the clients
+of a real partition that leaves the client side whole (the ``chaos`` fixture: tests/nemesis/conftest.py). ``make chaos`` runs these (root and nftables needed).
 """
 
 from __future__ import annotations
@@ -20,118 +20,19 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
-from rmq.protocol.message import decode_offset_msg_id
 from rmq.testing import faults as F
-from rmq.testing.daemon import ControllerGroup, Daemons, RmqdProcess, call, eventually
-from rmq.testing.nemesis import Nemesis, node_addrs, tcp_unread
+from rmq.testing.chaos import SLACK_S, TIMEOUT_S, Chaos, Monitor
+from rmq.testing.daemon import RmqdProcess, call, eventually
+from rmq.testing.nemesis import tcp_unread
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
-
-PY = Path(__file__).parents[1] / "faults" / "pyworker.py"
-TIMEOUT_S = F.CONTROLLER_CELL_CONF["controllerHeartBeatTimeoutMills"] / 1000
-SLACK_S = 3.0  # a loaded 2-core machine: the fence loop's period, scheduling, a runtime poll
-
-
-@attrs.define
-class Sample:
-    t: float
-    host: str
-    role: str
-    epoch: int
-    fenced: bool
-
-
-class Monitor:
-    """Polls every broker's role, epoch and fence a few times a second (one thread per broker, so a
-    paused broker does not hold the others' samples back)."""
-
-    def __init__(self, brokers: list[RmqdProcess]) -> None:
-        self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._poll, args=(b,), daemon=True) for b in brokers]
-        for t in self._threads:
-            t.start()
-
-    def _poll(self, b: RmqdProcess) -> None:
-        while not self._stop.wait(0.15):
-            rt = F.runtime(b)
-            if rt is not None:
-                self.samples.append(Sample(time.time(), b.host, rt.get("controllerRole", "?"),
-                                           int(rt.get("masterEpoch", 0)), "fenced" in rt))
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(5)
-
-    def dual_masters(self) -> list[tuple[Sample, Sample]]:
-        """Pairs of samples, from two brokers within 0.3 s, both MASTER and unfenced in one epoch."""
-        live = sorted((s for s in self.samples if s.role == "MASTER" and not s.fenced), key=lambda s: s.t)
-        out = []
-        for i, a in enumerate(live):
-            for b in live[i + 1:]:
-                if b.t - a.t > 0.3:
-                    break
-                if b.host != a.host and b.epoch == a.epoch:
-                    out.append((a, b))
-        return out
-
-
-@attrs.define
-class Chaos:
-    tmp: Path
-    daemons: Daemons
-    group: ControllerGroup
-    cluster: F.Cluster
-    nemesis: Nemesis
-    ctl_hosts: list[str]
-    topic: str = "NemesisTopic"
-    history: F.History = attrs.field(factory=F.History)
-
-    def producer(self, name: str = "producer", interval_ms: int = 20) -> F.Worker:
-        w = F.python_worker(PY, {"mode": "produce", "namesrv": self.cluster.namesrv, "topic": self.topic,
-                                 "group": f"{name}-group", "interval_ms": interval_ms}, self.tmp, name)
-        self.history.producers.append(w)
-        return w
-
-    def acked(self) -> list[dict[str, Any]]:
-        return [s for s in self.history.sends() if s.get("ok")]
-
-    def acked_by(self, host: str) -> list[dict[str, Any]]:
-        return [s for s in self.acked() if s.get("omid") and decode_offset_msg_id(s["omid"])[0] == host]
-
-    def wait_acks(self, n: int, host: str | None = None, timeout: float = 60) -> None:
-        base = len(self.acked_by(host) if host else self.acked())
-        eventually(lambda: len(self.acked_by(host) if host else self.acked()) >= base + n, timeout,
-                   f"{n} more acknowledged sends" + (f" on {host}" if host else ""), 0.1)
-
-
-@pytest.fixture
-def chaos(tmp_path: Path) -> Iterator[Chaos]:
-    hosts = node_addrs(6)  # name server, 3 controllers, 2 brokers
-    with Daemons() as d, Nemesis() as n:
-        g = d.controller_group(tmp_path, 2, controllers=3, raft_password="nemesis-raft", hosts=hosts,
-                               **F.CONTROLLER_CELL_CONF, **F.BROKER_BASE)
-        g.settled(90)
-        c = F.Cluster("controller", tmp_path, g.namesrv, g.brokers, g.controllers, g.controller_addrs, d)
-        F.create_topic(c, "NemesisTopic")
-        ch = Chaos(tmp_path, d, g, c, n, hosts[1:4])
-        try:
-            yield ch
-        finally:
-            n.close()  # resumed and healed before the daemons stop
-            F.stop_workers(ch.history.producers)
-
 
 def commitlog(b: RmqdProcess, upto: int) -> bytes:
     """The first ``upto`` bytes of ``b``'s commitlog, from its segment files."""

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,14 +144,14 @@ class Chaos:
 
     def controller_leader(self) -> int:
         """The index of the controller that leads the Raft group now."""
-        def leader() -> int | None:
+        def leader() -> tuple[int] | None:  # a tuple: index 0 is a leader too
             for i, addr in enumerate(self.group.controller_addrs):
                 with contextlib.suppress(Exception):
                     r = call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=2)
                     if r.code == 0 and r.ext.get("isLeader") == "true":
-                        return i
+                        return (i,)
             return None
-        return eventually(leader, 60, "a controller leader", 0.2)  # type: ignore[no-any-return]
+        return int(eventually(leader, 60, "a controller leader", 0.2)[0])
 
     def stop_clients(self) -> None:
         F.stop_workers(self.workers())
@@ -267,6 +269,9 @@ def check(ch: Chaos, name: str, mon: Monitor | None, fault_at: float, healed_at:
     acked = [s for s in sends if s.get("ok")]
     ids = {s["id"] for s in acked}
     res.acked, res.failed_sends = len(ids), len(sends) - len(acked)
+    kinds = Counter((s.get("status") or s.get("error", "?")[:70 if os.environ.get("RMQ_CHAOS_KEEP") is None else 200]) for s in sends if not s.get("ok"))
+    if kinds:
+        res.figures["failures"] = ",".join(f"{k}:{n}" for k, n in kinds.most_common(3))
     if ch.history.consumers:
         def got() -> set[str]:
             return {d["id"] for d in ch.history.deliveries()}

@@ -264,6 +264,10 @@ class RaftState(SyncObj):  # type: ignore[misc]
             dynamicMembershipChange=False,
             raftMinTimeout=election_timeout[0],
             raftMaxTimeout=election_timeout[1],
+            # a leader cut off from its followers steps down after this long without a majority's answer
+            # (pysyncobj: 30 s; DLedger, RocketMQ's: 3 missed 2 s heartbeats): until then it still answers
+            # brokers' reads, and a write sits in its commit timeout instead of sending them to the new leader
+            leaderFallbackTimeout=2 * election_timeout[1],
             connectionRetryTime=1.0,
             commandsWaitLeader=False,
             onStateChanged=self._state_changed,

@@ -1,0 +1,358 @@
+"""Issue #31's nemesis schedules for a :class:`rmq.testing.chaos.Chaos` cluster under load: each injects
+a fault, checks what must hold while it lasts, heals, and waits for writes to come back. The fixed
+tests (tests/nemesis) run each once; the soak (:func:`soak`) runs random ones back to back and
+judges the whole history after each (:func:`rmq.testing.chaos.check`).
+
+A schedule raises AssertionError when an invariant of its own fails (the old leader still elected,
+the majority side not taking a change); the checker judges the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from rmq.protocol.codes import RequestCode
+from rmq.testing import faults as F
+from rmq.testing.chaos import Chaos, Monitor, RunCheck, check
+from rmq.testing.daemon import RmqdProcess, call, eventually
+
+HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
+STEP_DOWN_S = 4.0  # a controller leader without a majority's answer steps down (plugins/controller/raft.py)
+JUMP_MS = 90_000  # a clock jump: past every heartbeat timeout, lease and poll period the cluster has
+
+
+@attrs.define
+class Run:
+    """What a schedule did: when the fault began and ended (epoch s) and what it measured."""
+
+    name: str
+    fault_at: float = 0.0
+    healed_at: float = 0.0
+    figures: dict[str, Any] = attrs.field(factory=dict)
+
+    def since_fault(self, key: str) -> None:
+        self.figures[key] = round(time.time() - self.fault_at, 2)
+
+
+Schedule = Callable[[Chaos, Run], None]
+
+
+def _leader_among(ch: Chaos, indices: list[int]) -> int | None:
+    for i in indices:
+        with contextlib.suppress(Exception):
+            r = call(ch.group.controller_addrs[i], RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=2)
+            if r.code == 0 and r.ext.get("isLeader") == "true":
+                return i
+    return None
+
+
+def _roles(ch: Chaos) -> tuple[RmqdProcess, list[RmqdProcess]]:
+    master = eventually(ch.cluster.master, 60, "a master", 0.2)
+    return master, [b for b in ch.group.brokers if b is not master]
+
+
+def _new_master(ch: Chaos, old: RmqdProcess) -> RmqdProcess | None:
+    """A broker other than ``old`` that says it is master (``Cluster.master`` names the first one)."""
+    return next((b for b in ch.group.brokers if b is not old
+                 and (F.runtime(b) or {}).get("controllerRole") == "MASTER"), None)
+
+
+def _sss(b: RmqdProcess) -> list[int]:
+    return json.loads((F.runtime(b) or {}).get("syncStateSet", "[]"))  # type: ignore[no-any-return]
+
+
+def _all_hosts(ch: Chaos) -> list[str]:
+    return [ch.group.namesrv.host, *ch.ctl_hosts, *(b.host for b in ch.group.brokers), *ch.client_hosts]
+
+
+def _heal(ch: Chaos, run: Run, acks: int = 10) -> None:
+    """Heal, then wait for writes (``acks`` more) and for every broker back in the SyncStateSet."""
+    ch.nemesis.heal()
+    run.healed_at = time.time()
+    ch.wait_acks(acks, timeout=120)
+    eventually(lambda: ch.group.roles(), 120, "every broker back in the SyncStateSet", 0.5)
+    run.figures["settled_s"] = round(time.time() - run.healed_at, 2)
+
+
+def _stepped_down(ch: Chaos, run: Run, lone: int) -> None:
+    """The controller ``lone``, cut off from the others, does not (or no longer) claim to lead: it
+    steps down within twice the election timeout (2 s), so brokers stop asking it."""
+    eventually(lambda: _leader_among(ch, [lone]) is None, STEP_DOWN_S + 5, "the cut-off controller stepped down", 0.2)
+    run.since_fault("lone_not_leader_s")
+
+
+def controller_leader_isolated(ch: Chaos, run: Run) -> None:
+    """The Raft leader loses every other node: the two others elect a new leader, the brokers find it,
+    writes go on (a broker needs the controllers only to change roles)."""
+    old = ch.controller_leader()
+    rest = [i for i in range(3) if i != old]
+    run.fault_at = time.time()
+    ch.nemesis.isolate(ch.ctl_hosts[old], [h for h in _all_hosts(ch) if h != ch.ctl_hosts[old]])
+    eventually(lambda: _leader_among(ch, rest) is not None, 60, "a leader among the other two", 0.2)
+    run.since_fault("elect_s")
+    ch.wait_acks(20)
+    _stepped_down(ch, run, old)
+    master, slaves = _roles(ch)
+    run.figures["master_kept"] = master.host
+    _heal(ch, run)
+
+
+def _controllers_split(ch: Chaos, run: Run, leader_alone: bool) -> None:
+    """One controller cut from the other two (the brokers see all three): the majority side elects or
+    keeps a leader and takes a change of the replica set (a slave cut from its master leaves the
+    SyncStateSet only through it); the lone controller takes none."""
+    leader = ch.controller_leader()
+    lone = leader if leader_alone else (leader + 1) % 3
+    majority = [i for i in range(3) if i != lone]
+    run.fault_at = time.time()
+    ch.nemesis.partition([ch.ctl_hosts[lone]], [ch.ctl_hosts[i] for i in majority])
+    eventually(lambda: _leader_among(ch, majority) is not None, 60, "a leader on the majority side", 0.2)
+    run.since_fault("majority_leader_s")
+    ch.wait_acks(20)
+    master, slaves = _roles(ch)
+    ch.nemesis.cut(master.host, slaves[0].host)  # a change only the controller leader can make
+    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60,
+               "the SyncStateSet shrunk through the majority side", 0.2)
+    run.since_fault("sss_shrunk_s")
+    ch.wait_acks(20, host=master.host)
+    _stepped_down(ch, run, lone)
+    _heal(ch, run)
+
+
+def controllers_split_leader_alone(ch: Chaos, run: Run) -> None:
+    """Controllers 1/2 with the leader on the lone side."""
+    _controllers_split(ch, run, leader_alone=True)
+
+
+def controllers_split_leader_with_majority(ch: Chaos, run: Run) -> None:
+    """Controllers 2/1 with the leader on the majority side."""
+    _controllers_split(ch, run, leader_alone=False)
+
+
+def controllers_bridged(ch: Chaos, run: Run) -> None:
+    """Two controllers cannot reach each other; the third (the bridge) sees both: a quorum exists on
+    either side of the bridge, so writes and a SyncStateSet change must go on."""
+    leader = ch.controller_leader()
+    a, b = leader, (leader + 1) % 3
+    bridge = 3 - a - b
+    run.fault_at = time.time()
+    ch.nemesis.bridge([ch.ctl_hosts[a]], [ch.ctl_hosts[b]], ch.ctl_hosts[bridge])
+    ch.wait_acks(20)
+    time.sleep(HOLD_S)
+    eventually(lambda: _leader_among(ch, [0, 1, 2]) is not None, 60, "a controller leader under the bridge", 0.2)
+    ch.wait_acks(20)
+    run.figures["leader_now"] = _leader_among(ch, [0, 1, 2])
+    _heal(ch, run)
+
+
+def one_way_master_to_slave(ch: Chaos, run: Run) -> None:
+    """The master's packets to a slave are dropped, the slave's to the master are not (its reports
+    still arrive, its data does not): the slave stops catching up and leaves the SyncStateSet; sends
+    go on; after the heal it catches up and comes back."""
+    master, slaves = _roles(ch)
+    run.fault_at = time.time()
+    ch.nemesis.cut(master.host, slaves[0].host, both=False)
+    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, "the SyncStateSet shrunk", 0.2)
+    run.since_fault("sss_shrunk_s")
+    ch.wait_acks(20, host=master.host)
+    _heal(ch, run)
+
+
+def client_cut_from_master(ch: Chaos, run: Run) -> None:
+    """The first producer cannot reach the master (it still reaches the name server): its sends fail
+    or time out, the second producer and the consumer go on; after the heal it writes again."""
+    p0, p1 = ch.history.producers[0], ch.history.producers[1]
+    master, _ = _roles(ch)
+    run.fault_at = time.time()
+    ch.nemesis.cut(ch.client_hosts[0], master.host)
+    base1 = len([s for s in p1.events("send") if s.get("ok")])
+    eventually(lambda: len([s for s in p1.events("send") if s.get("ok")]) >= base1 + 30, 60,
+               "the second producer writes on", 0.2)
+    eventually(lambda: any(not s.get("ok") and s["t0"] >= run.fault_at for s in p0.events("send")), 60,
+               "a failed send of the cut producer", 0.2)
+    run.since_fault("first_failure_s")
+    late = [s for s in p0.events("send") if s.get("ok") and s["t0"] > run.fault_at + 0.5]
+    eventually(lambda: ch.cluster.master() is master, 5, "the master unchanged")
+    assert not late, f"the cut producer had {len(late)} sends acknowledged: {late[:2]}"
+    ch.nemesis.heal()
+    run.healed_at = time.time()
+    eventually(lambda: any(s.get("ok") and s["t0"] >= run.healed_at for s in p0.events("send")), 120,
+               "the cut producer writes again", 0.2)
+    run.figures["cut_recover_s"] = round(time.time() - run.healed_at, 2)
+    run.figures["cut_failed"] = sum(1 for s in p0.events("send") if not s.get("ok") and s["t0"] >= run.fault_at)
+
+
+def _clock_jump(ch: Chaos, run: Run, host: str) -> None:
+    """``host``'s wall clock jumps forward, then back past where it was, then returns; writes go on
+    (leases and heartbeat expiry run on the monotonic clock, which a jump does not move)."""
+    skew = ch.skews[host]
+    run.fault_at = time.time()
+    before = _epoch(ch)
+    for ms in (JUMP_MS, -JUMP_MS):
+        ch.nemesis.jump_clock(skew, ms)
+        ch.wait_acks(20)
+        time.sleep(HOLD_S / 2)
+    ch.nemesis.jump_clock(skew, 0)
+    run.figures["epoch_moved"] = _epoch(ch) - before
+    run.healed_at = time.time()
+    ch.wait_acks(10)
+
+
+def _epoch(ch: Chaos) -> int:
+    master, _ = _roles(ch)
+    return int((F.runtime(master) or {}).get("masterEpoch", 0))
+
+
+def clock_jump_master(ch: Chaos, run: Run) -> None:
+    master, _ = _roles(ch)
+    _clock_jump(ch, run, master.host)
+
+
+def clock_jump_controller(ch: Chaos, run: Run) -> None:
+    _clock_jump(ch, run, ch.ctl_hosts[ch.controller_leader()])
+
+
+def master_isolated_from_controllers(ch: Chaos, run: Run) -> None:
+    """The master loses every controller: it fences, a slave is elected, the old master rejoins."""
+    old, _ = _roles(ch)
+    run.fault_at = time.time()
+    ch.nemesis.isolate(old.host, ch.ctl_hosts)
+    eventually(lambda: "fenced" in (F.runtime(old) or {}), 60, "the old master fenced", 0.1)
+    run.since_fault("fence_s")
+    eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    run.since_fault("elect_s")
+    ch.wait_acks(20)
+    _heal(ch, run)
+
+
+def master_paused(ch: Chaos, run: Run) -> None:
+    """The master stops (SIGSTOP) past the heartbeat timeout: a slave is elected; on resume the old
+    master fences until it learns the new epoch."""
+    old, _ = _roles(ch)
+    assert old.proc is not None
+    run.fault_at = time.time()
+    ch.nemesis.pause(old.proc.pid, "master")
+    eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    run.since_fault("elect_s")
+    ch.wait_acks(20)
+    ch.nemesis.resume(old.proc.pid)
+    run.healed_at = time.time()
+    ch.wait_acks(10, timeout=120)
+    eventually(lambda: ch.group.roles(), 120, "every broker back in the SyncStateSet", 0.5)
+
+
+def master_with_leader_cut_off(ch: Chaos, run: Run) -> None:
+    """The master and the controller leader on one side, the other controllers and the slaves on the
+    other (name server and clients see both): the majority elects a new leader, which elects a slave;
+    the old master must stop writing before that, though the old leader, cut off from its followers,
+    still answers it."""
+    old, _ = _roles(ch)
+    leader = ch.controller_leader()
+    run.fault_at = time.time()
+    ch.nemesis.partition([old.host, ch.ctl_hosts[leader]],
+                         [*(h for i, h in enumerate(ch.ctl_hosts) if i != leader),
+                          *(b.host for b in ch.group.brokers if b is not old)])
+    eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    run.since_fault("elect_s")
+    ch.wait_acks(20)
+    time.sleep(HOLD_S)
+    run.figures["old_fenced"] = "fenced" in (F.runtime(old) or {})
+    _stepped_down(ch, run, leader)
+    _heal(ch, run)
+
+
+def slave_cut_from_master(ch: Chaos, run: Run) -> None:
+    """Master and a slave cannot reach each other: the SyncStateSet shrinks, sends go on."""
+    master, slaves = _roles(ch)
+    run.fault_at = time.time()
+    ch.nemesis.cut(master.host, slaves[0].host)
+    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, "the SyncStateSet shrunk", 0.2)
+    run.since_fault("sss_shrunk_s")
+    ch.wait_acks(20, host=master.host)
+    _heal(ch, run)
+
+
+SCHEDULES: dict[str, Schedule] = {f.__name__: f for f in (
+    controller_leader_isolated, controllers_split_leader_alone, controllers_split_leader_with_majority,
+    controllers_bridged, one_way_master_to_slave, client_cut_from_master, clock_jump_master,
+    clock_jump_controller, master_isolated_from_controllers, master_with_leader_cut_off, master_paused, slave_cut_from_master)}
+
+
+def start_load(ch: Chaos, producers: int = 2, interval_ms: int = 20) -> None:
+    """The consumer (orderly, on the second client address) and ``producers`` producers (the second
+    on the third address, its ids from SECOND_FIRST)."""
+    from rmq.testing.chaos import SECOND_FIRST
+
+    ch.consumer()
+    for k in range(producers):
+        ch.producer(f"producer{k}", interval_ms, host=2 * k, first=k * SECOND_FIRST)
+    ch.wait_acks(30)
+
+
+def run_schedule(ch: Chaos, name: str, mon: Monitor, stop_load: bool = True) -> RunCheck:
+    """Run one schedule against the loaded cluster and judge the history (every invariant, over every
+    run so far). ``stop_load``: stop the producers before the check (a fixed test); the soak keeps them."""
+    t0 = time.time()
+    run = Run(name)
+    SCHEDULES[name](ch, run)
+    if stop_load:
+        F.stop_workers(ch.history.producers)
+    res = check(ch, name, mon, run.fault_at, run.healed_at, started=t0)
+    res.figures.update(run.figures)
+    return res
+
+
+def soak(ch: Chaos, seconds: float, seed: int | None = None, names: list[str] | None = None,
+         out: Callable[[str], None] = print) -> list[RunCheck]:
+    """Random schedules back to back for ``seconds`` (the last one finishes), one line each, then a
+    summary line; the load runs throughout."""
+    rnd = random.Random(seed)
+    names = names or sorted(SCHEDULES)
+    mon = Monitor(ch.group.brokers)
+    results: list[RunCheck] = []
+    end = time.time() + seconds
+    try:
+        while time.time() < end or not results:
+            name = rnd.choice(names)
+            try:
+                res = run_schedule(ch, name, mon, stop_load=False)
+            except AssertionError as e:
+                res = RunCheck(name, problems=[f"schedule failed: {str(e)[:300]}"])
+                reset(ch)
+            results.append(res)
+            out(f"soak run {len(results):>3}: {res.line()}")
+            if not res.passed:
+                break
+    finally:
+        mon.stop()
+    out(summary(results, seed))
+    return results
+
+
+def reset(ch: Chaos) -> None:
+    """Undo whatever a failed schedule left: cuts healed, processes resumed, clocks back."""
+    ch.nemesis.heal()
+    ch.nemesis.resume()
+    for f in ch.skews.values():
+        ch.nemesis.jump_clock(f, 0)
+
+
+def summary(results: list[RunCheck], seed: int | None) -> str:
+    last = results[-1] if results else RunCheck("none")
+    per: dict[str, int] = {}
+    for r in results:
+        per[r.name] = per.get(r.name, 0) + 1
+    recs = [r.recover_s for r in results if r.recover_s is not None]
+    return (f"soak summary: {sum(r.passed for r in results)}/{len(results)} runs passed (seed {seed}); "
+            f"acked {last.acked}, lost {last.lost}, unacked delivered {last.unacked_delivered}, "
+            f"duplicates {last.dups}, reordered {last.reordered}, dual masters {last.dual_masters}, "
+            f"master changes {last.epoch_changes}; recovery after heal max {max(recs, default=0):.1f} s, "
+            f"longest write gap {max((r.max_gap_s for r in results), default=0):.1f} s; runs: "
+            + ", ".join(f"{k}×{v}" for k, v in sorted(per.items())))

@@ -93,8 +93,14 @@ faults: install-test
 chaos-deps:
 	@command -v nft >/dev/null || [ -x /usr/sbin/nft ] || (apt-get update -qq && apt-get install -y -qq nftables)
 
+# make chaos: the fixed schedules and a short soak; make chaos SECONDS=N: only the soak, for N seconds
 chaos: install-test chaos-deps
+ifdef SECONDS
+	RMQ_CHAOS_SECONDS=$(SECONDS) $(PYTEST) -p no:xdist -m chaos --timeout=$(shell expr $(SECONDS) + 900) \
+		tests/nemesis/test_soak.py
+else
 	$(PYTEST) -p no:xdist -m chaos --timeout=900 tests/nemesis
+endif
 
 # The Java judge (issue #29): Apache RocketMQ 4.9.8's client, mqadmin and broker beside rmqd. The build lives in
 # RMQ_JAVA_HOME (default ../shared/java beside the checkout, else /work/shared/java); its ensure.sh installs the JDK and Debian jars it runs on.

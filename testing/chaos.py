@@ -181,6 +181,35 @@ def chaos_cluster(tmp: Path, brokers: int = 2, clocks: bool = False) -> Iterator
                 w.kill()
 
 
+def commitlog(b: RmqdProcess, upto: int) -> bytes:
+    """The first ``upto`` bytes of ``b``'s commitlog, from its segment files."""
+    out = bytearray()
+    for f in sorted((b.workdir / "store" / "commitlog").iterdir()):
+        if len(out) >= upto:
+            break
+        start = int(f.name)
+        assert start == len(out), f"segment {f.name} does not follow byte {len(out)}"
+        out += f.read_bytes()
+    return bytes(out[:upto])
+
+
+def converged(ch: Chaos, timeout: float = 60) -> int:
+    """Every slave caught up with the master's confirm offset, and every commitlog byte-identical to
+    the master's up to it (a slave that kept a forked suffix would differ); the confirm offset."""
+    master = eventually(ch.cluster.master, timeout, "a master", 0.2)
+    confirm = int((F.runtime(master) or {})["confirmOffset"])
+    ref = commitlog(master, confirm)
+    for b in ch.group.brokers:
+        if b is master:
+            continue
+        eventually(lambda b=b: int((F.runtime(b) or {}).get("commitLogMaxOffset", -1)) >= confirm, timeout,
+                   f"{b.host} caught up with {confirm}")
+        mine = commitlog(b, confirm)
+        diff = next((i for i in range(confirm) if mine[i] != ref[i]), None) if mine != ref else None
+        assert diff is None, f"{b.host}'s commitlog differs from the master's from byte {diff} (confirm {confirm})"
+    return confirm
+
+
 # ----------------------------------------------------------------------------------------- checker
 @attrs.define
 class RunCheck:

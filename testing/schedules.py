@@ -20,7 +20,7 @@ import attrs
 
 from rmq.protocol.codes import RequestCode
 from rmq.testing import faults as F
-from rmq.testing.chaos import Chaos, Monitor, RunCheck, check
+from rmq.testing.chaos import Chaos, Monitor, RunCheck, check, converged
 from rmq.testing.daemon import RmqdProcess, call, eventually
 
 HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
@@ -79,6 +79,7 @@ def _heal(ch: Chaos, run: Run, acks: int = 10) -> None:
     ch.wait_acks(acks, timeout=120)
     eventually(lambda: ch.group.roles(), 120, "every broker back in the SyncStateSet", 0.5)
     run.figures["settled_s"] = round(time.time() - run.healed_at, 2)
+    converged(ch)
 
 
 def _stepped_down(ch: Chaos, run: Run, lone: int) -> None:

@@ -408,7 +408,8 @@ class ReplicasManager:
         await self.kernel.change_role(SLAVE, b)  # master-only services stop (and persist) before the log may be cut
         b.set_role(master=False, broker_id=self.broker_id, master_addr=master_addr)  # no writes from here on
         if b.replication is not None:
-            b.replication.set_role("SLAVE")  # stop any stream before the log may be cut
+            b.replication.set_role("SLAVE")
+            await b.replication.detach()  # no stream from any master (an old one's included) while the log is cut
         cut = await self._truncate_to_master(master_addr)
         self.master_epoch, self.master_id, self.master_addr = epoch, master_id, master_addr
         self.role = "SLAVE"

@@ -175,6 +175,9 @@ class HAService(OwnLoops):
         self._listener: Any = None
         self._master_changed = anyio.Event()
         self._client_scope: anyio.CancelScope | None = None
+        self._session_scope: anyio.CancelScope | None = None  # the stream from the master followed now
+        self._session_done = anyio.Event()  # set while no stream runs
+        self._session_done.set()
         # slave half state
         self.master_connected = False
         self.last_master_offset = -1  # offset of the last frame header from the master
@@ -269,8 +272,21 @@ class HAService(OwnLoops):
             return
         log.info("HA master address %s (was %s)", addr, self.master_address or "unknown")
         self.master_address = addr
+        if self._session_scope is not None:
+            self._session_scope.cancel()  # nothing more from the old master
         ev, self._master_changed = self._master_changed, anyio.Event()
         ev.set()
+
+    async def detach(self) -> None:
+        """Stop following the master and return once its stream is closed. A slave that changes masters
+        cuts its log back to the new master's only after this: a connection to an old master that a
+        partition stalled would otherwise deliver that master's backlog when the link heals, after the
+        cut, and the slave's log would fork from the new master's for good."""
+        if not self.fixed_master:
+            self.master_address = ""
+        if self._session_scope is not None:
+            self._session_scope.cancel()
+        await self._session_done.wait()
 
     def set_role(self, role: str, master_address: str = "", broker_id: int = -1) -> None:
         """Switch between following a master (SLAVE) and serving slaves only (a master role)."""
@@ -514,10 +530,17 @@ class HAService(OwnLoops):
                 if not addr:
                     await self._master_changed.wait()
                     continue
-                try:
-                    problem = await self._session(addr)
-                except Exception as e:  # whatever the master or the network did: log it, retry
-                    problem = describe(e)
+                with anyio.CancelScope() as session:
+                    self._session_scope, self._session_done = session, anyio.Event()
+                    try:
+                        problem = await self._session(addr)
+                    except Exception as e:  # whatever the master or the network did: log it, retry
+                        problem = describe(e)
+                    finally:
+                        self._session_scope = None
+                        self._session_done.set()
+                if session.cancelled_caught:
+                    problem = "left for another master"
                 if self.master_connected or not down_logged:
                     log.warning("HA connection to master %s lost or refused: %s; retrying every %.0f s",
                                 addr, problem, RECONNECT_DELAY)

@@ -21,3 +21,10 @@ def chaos_clocks(tmp_path: Path) -> Iterator[Chaos]:
     """The same cluster, every node with the clock seam (``Chaos.skews``)."""
     with chaos_cluster(tmp_path, clocks=True) as ch:
         yield ch
+
+
+@pytest.fixture
+def chaos3(tmp_path: Path) -> Iterator[Chaos]:
+    """3 controllers and 3 brokers (a master and two slaves)."""
+    with chaos_cluster(tmp_path, brokers=3) as ch:
+        yield ch

@@ -28,35 +28,17 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.common import encode_properties
 from rmq.testing import faults as F
-from rmq.testing.chaos import SLACK_S, TIMEOUT_S, Chaos, Monitor
+from rmq.testing.chaos import SLACK_S, TIMEOUT_S, Chaos, Monitor, converged
 from rmq.testing.daemon import RmqdProcess, call, eventually
 from rmq.testing.nemesis import tcp_unread
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
-def commitlog(b: RmqdProcess, upto: int) -> bytes:
-    """The first ``upto`` bytes of ``b``'s commitlog, from its segment files."""
-    out = bytearray()
-    for f in sorted((b.workdir / "store" / "commitlog").iterdir()):
-        if len(out) >= upto:
-            break
-        start = int(f.name)
-        assert start == len(out), f"segment {f.name} does not follow byte {len(out)}"
-        out += f.read_bytes()
-    return bytes(out[:upto])
-
-
 def converge_and_check(ch: Chaos, old: RmqdProcess, new: RmqdProcess) -> dict[str, Any]:
     """After the heal: ``old`` back as a slave of ``new`` with both in the SyncStateSet, the commitlogs
     byte-identical up to the confirm offset, and every acknowledged id in the topic."""
     ch.group.settled(120, master=new)
-    rt = F.runtime(new) or {}
-    confirm = int(rt["confirmOffset"])
-    eventually(lambda: int((F.runtime(old) or {}).get("commitLogMaxOffset", -1)) >= confirm, 60, "the slave caught up")
-    a, b = commitlog(new, confirm), commitlog(old, confirm)
-    assert len(a) == len(b) == confirm
-    diff = next((i for i in range(confirm) if a[i] != b[i]), None) if a != b else None
-    assert diff is None, f"commitlogs differ from byte {diff} (confirm offset {confirm})"
+    confirm = converged(ch)
     acked = {s["id"] for s in ch.acked()}
     stored = set(F.pull_all(ch.cluster, ch.topic))
     lost = acked - stored

@@ -42,3 +42,11 @@ def test_clock_jump(chaos_clocks: Chaos, name: str) -> None:
     """The wall clock of one node jumps forward and back: no second master, nothing acknowledged lost
     (the figures show whether the master epoch moved: it must not, leases run on the monotonic clock)."""
     _run(chaos_clocks, name)
+
+
+@pytest.mark.parametrize("name", ["master_with_leader_cut_off"])
+def test_schedule_three_brokers(chaos3: Chaos, name: str) -> None:
+    """With two slaves, the one not elected switches masters while still connected to the old one
+    (stalled by the partition): it must drop that stream before it cuts its log to the new master's, or
+    the old master's backlog arrives at the heal and forks it from the new master for good."""
+    _run(chaos3, name)

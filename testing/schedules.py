@@ -64,6 +64,13 @@ def _new_master(ch: Chaos, old: RmqdProcess) -> RmqdProcess | None:
                  and (F.runtime(b) or {}).get("controllerRole") == "MASTER"), None)
 
 
+def _fenced_after_election(ch: Chaos, new: RmqdProcess, elected: float) -> int:
+    """Sends the new master refused as fenced ("no controller leader confirmed its epoch") after it was
+    seen master: its election grants it a lease, so only a lost controller should cause these."""
+    return sum(1 for s in ch.history.sends() if not s.get("ok") and s["t0"] > elected + 0.5
+               and f"from {new.host}:" in s.get("error", "") and "confirmed its epoch" in s.get("error", ""))
+
+
 def _sss(b: RmqdProcess) -> list[int]:
     return json.loads((F.runtime(b) or {}).get("syncStateSet", "[]"))  # type: ignore[no-any-return]
 
@@ -260,10 +267,12 @@ def master_with_leader_cut_off(ch: Chaos, run: Run) -> None:
     ch.nemesis.partition([old.host, ch.ctl_hosts[leader]],
                          [*(h for i, h in enumerate(ch.ctl_hosts) if i != leader),
                           *(b.host for b in ch.group.brokers if b is not old)])
-    eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    new = eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    elected = time.time()
     run.since_fault("elect_s")
     ch.wait_acks(20)
     time.sleep(HOLD_S)
+    run.figures["new_master_fenced"] = _fenced_after_election(ch, new, elected)
     run.figures["old_fenced"] = "fenced" in (F.runtime(old) or {})
     _stepped_down(ch, run, leader)
     _heal(ch, run)

@@ -31,6 +31,7 @@ after a long pause serves its queued requests before any timer or answer can run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -54,7 +55,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.broker")
 
 CALL_TIMEOUT = 3.0
+LEADER_GRACE = 0.5  # s: how long _find_leader waits for the leader's own answer once another named one
 RETRY = 5.0
+
+
+async def _first_then_grace(any_answer: anyio.Event, leader_answer: anyio.Event, asks: anyio.CancelScope) -> None:
+    """Stop the remaining questions once the leader answered, or LEADER_GRACE after any answer."""
+    await any_answer.wait()
+    with anyio.move_on_after(LEADER_GRACE):
+        await leader_answer.wait()
+    asks.cancel()
 
 
 class ControllerError(Exception):
@@ -100,6 +110,8 @@ class ReplicasManager:
         except (ValueError, AttributeError):
             sss = set()
         log.info("controller says: master of %s is id %d (%s), epoch %d", self.cfg.brokerName, master_id, addr, epoch)
+        if epoch > self.master_epoch:
+            self.leader = ""  # a leader elected this master: maybe a new one, found afresh at the next call
         self.kernel.task_group.start_soon(self.apply_master, master_id if master_id >= 0 else None, addr, epoch,
                                           sss_epoch, sss)
         return cmd.response()
@@ -123,18 +135,37 @@ class ReplicasManager:
         return await self.client.invoke(addr, cmd, CALL_TIMEOUT)
 
     async def _find_leader(self) -> str:
-        for addr in self.addrs:
-            try:
+        """Ask every controller at once: the first that answers as the leader wins, else (after a short
+        grace) the leader most of them name. One at a time, or waiting for all, a controller a partition
+        cut off would cost a call timeout, and a master elected meanwhile would go unconfirmed (fenced)."""
+        named: list[str] = []
+        leading: list[str] = []  # named by the leader itself
+        any_answer, leader_answer = anyio.Event(), anyio.Event()
+
+        async def ask(addr: str) -> None:
+            with contextlib.suppress(Exception):
                 r = await self._call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
-            except Exception:
-                continue
-            leader = r.ext.get("controllerLeaderAddress") or ""
-            if r.code == 0 and leader:
-                if leader != self.leader:
-                    log.info("controller leader is %s", leader)
-                self.leader = leader
-                return leader
-        raise ControllerError(f"no controller leader among {';'.join(self.addrs)}")
+                leader = r.ext.get("controllerLeaderAddress") or ""
+                if r.code == 0 and leader:
+                    named.append(leader)
+                    any_answer.set()
+                    if r.ext.get("isLeader") == "true":
+                        leading.append(leader)
+                        leader_answer.set()
+
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as asks:
+                for addr in self.addrs:
+                    asks.start_soon(ask, addr)
+                tg.start_soon(lambda: _first_then_grace(any_answer, leader_answer, asks.cancel_scope))
+            tg.cancel_scope.cancel()
+        if not named:
+            raise ControllerError(f"no controller leader among {';'.join(self.addrs)}")
+        leader = leading[0] if leading else max(set(named), key=named.count)
+        if leader != self.leader:
+            log.info("controller leader is %s", leader)
+        self.leader = leader
+        return leader
 
     async def _leader_call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
         """A request to the leader; a NOT_LEADER answer or a dead leader re-finds it once."""
@@ -284,8 +315,9 @@ class ReplicasManager:
                     and epoch == self.master_epoch:
                 # the lease runs from when the question left, and only an answer naming this broker master of
                 # its own epoch renews it: an answer about a newer epoch must not let the old master write
-                # while it steps down
-                self.last_leader_ok = asked
+                # while it steps down. Never backwards: an answer asked before this broker was elected
+                # (it became master on that very answer) must not undo the lease its election granted
+                self.last_leader_ok = max(self.last_leader_ok, asked)
             if epoch > self.master_epoch:
                 await self.apply_master(int(master) if master is not None else None, r.ext.get("masterAddress") or "",
                                         epoch, int(body.get("syncStateSetEpoch") or 0),

@@ -31,7 +31,6 @@ after a long pause serves its queued requests before any timer or answer can run
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import random
@@ -55,16 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.broker")
 
 CALL_TIMEOUT = 3.0
-LEADER_GRACE = 0.5  # s: how long _find_leader waits for the leader's own answer once another named one
+LEADER_GRACE = 0.5  # s: how long _find_leader waits for the other answers after the first
 RETRY = 5.0
-
-
-async def _first_then_grace(any_answer: anyio.Event, leader_answer: anyio.Event, asks: anyio.CancelScope) -> None:
-    """Stop the remaining questions once the leader answered, or LEADER_GRACE after any answer."""
-    await any_answer.wait()
-    with anyio.move_on_after(LEADER_GRACE):
-        await leader_answer.wait()
-    asks.cancel()
 
 
 class ControllerError(Exception):
@@ -135,33 +126,42 @@ class ReplicasManager:
         return await self.client.invoke(addr, cmd, CALL_TIMEOUT)
 
     async def _find_leader(self) -> str:
-        """Ask every controller at once: the first that answers as the leader wins, else (after a short
-        grace) the leader most of them name. One at a time, or waiting for all, a controller a partition
-        cut off would cost a call timeout, and a master elected meanwhile would go unconfirmed (fenced)."""
+        """Ask every controller at once and take the leader most of the answers name (one that names
+        itself breaks a tie), once all answered or LEADER_GRACE after the first answer. One at a time, a
+        controller a partition cut off would cost a call timeout, and a master elected meanwhile would go
+        unconfirmed (fenced) that long; and a cut-off old leader still naming itself is outvoted."""
         named: list[str] = []
-        leading: list[str] = []  # named by the leader itself
-        any_answer, leader_answer = anyio.Event(), anyio.Event()
+        claims: set[str] = set()  # leaders that answered for themselves
+        first, done = anyio.Event(), anyio.Event()
+        left = [len(self.addrs)]
 
         async def ask(addr: str) -> None:
-            with contextlib.suppress(Exception):
+            try:
                 r = await self._call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
                 leader = r.ext.get("controllerLeaderAddress") or ""
                 if r.code == 0 and leader:
                     named.append(leader)
-                    any_answer.set()
                     if r.ext.get("isLeader") == "true":
-                        leading.append(leader)
-                        leader_answer.set()
+                        claims.add(leader)
+                    first.set()
+            except Exception:
+                pass
+            finally:
+                left[0] -= 1
+                if not left[0]:
+                    first.set()
+                    done.set()
 
         async with anyio.create_task_group() as tg:
-            async with anyio.create_task_group() as asks:
-                for addr in self.addrs:
-                    asks.start_soon(ask, addr)
-                tg.start_soon(lambda: _first_then_grace(any_answer, leader_answer, asks.cancel_scope))
+            for addr in self.addrs:
+                tg.start_soon(ask, addr)
+            await first.wait()
+            with anyio.move_on_after(LEADER_GRACE):
+                await done.wait()
             tg.cancel_scope.cancel()
         if not named:
             raise ControllerError(f"no controller leader among {';'.join(self.addrs)}")
-        leader = leading[0] if leading else max(set(named), key=named.count)
+        leader = max(sorted(set(named)), key=lambda a: (named.count(a), a in claims))
         if leader != self.leader:
             log.info("controller leader is %s", leader)
         self.leader = leader

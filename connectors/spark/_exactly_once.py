@@ -201,7 +201,13 @@ class ExactlyOnceDriver:
         """Roll back the listed halves. ``final`` (a batch job, never retried): also log an empty
         commit, so checks roll back the halves of attempts Spark did not list."""
         halves = [h for m in messages if isinstance(m, TxCommit) for h in m.halves]
-        if final and self.log.commit_record(batch) is None:
+        record = self.log.commit_record(batch)
+        if record is not None:
+            # commit() logged this batch before it failed: the batch is decided, its logged halves are
+            # committed by the checks (an abort after the record must not roll them back)
+            logged = set(record.get("halves", ()))
+            halves = [h for h in halves if h.msg_id not in logged]
+        elif final:
             self.log.write_commit(batch, [])
             self.log.write_ended(batch, [])
         self.producer().end(halves, commit=False)

@@ -80,8 +80,13 @@ def test_stream_driver_dies_at_commit_then_restarts(spark: Any, tx: Any, tmp_pat
     assert _run(_stream(spark, ns, src, out, ckpt, transactionGraceMs="3000")) is None
     # afterLog: the first run's halves were logged as committed; the replay's are rolled back and
     # the first run's committed when the broker checks them (after the grace)
-    eventually(lambda: tx.resolved(out, want), 90, "the output resolved")
-    assert tx.bodies(out) == want
+    try:
+        eventually(lambda: tx.resolved(out, want), 90, "the output resolved")
+    except AssertionError:
+        bodies = tx.bodies(out)
+        raise AssertionError(f"pending halves {tx.pending_halves()}, {len(bodies)} rows of {len(want)}, missing "
+                             f"{sorted(set(want) - set(bodies))[:5]}, extra {len(bodies) - len(set(bodies))}; log "
+                             f"{sorted(p.name for p in (ckpt / 'rocketmq-sink').iterdir())}") from None
     got = tx.pulled(out)
     ids = {m.properties["sparkQueryId"] for m in got}
     assert len(ids) == 1 and "unknown" not in ids  # Spark's query id, the same after the restart

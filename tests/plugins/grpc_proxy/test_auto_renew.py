@@ -78,6 +78,8 @@ async def consumer(endpoint: str, cid: str) -> AsyncIterator[Consumer]:
             yield Consumer(stub, cid)
         finally:
             call.cancel()
+            with anyio.move_on_after(10):  # the cancelled stream ends on this loop, not in a later test's
+                await call.code()
 
 
 async def setup(proc: RmqdProcess) -> None:

@@ -154,3 +154,5 @@ async def test_telemetry_thread_stack_and_verify_message(rmqd_factory: Any) -> N
                 assert result["consumeResult"] == "CR_SUCCESS"
                 call.cancel()
                 tg.cancel_scope.cancel()
+            with anyio.move_on_after(10):  # the cancelled stream ends on this loop, not in a later test's
+                await call.code()  # (grpc's poller would call back into this closed loop from there)

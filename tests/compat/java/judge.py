@@ -112,6 +112,31 @@ def rotate_queues(lines: list[dict[str, Any]], queues: int = 4) -> list[dict[str
     return sort_runs(out)
 
 
+def overlapping_sends(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`rotate_queues`, and within each queue the stored messages in ``idx`` order with the queue's
+    offsets handed out again in that order (send results follow their message). Async and oneway sends
+    overlap on the connection, and the Java 4.9.8 broker stores them with ``min(cores, 4)`` send threads,
+    so two sends to one queue may be stored in either order; RocketMQ promises no order for them."""
+    lines = rotate_queues(lines)
+    by_queue: dict[Any, list[dict[str, Any]]] = {}
+    for line in lines:
+        m = line.get("message")
+        if line["kind"] == "stored" and m and "queueOffset" in m:
+            by_queue.setdefault(m["queueId"], []).append(m)
+    moved: dict[tuple[Any, Any], Any] = {}
+    for qid, msgs in by_queue.items():
+        offsets = sorted(m["queueOffset"] for m in msgs)
+        for m, off in zip(sorted(msgs, key=lambda m: int((m.get("properties") or {}).get("idx", -1))), offsets,
+                          strict=True):
+            moved[(qid, m["queueOffset"])] = off
+    for line in lines:
+        for key in ("result", "message"):
+            rec = line.get(key)
+            if rec and (rec.get("queueId"), rec.get("queueOffset")) in moved:
+                rec["queueOffset"] = moved[(rec["queueId"], rec["queueOffset"])]
+    return sort_runs(lines)
+
+
 def without_idle_retry_offsets(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Leave out a push group's %RETRY% queue while it is empty and unconsumed (offsets 0/0): whether the
     consumer has committed it yet is a race - it learns the retry topic's route from its periodic name

@@ -15,7 +15,7 @@ from rmq.client.errors import BrokerError, ClientError, decode_records, response
 from rmq.client.instance import ClientInstance, parse_offset_table
 from rmq.client.message import PullResult, PullStatus
 from rmq.client.offsets import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
-from rmq.client.options import ConsumerOptions
+from rmq.client.options import ConsumerOptions, build
 from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription, retry_topic
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
@@ -159,21 +159,24 @@ class ConsumerBase(ClientBase):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str | list[str] | None,
-        options: ConsumerOptions,
+        namesrv_addr: str | list[str] | None = None,
         *,
         message_model: str = CLUSTERING,
         consume_from_where: str = "LAST_OFFSET",
         allocation: str | AllocateStrategy = "averagely",
         kernel: Any = None,
+        **options: Any,
     ) -> None:
-        super().__init__(namesrv_addr, options, kernel)
+        """The arguments every consumer takes; ``options`` are ``ConsumerOptions`` fields (an unknown
+        one is a TypeError naming the consumer class)."""
+        opts = build(ConsumerOptions, options, type(self).__name__)
+        super().__init__(namesrv_addr, opts, kernel)
         # per consumer: a broker failing every pull (or serving bad data) costs a few lines, not one a pull
         self.rlog = RateLimitedLog(log)
         if not group:
             raise ValueError("a consumer needs a group")
         self.group = group
-        self.options = options
+        self.options = opts
         self._started_ms = 0  # when it last started (running info's PROP_CONSUMER_START_TIMESTAMP)
         mm = message_model.upper()
         if mm not in (CLUSTERING, BROADCASTING):

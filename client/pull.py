@@ -17,13 +17,12 @@ from typing import Any
 import anyio
 
 from rmq.client.base import ClientBase
-from rmq.client.consumer import CLUSTERING, ConsumerBase, pull_once
+from rmq.client.consumer import ConsumerBase, pull_once
 from rmq.client.errors import BrokerError, ClientError, ClientStateError
 from rmq.client.message import PullResult, PullStatus
-from rmq.client.options import ClientOptions, ConsumerOptions, build
+from rmq.client.options import ClientOptions, build
 from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import ResponseCode
 from rmq.protocol.command import RemotingError
@@ -137,27 +136,10 @@ class LitePullConsumer(ConsumerBase):
     consume_type = "CONSUME_ACTIVELY"
 
     def __init__(
-        self,
-        group: str,
-        namesrv_addr: str | list[str] | None = None,
-        *,
-        message_model: str = CLUSTERING,
-        consume_from_where: str = "LAST_OFFSET",
-        allocation: str | AllocateStrategy = "averagely",
-        auto_commit: bool = True,
-        kernel: Any = None,
-        **options: Any,
+        self, group: str, namesrv_addr: str | list[str] | None = None, *, auto_commit: bool = True, **kwargs: Any
     ) -> None:
-        opts = build(ConsumerOptions, options, "LitePullConsumer")
-        super().__init__(
-            group,
-            namesrv_addr,
-            opts,
-            message_model=message_model,
-            consume_from_where=consume_from_where,
-            allocation=allocation,
-            kernel=kernel,
-        )
+        """``kwargs``: ``ConsumerBase``'s (message model, where to start, allocation, options)."""
+        super().__init__(group, namesrv_addr, **kwargs)
         self.auto_commit = auto_commit
         self._assigned: list[MessageQueue] | None = None
         self._buffer: deque[tuple[MessageQueue, ProcessQueue, int, list[MessageExt]]] = deque()

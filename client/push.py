@@ -25,11 +25,9 @@ from rmq.client.consumer import BROADCASTING, CLUSTERING, ConsumerBase, pull_onc
 from rmq.client.errors import BrokerError, ClientError, NoRouteError, decode_records
 from rmq.client.instance import uniq_ids
 from rmq.client.message import ConsumeResult, PullStatus
-from rmq.client.options import ConsumerOptions, build
 from rmq.client.process_queue import ProcessQueue
 from rmq.client.subscription import Subscription, retry_topic
 from rmq.client.trace import TraceDispatcher, start_tracing
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, RemotingError
@@ -66,23 +64,12 @@ class PushConsumer(ConsumerBase):
         namesrv_addr: str | list[str] | None = None,
         *,
         listener: Listener | None = None,
-        message_model: str = CLUSTERING,
-        consume_from_where: str = "LAST_OFFSET",
         orderly: bool = False,
-        allocation: str | AllocateStrategy = "averagely",
-        kernel: Any = None,
-        **options: Any,
+        **kwargs: Any,
     ) -> None:
-        opts = build(ConsumerOptions, options, "PushConsumer")
-        super().__init__(
-            group,
-            namesrv_addr,
-            opts,
-            message_model=message_model,
-            consume_from_where=consume_from_where,
-            allocation=allocation,
-            kernel=kernel,
-        )
+        """``kwargs``: ``ConsumerBase``'s (message model, where to start, allocation, options)."""
+        super().__init__(group, namesrv_addr, **kwargs)
+        opts = self.options
         self.listener = listener
         self.orderly = orderly
         self._consume_limiter = anyio.CapacityLimiter(opts.consume_concurrency)

@@ -191,3 +191,18 @@ def properties_problem(props: str) -> str | None:
         if NAME_VALUE_SEP in value:
             return f"property {name[:60]!r} holds more than one name/value separator"
     return None
+
+
+def real_destination(props: Mapping[str, str], parking: tuple[str, ...]) -> tuple[str, int] | None:
+    """Where a parked message (a delay level, a timer) is re-put: its ``REAL_TOPIC`` and ``REAL_QID``.
+
+    None when either is missing or not a queue id, or the topic is one of the ``parking`` topics
+    (a message whose destination is a parking place would circle for ever)."""
+    topic = props.get(Prop.REAL_TOPIC)
+    try:
+        qid = int(props.get(Prop.REAL_QID, ""))
+    except ValueError:
+        return None
+    if not topic or qid < 0 or topic in parking:
+        return None
+    return topic, qid

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rmq.kernel import ConfigFile, GetStatus, MessageRecord, PutResult, PutStatus, dumps, record_of
-from rmq.protocol.common import Prop, SysFlag, prop_value, set_props
+from rmq.protocol.common import Prop, SysFlag, prop_value, real_destination, set_props
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rmq.protocol.record import queue_offset_at, store_timestamp_at
@@ -181,16 +181,12 @@ class ScheduleService:
         except MessageDecodeError as e:
             log.error("delay level %d: skipping unreadable record: %s", level, e)
             return True
-        props = msg.properties
-        real_topic = props.get(Prop.REAL_TOPIC)
-        try:
-            real_qid = int(props.get(Prop.REAL_QID, ""))
-        except ValueError:
-            real_qid = -1
-        if not real_topic or real_qid < 0 or real_topic == TRANS_HALF_TOPIC:
+        real = real_destination(msg.properties, (TRANS_HALF_TOPIC,))
+        if real is None:
             log.warning("delay level %d: dropping parked message without a real destination (%s, %s)",
-                        level, real_topic, props.get(Prop.REAL_QID))
+                        level, msg.properties.get(Prop.REAL_TOPIC), msg.properties.get(Prop.REAL_QID))
             return True
+        real_topic, real_qid = real
         # as 4.9: the delivered copy keeps the parked properties, DELAY and REAL_* included (RocketMQ
         # serialises them before it clears DELAY in memory); put to the store directly, past the
         # pipeline, so DELAY does not park it again

@@ -40,7 +40,7 @@ from rmq.plugins.timer.stage import (
     TIMER_ENQUEUE_MS,
     TIMER_OUT_MS,
 )
-from rmq.protocol.common import Prop
+from rmq.protocol.common import Prop, real_destination
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import TIMER_TOPIC, TRANS_HALF_TOPIC
 from rmq.protocol.record import physical_offset_at
@@ -278,17 +278,13 @@ class TimerService:
 
     async def _deliver(self, msg: Any, enqueued: str) -> None:
         """Re-put one parked message to its real topic (RocketMQ keeps REAL_* and TIMER_OUT_MS on it)."""
-        props = msg.properties
-        real_topic = props.get(Prop.REAL_TOPIC)
-        try:
-            real_qid = int(props.get(Prop.REAL_QID, ""))
-        except ValueError:
-            real_qid = -1
-        if not real_topic or real_qid < 0 or real_topic in (TIMER_TOPIC, TRANS_HALF_TOPIC):
+        real = real_destination(msg.properties, (TIMER_TOPIC, TRANS_HALF_TOPIC))
+        if real is None:
             log.warning("timer: dropping a parked message without a real destination (%s, %s)",
-                        real_topic, props.get(Prop.REAL_QID))
+                        msg.properties.get(Prop.REAL_TOPIC), msg.properties.get(Prop.REAL_QID))
             self.dropped += 1
             return
+        real_topic, real_qid = real
         self.broker.adopt_due_topic(real_topic, real_qid, "timer")  # a promoted slave may not have synced it
         tries = 0
         while True:

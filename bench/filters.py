@@ -15,18 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rmq.kernel.hookspecs.allocation import StrategyRegistry
 from rmq.kernel.model import MessageQueue
-from rmq.plugins.allocators import (
-    AveragelyByCirclePlugin,
-    AveragelyPlugin,
-    ByConfigPlugin,
-    ConsistentHashPlugin,
-    MachineRoomNearbyPlugin,
-    MachineRoomPlugin,
-)
+from rmq.plugins.allocators import ConsistentHashPlugin
 from rmq.plugins.filters import compile_sql92, compile_tag
 from rmq.protocol.common import tags_code
+from rmq.testing.allocation import bundled_plugins, registry_via_hook
 
 SQL = "a > 5 AND b = 'x'"
 PROPS = {
@@ -84,16 +77,7 @@ def main() -> None:
     print(f"  tag match_tags_code {'*':<23} {rate:12,.0f} /s  {us:6.3f} µs")
 
     print("allocation: one consumer's share, 64 queues x 8 consumers")
-    registry = StrategyRegistry()
-    for cls in (
-        AveragelyPlugin,
-        AveragelyByCirclePlugin,
-        ConsistentHashPlugin,
-        MachineRoomPlugin,
-        MachineRoomNearbyPlugin,
-        ByConfigPlugin,
-    ):
-        cls({}).rmq_allocation_register_strategies(registry)
+    registry = registry_via_hook(bundled_plugins())
     mq_all = sorted(
         MessageQueue("TopicTest", f"IDC{b % 2}@broker-{b}", q) for b in range(4) for q in range(16)
     )

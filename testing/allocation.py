@@ -21,16 +21,42 @@ a fixed list (``by_config``) are not partitions and need their own tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import pluggy
 import pytest
 
-from rmq.kernel.hookspecs.allocation import AllocateStrategy
+from rmq.kernel.hookspecs import allocation
+from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
+from rmq.kernel.markers import PROJECT
 from rmq.kernel.model import MessageQueue
 from rmq.testing._factory import fixture_or_method
 
 MakeStrategy = Callable[[], AllocateStrategy]
+
+
+def bundled_plugins() -> dict[str, type]:
+    """rmq's own ``rmq.allocation`` entry points (a third party's installed beside it left out), loaded."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.load() for ep in entry_points(group="rmq.allocation") if ep.value.startswith("rmq.plugins.")}
+
+
+def registry_via_hook(
+    plugins: Mapping[str, type], options: Mapping[str, dict[str, Any]] | None = None, *extra: object
+) -> StrategyRegistry:
+    """What the kernel does: instantiate each plugin with its table, register, call the hook once."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(allocation)
+    for name, cls in plugins.items():
+        pm.register(cls((options or {}).get(name, {})), name=name)
+    for plugin in extra:
+        pm.register(plugin)
+    pm.check_pending()
+    registry = StrategyRegistry()
+    pm.hook.rmq_allocation_register_strategies(registry=registry)
+    return registry
 
 
 class AllocateStrategyContract:

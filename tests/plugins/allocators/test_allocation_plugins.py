@@ -8,14 +8,12 @@ import subprocess
 import sys
 from typing import Any
 
-import pluggy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.kernel.hookspecs import allocation
 from rmq.kernel.hookspecs.allocation import AllocateStrategy, StrategyRegistry
-from rmq.kernel.markers import PROJECT, hookimpl
+from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageQueue
 from rmq.plugins.allocators import (
     AllocateAveragely,
@@ -26,6 +24,7 @@ from rmq.plugins.allocators import (
     MachineRoomNearbyPlugin,
     MachineRoomPlugin,
 )
+from rmq.testing.allocation import registry_via_hook as via_hook
 
 PLUGINS = {
     "averagely": AveragelyPlugin,
@@ -38,17 +37,7 @@ PLUGINS = {
 
 
 def registry_via_hook(options: dict[str, dict[str, Any]] | None = None, *extra: object) -> StrategyRegistry:
-    """What the kernel does: instantiate each plugin with its table, register, call the hook once."""
-    pm = pluggy.PluginManager(PROJECT)
-    pm.add_hookspecs(allocation)
-    for name, cls in PLUGINS.items():
-        pm.register(cls((options or {}).get(name, {})), name=name)
-    for plugin in extra:
-        pm.register(plugin)
-    pm.check_pending()
-    registry = StrategyRegistry()
-    pm.hook.rmq_allocation_register_strategies(registry=registry)
-    return registry
+    return via_hook(PLUGINS, options, *extra)
 
 
 def test_every_name_is_registered() -> None:
@@ -182,14 +171,9 @@ def test_union_is_everything_and_shares_are_disjoint(
 
 PROGRAM = r"""
 import json, sys
-from rmq.kernel.hookspecs.allocation import StrategyRegistry
 from rmq.kernel.model import MessageQueue
-from rmq.plugins.allocators import (AveragelyPlugin, AveragelyByCirclePlugin, ConsistentHashPlugin,
-    MachineRoomPlugin, MachineRoomNearbyPlugin, ByConfigPlugin)
-registry = StrategyRegistry()
-for cls in (AveragelyPlugin, AveragelyByCirclePlugin, ConsistentHashPlugin, MachineRoomPlugin,
-            MachineRoomNearbyPlugin, ByConfigPlugin):
-    cls({}).rmq_allocation_register_strategies(registry)
+from rmq.testing.allocation import bundled_plugins, registry_via_hook
+registry = registry_via_hook(bundled_plugins())
 cases = json.loads(sys.argv[1])
 mq_all = sorted(MessageQueue("T", b, q) for b in ("IDC1@a", "IDC2@b", "c") for q in range(22))
 cid_all = sorted(f"10.0.0.{i}@IDC{i % 3}" for i in range(8))

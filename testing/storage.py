@@ -36,7 +36,18 @@ from rmq.kernel.model import DispatchRequest, GetStatus, MessageRecord, PutStatu
 from rmq.kernel.watermark import Watermark
 from rmq.protocol.common import java_hash
 
-__all__ = ["MessageStoreContract", "RecordingDispatcher", "attach_from_hooks", "decode_record"]
+__all__ = ["SMALL_STORE", "MessageStoreContract", "RecordingDispatcher", "attach_from_hooks", "decode_record"]
+
+#: broker settings for a store small enough that a test rolls segments and fills index files quickly
+SMALL_STORE: Mapping[str, int] = {
+    "mappedFileSizeCommitLog": 64 * 1024,
+    "mappedFileSizeConsumeQueue": 100 * 20,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 256,
+    "maxMessageSize": 16 * 1024,
+    "flushIntervalCommitLog": 50,
+    "flushIntervalConsumeQueue": 50,
+}
 
 _BORN = b"\x0a\x00\x00\x07\x00\x00\x30\x39"  # 10.0.0.7:12345
 

@@ -12,17 +12,7 @@ import pytest
 from rmq.plugins.flush import AsyncFlushPlugin, SyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin
 from rmq.testing import make_kernel
-from rmq.testing.storage import attach_from_hooks
-
-SMALL = {
-    "mappedFileSizeCommitLog": 64 * 1024,
-    "mappedFileSizeConsumeQueue": 100 * 20,
-    "maxHashSlotNum": 64,
-    "maxIndexNum": 256,
-    "maxMessageSize": 16 * 1024,
-    "flushIntervalCommitLog": 50,
-    "flushIntervalConsumeQueue": 50,
-}
+from rmq.testing.storage import SMALL_STORE, attach_from_hooks
 
 
 @pytest.fixture
@@ -37,7 +27,7 @@ def build_store(
     options: dict[str, Any] | None = None,
     **broker: Any,
 ) -> MmapMessageStore:
-    cfg = {"storePathRootDir": str(path), **SMALL, **broker}
+    cfg = {"storePathRootDir": str(path), **SMALL_STORE, **broker}
     flush = SyncFlushPlugin() if sync else AsyncFlushPlugin()
     kernel = make_kernel([MmapStoragePlugin(options), flush, *plugins], {"broker": cfg})
     store = attach_from_hooks(kernel, kernel.hook.rmq_storage_make_store(kernel=kernel, config=kernel.config.broker))
@@ -62,7 +52,7 @@ def store_factory() -> Callable[..., Any]:
 
 @pytest.fixture
 def small_config() -> dict[str, Any]:
-    return dict(SMALL)
+    return dict(SMALL_STORE)
 
 
 @pytest.fixture(scope="session")

@@ -28,18 +28,13 @@ from rmq.kernel.model import MessageRecord, PutStatus
 from rmq.plugins.flush import AsyncFlushPlugin
 from rmq.plugins.storage_mmap import MmapStoragePlugin
 from rmq.testing import make_kernel
-from rmq.testing.storage import attach_from_hooks, decode_record
+from rmq.testing.storage import SMALL_STORE, attach_from_hooks, decode_record
 
 CAPACITY = 8 * 1024 * 1024
 QUEUES = 2
 BROKER = {
+    **SMALL_STORE,
     "mappedFileSizeCommitLog": 1024 * 1024,
-    "mappedFileSizeConsumeQueue": 100 * 20,
-    "maxHashSlotNum": 64,
-    "maxIndexNum": 256,
-    "maxMessageSize": 16 * 1024,
-    "flushIntervalCommitLog": 50,
-    "flushIntervalConsumeQueue": 50,
     "cleanResourceInterval": 100,
     "deleteWhen": "99",
     "cleanFileForciblyEnable": False,  # a forced clean would free space by deleting what we check

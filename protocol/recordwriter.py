@@ -29,12 +29,14 @@ from rmq.protocol.names import validate_topic
 from rmq.protocol.record import HEADERS
 
 if TYPE_CHECKING:
+    from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook
     from rmq.roles import BrokerConfig
 
 __all__ = [
     "SCHEDULE_TOPIC",
     "RecordError",
     "RecordWriter",
+    "WriterAttach",
     "default_store_host",
     "delay_tags_code",
     "message_tags_code",
@@ -218,3 +220,41 @@ def _record_properties(buf: Any, pos: int) -> tuple[str, dict[str, str]]:
     (pl,) = _H.unpack_from(buf, p)
     props = decode_properties(bytes(buf[p + 2 : p + 2 + pl])) if pl > 0 else {}
     return topic, props
+
+
+class WriterAttach:
+    """Mixin: ``MessageStore.attach`` and ``store_host`` for a store that writes through ``self.writer``.
+
+    What the owner may change while the store runs (the STOREHOST its records carry) and what it may
+    not (dispatchers, flush policy) is the contract's, so it is decided here for both bundled stores;
+    the store says whether it has started (``_attach_started``) and keeps the rest (``_attach_parts``).
+    """
+
+    writer: RecordWriter
+
+    def _attach_started(self) -> bool:
+        raise NotImplementedError
+
+    def _attach_parts(self, dispatchers: Sequence[CommitLogDispatcher] | None, flush_policy: FlushPolicy | None,
+                      on_forced_clean: ForcedCleanHook | None) -> None:
+        raise NotImplementedError
+
+    def attach(
+        self,
+        *,
+        dispatchers: Sequence[CommitLogDispatcher] | None = None,
+        flush_policy: FlushPolicy | None = None,
+        store_host: bytes | None = None,
+        on_forced_clean: ForcedCleanHook | None = None,
+    ) -> None:
+        """``MessageStore.attach``: what the owner built from the hooks; before ``async with``."""
+        if (dispatchers is not None or flush_policy is not None) and self._attach_started():
+            raise RuntimeError("attach dispatchers and flush_policy before the store starts")
+        if store_host is not None:
+            self.writer.store_host = store_host
+        self._attach_parts(dispatchers, flush_policy, on_forced_clean)
+
+    @property
+    def store_host(self) -> bytes:
+        """STOREHOSTADDRESS written into records: 8-byte IPv4 or 20-byte IPv6 form."""
+        return self.writer.store_host

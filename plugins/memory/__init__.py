@@ -37,6 +37,7 @@ from rmq.protocol.names import validate_topic
 from rmq.protocol.recordwriter import (
     RecordError,
     RecordWriter,
+    WriterAttach,
     default_store_host,
     message_tags_code,
     record_properties,
@@ -59,7 +60,7 @@ class _Queue:
         self.times: list[int] = []
 
 
-class MemoryMessageStore(StoreReads):
+class MemoryMessageStore(StoreReads, WriterAttach):
     """In-memory ``MessageStore`` (tests, embedding, broker development)."""
 
     def __init__(self, config: Any, kernel: Any = None) -> None:
@@ -79,25 +80,14 @@ class MemoryMessageStore(StoreReads):
         self._n_put = self._n_put_failed = 0
         self.queue_guard: Callable[[str, int], str | None] | None = None  # see MmapMessageStore.queue_guard
 
-    def attach(
-        self,
-        *,
-        dispatchers: Sequence[CommitLogDispatcher] | None = None,
-        flush_policy: FlushPolicy | None = None,
-        store_host: bytes | None = None,
-        on_forced_clean: ForcedCleanHook | None = None,
-    ) -> None:
-        """``MessageStore.attach``; ``flush_policy`` is ignored (nothing here reaches a disk)."""
-        if (dispatchers is not None or flush_policy is not None) and self._running:
-            raise RuntimeError("attach dispatchers and flush_policy before the store starts")
-        if store_host is not None:
-            self.writer.store_host = store_host
+    def _attach_started(self) -> bool:
+        return self._running
+
+    def _attach_parts(self, dispatchers: Sequence[CommitLogDispatcher] | None, flush_policy: FlushPolicy | None,
+                      on_forced_clean: ForcedCleanHook | None) -> None:
+        """``flush_policy`` and ``on_forced_clean`` are ignored: nothing here reaches a disk or expires."""
         if dispatchers is not None:
             self.dispatchers = list(dispatchers)
-
-    @property
-    def store_host(self) -> bytes:
-        return self.writer.store_host
 
     @property
     def max_phy_offset(self) -> int:

@@ -66,7 +66,7 @@ from rmq.plugins.storage_mmap.recovery import load_and_recover
 from rmq.plugins.storage_mmap.replica import Replica, ReplicaLogMixin
 from rmq.plugins.storage_mmap.reput import ReputService
 from rmq.protocol.common import waits_for_store
-from rmq.protocol.recordwriter import RecordWriter, default_store_host
+from rmq.protocol.recordwriter import RecordWriter, WriterAttach, default_store_host
 
 if TYPE_CHECKING:
     from rmq.kernel import CommitLogDispatcher, FlushPolicy, ForcedCleanHook
@@ -79,7 +79,7 @@ DiskProbe = Callable[[], float]
 QueueGuard = Callable[[str, int], "str | None"]
 
 
-class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
+class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin, WriterAttach):
     """See the module docstring. Public extras beyond ``MessageStore``: ``store_host`` (read-only;
     ``attach(store_host=...)`` sets it), ``disk_usage_probe`` (settable), ``on_forced_clean``
     (settable, optional: called with ``{(topic, queue): (old min offset, new min offset)}`` after a
@@ -155,19 +155,11 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
         self._start_offset = 0  # commitlog end at start: put_bytes = growth since
         self._n_deleted = {"commitlog": 0, "consumequeue": 0, "index": 0}
 
-    def attach(
-        self,
-        *,
-        dispatchers: Sequence[CommitLogDispatcher] | None = None,
-        flush_policy: FlushPolicy | None = None,
-        store_host: bytes | None = None,
-        on_forced_clean: ForcedCleanHook | None = None,
-    ) -> None:
-        """``MessageStore.attach``: what the owner built from the hooks; before ``async with``."""
-        if (dispatchers is not None or flush_policy is not None) and (self._stack is not None or self._running):
-            raise RuntimeError("attach dispatchers and flush_policy before the store starts")
-        if store_host is not None:
-            self.writer.store_host = store_host
+    def _attach_started(self) -> bool:
+        return self._stack is not None or self._running
+
+    def _attach_parts(self, dispatchers: Sequence[CommitLogDispatcher] | None, flush_policy: FlushPolicy | None,
+                      on_forced_clean: ForcedCleanHook | None) -> None:
         if dispatchers is not None:
             self._attached = [d for d in dispatchers if d not in self.builtin_dispatchers]
         if flush_policy is not None:
@@ -176,11 +168,6 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin):
             self.on_forced_clean = on_forced_clean
 
     # ------------------------------------------------------------------ public attributes
-
-    @property
-    def store_host(self) -> bytes:
-        """STOREHOSTADDRESS written into records: 8-byte IPv4 or 20-byte IPv6 form."""
-        return self.writer.store_host
 
     @property
     def max_phy_offset(self) -> int:

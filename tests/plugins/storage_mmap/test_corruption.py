@@ -22,7 +22,7 @@ import random
 import shutil
 import struct
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,23 @@ def _copy(tpl: Template, dest: Path, crash: bool) -> Path:
     return dest
 
 
+def _rounds(
+    tmp_path: Path, tpl: Template, seed: str, crash: bool | None, rounds: int = ROUNDS
+) -> Iterator[tuple[random.Random, Path]]:
+    """Each round's seeded randomness and a fresh copy of the template store, left by a crash
+    (``crash``; None: at random) or a clean stop; the copy is removed once the round passed."""
+    for n in range(rounds):
+        rnd = random.Random(f"{seed}-{n}")
+        root = _copy(tpl, tmp_path / f"r{n}", rnd.random() < 0.5 if crash is None else crash)
+        yield rnd, root
+        shutil.rmtree(root)
+
+
+def _records_hit(tpl: Template, ranges: list[tuple[int, int]]) -> set[int]:
+    """The commitlog offsets of the template's records that overlap a damaged byte range."""
+    return {o.phys for o in tpl.by_phys.values() if any(a < o.phys + len(o.raw) and o.phys < b for a, b in ranges)}
+
+
 def _damage_file(path: Path, op: str, rnd: random.Random, upto: int | None = None) -> list[tuple[int, int]]:
     """Damage ``path`` in place; returns the byte ranges touched (within the file)."""
     data = bytearray(path.read_bytes())
@@ -200,9 +217,7 @@ def _damage_file(path: Path, op: str, rnd: random.Random, upto: int | None = Non
 def test_commitlog_damage_costs_only_the_damaged_records(
     tmp_path: Path, template: Template, store_opener: Callable[..., Any], op: str, crash: bool
 ) -> None:
-    for n in range(ROUNDS):
-        rnd = random.Random(f"cl-{op}-{crash}-{n}")
-        root = _copy(template, tmp_path / f"r{n}", crash)
+    for rnd, root in _rounds(tmp_path, template, f"cl-{op}-{crash}", crash):
         segs = sorted((root / "commitlog").iterdir())
         damaged_ranges = []
         for seg in rnd.sample(segs, k=rnd.randint(1, 2)):
@@ -210,13 +225,8 @@ def test_commitlog_damage_costs_only_the_damaged_records(
             end = template.ends.get(seg.name, 0) or SEG
             for a, b in _damage_file(seg, op, rnd, upto=min(SEG, end + 64)):
                 damaged_ranges.append((base + a, base + b))
-        damaged = {
-            o.phys
-            for o in template.by_phys.values()
-            if any(a < o.phys + len(o.raw) and o.phys < b for a, b in damaged_ranges)
-        }
+        damaged = _records_hit(template, damaged_ranges)
         anyio.run(_verify_round, root, store_opener, template, damaged)
-        shutil.rmtree(root)
 
 
 # ---------------------------------------------------------------------------------------------- consume queue
@@ -227,9 +237,7 @@ def test_commitlog_damage_costs_only_the_damaged_records(
 def test_consume_queue_damage_is_repaired_from_the_commitlog(
     tmp_path: Path, template: Template, store_opener: Callable[..., Any], op: str, crash: bool
 ) -> None:
-    for n in range(ROUNDS):
-        rnd = random.Random(f"cq-{op}-{crash}-{n}")
-        root = _copy(template, tmp_path / f"r{n}", crash)
+    for rnd, root in _rounds(tmp_path, template, f"cq-{op}-{crash}", crash):
         q = rnd.randrange(QUEUES)
         qdir = root / "consumequeue" / "T" / str(q)
         files = sorted(qdir.iterdir())
@@ -241,7 +249,6 @@ def test_consume_queue_damage_is_repaired_from_the_commitlog(
             for f in rnd.sample(files, k=min(len(files), rnd.randint(1, 2))):
                 _damage_file(f, op, rnd)
         anyio.run(_verify_round, root, store_opener, template, set())
-        shutil.rmtree(root)
 
 
 # ---------------------------------------------------------------------------------------------- index
@@ -251,9 +258,7 @@ def test_consume_queue_damage_is_repaired_from_the_commitlog(
 def test_index_damage_never_blocks_start_or_returns_a_wrong_record(
     tmp_path: Path, template: Template, store_opener: Callable[..., Any], op: str
 ) -> None:
-    for n in range(ROUNDS):
-        rnd = random.Random(f"ix-{op}-{n}")
-        root = _copy(template, tmp_path / f"r{n}", crash=rnd.random() < 0.5)
+    for rnd, root in _rounds(tmp_path, template, f"ix-{op}", None):
         files = sorted((root / "index").iterdir())
         if op == "delete_dir":
             shutil.rmtree(root / "index")
@@ -267,7 +272,6 @@ def test_index_damage_never_blocks_start_or_returns_a_wrong_record(
         anyio.run(_verify_round, root, store_opener, template, set(), op != "flip")
         if op == "flip":
             anyio.run(_no_wrong_lookups, root, store_opener, template)
-        shutil.rmtree(root)
 
 
 async def _no_wrong_lookups(root: Path, opener: Callable[..., Any], tpl: Template) -> None:
@@ -286,9 +290,7 @@ async def _no_wrong_lookups(root: Path, opener: Callable[..., Any], tpl: Templat
 def test_checkpoint_damage_costs_a_longer_replay_only(
     tmp_path: Path, template: Template, store_opener: Callable[..., Any], op: str
 ) -> None:
-    for n in range(ROUNDS // 2):
-        rnd = random.Random(f"cp-{op}-{n}")
-        root = _copy(template, tmp_path / f"r{n}", crash=True)
+    for rnd, root in _rounds(tmp_path, template, f"cp-{op}", True, ROUNDS // 2):
         # as if the consume queues lost their last units in the crash: the replay must bring them back
         cp = root / "checkpoint"
         if op == "delete":
@@ -296,7 +298,6 @@ def test_checkpoint_damage_costs_a_longer_replay_only(
         else:
             _damage_file(cp, op, rnd, upto=24)
         anyio.run(_verify_round, root, store_opener, template, set())
-        shutil.rmtree(root)
 
 
 # ---------------------------------------------------------------------------------------------- all at once
@@ -305,9 +306,7 @@ def test_checkpoint_damage_costs_a_longer_replay_only(
 def test_everything_damaged_at_once(
     tmp_path: Path, template: Template, store_opener: Callable[..., Any]
 ) -> None:
-    for n in range(ROUNDS):
-        rnd = random.Random(f"all-{n}")
-        root = _copy(template, tmp_path / f"r{n}", crash=rnd.random() < 0.5)
+    for rnd, root in _rounds(tmp_path, template, "all", None):
         damaged_ranges = []
         seg = rnd.choice(sorted((root / "commitlog").iterdir()))
         for a, b in _damage_file(seg, "flip", rnd, upto=template.ends.get(seg.name) or SEG):
@@ -316,14 +315,9 @@ def test_everything_damaged_at_once(
             files = sorted((root / kind).iterdir())
             _damage_file(rnd.choice(files), rnd.choice(["flip", "zero", "truncate"]), rnd)
         _damage_file(root / "checkpoint", "flip", rnd, upto=24)
-        damaged = {
-            o.phys
-            for o in template.by_phys.values()
-            if any(a < o.phys + len(o.raw) and o.phys < b for a, b in damaged_ranges)
-        }
+        damaged = _records_hit(template, damaged_ranges)
         anyio.run(_verify_round, root, store_opener, template, damaged)
         anyio.run(_verify_round_again, root, store_opener, template, damaged)
-        shutil.rmtree(root)
 
 
 async def _verify_round_again(

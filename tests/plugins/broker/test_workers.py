@@ -28,6 +28,29 @@ CPPWORKER = Path(__file__).parents[2] / "compat" / "cppworker.py"
 FAST = {"route_interval": 1.0, "heartbeat_interval": 1.0}
 
 
+async def consume_all(addr: str, group: str, topic: str, want: set[str], seen: dict[str, float], linger: float = 0) -> None:
+    """Push-consume ``topic`` from its first offset into ``seen`` (body: when it arrived) until every
+    body of ``want`` is in, then ``linger`` seconds more (for what must not arrive)."""
+    import time
+
+    from rmq.client import ConsumeResult, PushConsumer
+
+    all_in = anyio.Event()
+
+    async def listener(msg: Any) -> ConsumeResult:
+        seen[msg.body.decode()] = time.time()
+        if want <= seen.keys():
+            all_in.set()
+        return ConsumeResult.SUCCESS
+
+    c = PushConsumer(group, addr, listener=listener, consume_from_where="FIRST_OFFSET", **FAST)
+    c.subscribe(topic, "*")
+    async with c:
+        with anyio.fail_after(120):
+            await all_in.wait()
+        await anyio.sleep(linger)
+
+
 # ---------------------------------------------------------------- config (no processes)
 
 
@@ -172,7 +195,7 @@ def test_transactions_and_timers_on_both_workers(two: RmqdProcess) -> None:
     until due, on whichever worker the producer picked."""
     import time
 
-    from rmq.client import ConsumeResult, LocalTransactionState, Message, PushConsumer, TransactionProducer
+    from rmq.client import LocalTransactionState, Message, TransactionProducer
 
     create_topic(two, "WTx")
     brokers: set[str] = set()
@@ -194,20 +217,8 @@ def test_transactions_and_timers_on_both_workers(two: RmqdProcess) -> None:
                 assert r.ok, r
                 brokers.add(r.queue.broker_name)
         want = {f"tx{i}" for i in range(0, 16, 2)} | set(due)
-        all_in = anyio.Event()
-
-        async def listener(msg: Any) -> ConsumeResult:
-            got[msg.body.decode()] = time.time()
-            if want <= set(got):
-                all_in.set()
-            return ConsumeResult.SUCCESS
-
-        c = PushConsumer("CG_TX", two.namesrv_addr, listener=listener, consume_from_where="FIRST_OFFSET", **FAST)
-        c.subscribe("WTx", "*")
-        async with c:
-            with anyio.fail_after(120):
-                await all_in.wait()
-            await anyio.sleep(1.0)  # a rolled-back half, had it been delivered, would be in by now
+        # a rolled-back half, had it been delivered, would be in a second after the rest
+        await consume_all(two.namesrv_addr, "CG_TX", "WTx", want, got, linger=1.0)
 
     anyio.run(run)
     assert brokers == {"broker-a-0", "broker-a-1"}
@@ -273,7 +284,7 @@ def test_cpp_client_produces_and_consumes_across_both_workers(two: RmqdProcess, 
 
 
 def test_killed_worker_is_restarted_and_serves_its_store(two: RmqdProcess) -> None:
-    from rmq.client import ConsumeResult, Message, Producer, PushConsumer
+    from rmq.client import Message, Producer
 
     create_topic(two, "WKill")
     acked: dict[str, set[str]] = collections.defaultdict(set)
@@ -296,25 +307,7 @@ def test_killed_worker_is_restarted_and_serves_its_store(two: RmqdProcess) -> No
     eventually(lambda: queue_counts(two, "WKill")["broker-a-1"] == len(acked["broker-a-1"]), 60,
                "worker 1's acked messages back")
     anyio.run(produce, 200, 100)  # and it takes new ones
-    seen: set[str] = set()
-
-    async def consume() -> None:
-        want = set().union(*acked.values())
-        all_in = anyio.Event()
-
-        async def listener(msg: Any) -> ConsumeResult:
-            seen.add(msg.body.decode())
-            if want <= seen:
-                all_in.set()
-            return ConsumeResult.SUCCESS
-
-        c = PushConsumer("CG_K", two.namesrv_addr, listener=listener, consume_from_where="FIRST_OFFSET", **FAST)
-        c.subscribe("WKill", "*")
-        async with c:
-            with anyio.fail_after(120):
-                await all_in.wait()
-
-    anyio.run(consume)
+    anyio.run(consume_all, two.namesrv_addr, "CG_K", "WKill", set().union(*acked.values()), {})
     assert len(acked["broker-a-1"]) > 0
 
 

@@ -11,14 +11,11 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
-from rmq.kernel import ConfigFile
 from rmq.plugins.broker.context import TableProcessor
 from rmq.plugins.broker.groups import SYSTEM_GROUPS, SubscriptionGroupConfig
 from rmq.plugins.broker.stats import human_bytes
@@ -30,7 +27,7 @@ from rmq.protocol.common import Perm
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.message import MessageDecodeError, decode_message
 from rmq.protocol.names import is_system_topic, require_group, validate_topic
-from rmq.protocol.rocketmq_conf import edit_text
+from rmq.roles.runtime import persist_changes
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -447,15 +444,9 @@ class AdminProcessor(TableProcessor):
             b.accepts_writes = bool(cfg.brokerPermission & Perm.WRITE) and not b.is_slave  # type: ignore[misc]
             b.topics.data_version.next(int(time.time() * 1000))
             await b.register_now()
-        log.info("UPDATE_BROKER_CONFIG from %s: %s", conn.remote_addr[0], ", ".join(f"{k}={v}" for k, v in changes.items()))
-        if changes and b.config_file:  # as RocketMQ rewrites broker.properties: the change survives a restart
-            try:
-                await anyio.to_thread.run_sync(ConfigFile(Path(b.config_file)).edit,
-                                               partial(edit_text, b.config_file, table="broker", changes=changes))
-            except (ValueError, OSError) as e:  # the edit would not read back safely
-                log.warning("UPDATE_BROKER_CONFIG applied but not persisted: %s", e)
-                return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
-        return cmd.response()
+        # as RocketMQ rewrites broker.properties: the change survives a restart
+        problem = await persist_changes("broker", changes, b.config_file, "UPDATE_BROKER_CONFIG", conn.remote_addr[0])
+        return cmd.response(ResponseCode.SUCCESS, problem)
 
     async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=self.ctx.offsets.encode().encode())

@@ -6,14 +6,13 @@ import logging
 import struct
 import time
 import zlib
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 
-from rmq.kernel import ConfigFile, RateLimitedLog
+from rmq.kernel import RateLimitedLog
 from rmq.plugins.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rmq.plugins.namesrv.routes import (
     PERM_READ,
@@ -28,7 +27,7 @@ from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
 from rmq.protocol.jsonbody import loads
 from rmq.protocol.names import printable, validate_topic
-from rmq.protocol.rocketmq_conf import edit_text
+from rmq.roles.runtime import persist_changes
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, ProcessorRegistry, RemotingServer
@@ -143,16 +142,10 @@ class NamesrvService:
                     return cmd.response(ResponseCode.SYSTEM_ERROR, f"{key} must be positive")
         for key, value in changes.items():
             setattr(cfg, key, value)
-        log.info("UPDATE_NAMESRV_CONFIG from %s: %s", conn.remote_addr[0],
-                 ", ".join(f"{k}={v}" for k, v in changes.items()))
-        if changes and self.config_file:  # as RocketMQ persists namesrv.properties
-            try:
-                await anyio.to_thread.run_sync(ConfigFile(Path(self.config_file)).edit,
-                                               partial(edit_text, self.config_file, table="namesrv", changes=changes))
-            except (ValueError, OSError) as e:  # the edit would not read back safely
-                log.warning("UPDATE_NAMESRV_CONFIG applied but not persisted: %s", e)
-                return cmd.response(ResponseCode.SUCCESS, f"applied, not persisted: {e}")
-        return cmd.response()
+        # as RocketMQ persists namesrv.properties
+        problem = await persist_changes("namesrv", changes, self.config_file, "UPDATE_NAMESRV_CONFIG",
+                                        conn.remote_addr[0])
+        return cmd.response(ResponseCode.SUCCESS, problem)
 
     async def put_kv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.kv.put(ext_str(cmd, "namespace"), ext_str(cmd, "key"), ext_str(cmd, "value"))

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from rmq.plugins.acl.addresses import AddressPatternError, Matcher, compile_pattern
 from rmq.protocol.access import ANY, DENY, PUB, SUB
@@ -148,6 +147,8 @@ class AclFile:
         if mtime < 0:
             self.accounts, self.global_white, self.global_white_text, self.mtime = {}, [], [], mtime
             return
+        import yaml  # here, not at import: the plugin is selected for every broker, ACL is rarely on
+
         try:
             doc = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
         except (OSError, UnicodeError) as e:
@@ -199,6 +200,8 @@ class AclFile:
             "accounts": [a.to_doc() for a in self.accounts.values()],
             "dataVersion": [self.data_version()],
         }
+        import yaml
+
         text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")

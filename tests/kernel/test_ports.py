@@ -31,6 +31,13 @@ def ready_ports(proc: RmqdProcess) -> dict[str, int]:
     return {name: int(port) for name, port in re.findall(r"(\w+) (\d+)", listed.group(1))}
 
 
+def loaded(proc: RmqdProcess, library: str) -> bool:
+    """Whether the running daemon mapped a shared library whose path contains ``library`` (an imported
+    extension module: grpc's ``cygrpc``, PyYAML's ``_yaml``)."""
+    assert proc.proc is not None
+    return library in Path(f"/proc/{proc.proc.pid}/maps").read_text()
+
+
 @contextmanager
 def held(port: int) -> Iterator[socket.socket]:
     """``port`` taken on 127.0.0.1 by a listening socket of this process."""
@@ -61,10 +68,12 @@ def test_two_brokers_without_proxy_share_a_host_and_one_with_proxy_serves(
         ports = ready_ports(proc)
         assert "grpc" not in ports and ports["broker"] == proc.broker_port, ports
         assert proc.proc is not None and proc.proc.poll() is None
+        # nor is grpc imported (~80 ms of every start), nor yaml with ACL off (its plugin is selected idle)
+        assert not loaded(proc, "/grpc/_cython/cygrpc") and not loaded(proc, "/yaml/_yaml")
     holder = port_holder(8081)
     assert holder is None or holder[0] not in (a.proc.pid, b.proc.pid)  # type: ignore[union-attr]
     c = rmqd_factory(namesrv=False, broker_conf={"brokerName": "broker-c", "namesrvAddr": a.namesrv_addr})
-    assert ready_ports(c)["grpc"] == c.grpc_port
+    assert ready_ports(c)["grpc"] == c.grpc_port and loaded(c, "/grpc/_cython/cygrpc")
     with socket.create_connection(("127.0.0.1", c.grpc_port), timeout=5):
         pass
 

@@ -102,7 +102,7 @@ def test_e_two_push_consumers_share_a_clustering_group(rmqd: Any, cpp: Any, comp
     while compat.held_pulls(rmqd) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
-    n = 5000
+    n = 1000
     p = cpp("produce", namesrv=rmqd.namesrv_addr, topic="CompatE", count=n, method="sync", tags="e")
     sent = [ln for ln in p.finish(120) if "i" in ln]
     assert len(sent) == n and all(s.get("status") == 0 for s in sent)

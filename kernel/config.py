@@ -37,7 +37,6 @@ import attrs
 import cattrs
 
 from rmq.kernel.options import did_you_mean, first_error, make_converter
-from rmq.protocol import javaprops
 from rmq.protocol.rocketmq_conf import ConfFileError, config_format, document, locate
 from rmq.protocol.rocketmq_keys import ALIASES, ignored, refusal
 from rmq.protocol.tomledit import toml_value
@@ -250,6 +249,8 @@ def embedded_default() -> dict[str, Any]:
 
 def _read_properties(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
     """A RocketMQ ``broker.conf`` / ``namesrv.conf`` as the TOML tables it stands for, and each key's line."""
+    from rmq.protocol import javaprops  # here: only a properties file needs it
+
     types = {r: {f.name: f.type for f in attrs.fields(section_class(r))} for r in ROLE_SECTIONS if r in declared()}
     try:
         return document(javaprops.parse(text), source, types)

@@ -25,10 +25,13 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rmq.protocol import javaprops, tomledit
+from rmq.protocol import tomledit
 from rmq.protocol.rocketmq_keys import ALIASES, IGNORED, REFUSED
+
+if TYPE_CHECKING:  # the properties reader loads when a properties file is read or edited, not at every start
+    from rmq.protocol import javaprops
 
 __all__ = ["ConfFileError", "config_format", "document", "edit_text", "locate"]
 
@@ -153,4 +156,6 @@ def edit_text(name: str, text: str, table: str, changes: dict[str, Any]) -> str:
     (UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG persist so); ValueError when that cannot be done safely."""
     if config_format(name, text) == "toml":
         return tomledit.edit(text, table, changes)
+    from rmq.protocol import javaprops
+
     return javaprops.edit(text, {k: _text(v) for k, v in changes.items()})

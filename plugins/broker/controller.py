@@ -44,10 +44,8 @@ from rmq.plugins.broker.pipeline import PutPipeline
 from rmq.plugins.broker.pop import PopProcessor
 from rmq.plugins.broker.pull import PullProcessor
 from rmq.plugins.broker.registrar import NamesrvRegistrar, register_body, split_namesrv_addrs
-from rmq.plugins.broker.replicas import ReplicasManager
 from rmq.plugins.broker.reply import ReplyProcessor
 from rmq.plugins.broker.send import SendProcessor
-from rmq.plugins.broker.slavesync import SlaveSynchronizer
 from rmq.plugins.broker.stats import BrokerStats
 from rmq.plugins.broker.topics import TopicConfig, TopicConfigManager
 from rmq.protocol.codes import RequestCode
@@ -58,6 +56,8 @@ from rmq.protocol.names import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from rmq.kernel import Connection, Kernel, MessageStore, RemotingServer, ReplicationService
+    from rmq.plugins.broker.replicas import ReplicasManager
+    from rmq.plugins.broker.slavesync import SlaveSynchronizer
     from rmq.roles import BrokerConfig
 
 log = logging.getLogger("rmq.broker")
@@ -91,7 +91,11 @@ class BrokerController:
         self.accepts_writes = bool(config.brokerPermission & 2) and not self.is_slave
         self.master_addr = ""  # a slave's master (remoting address), from registration: metadata sync
         self.broker_id = config.brokerId  # the id registered with name servers (controller mode: 0 = master)
-        self.replicas = ReplicasManager(kernel, self) if config.enableControllerMode else None
+        self.replicas: ReplicasManager | None = None
+        if config.enableControllerMode:  # its modules (and the slave's below) load only when used: every start
+            from rmq.plugins.broker.replicas import ReplicasManager  # of a plain master paid their import
+
+            self.replicas = ReplicasManager(kernel, self)
         self.server: RemotingServer | None = None
         self.vip_server: RemotingServer | None = None  # listenPort - 2, RocketMQ's fastRemotingServer
         self.registrar: NamesrvRegistrar | None = None
@@ -450,6 +454,8 @@ class BrokerController:
                 await kernel.change_role(SLAVE if self.is_slave else MASTER, self)
             scope = anyio.CancelScope()
             if self.is_slave:  # before registering: the first answer names the master and kicks a sync
+                from rmq.plugins.broker.slavesync import SlaveSynchronizer
+
                 self.slave_sync = SlaveSynchronizer(kernel, self, *self.slave_sync_periods)
                 stack.push_async_callback(self.slave_sync.aclose)
             addrs = self.namesrv_addrs()

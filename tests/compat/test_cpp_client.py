@@ -11,13 +11,24 @@ error while rmqd keeps serving. Also batch send and delay level / retry.
 from __future__ import annotations
 
 import collections
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from rmq.protocol.codes import RequestCode, ResponseCode
 
 PROPS = {"user_a": "A-{i}", "user_b": "B-{i}"}
 FAST_DELAYS = "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
+
+
+@pytest.fixture
+def rmqd_factory(rmqd_factory: Callable[..., Any]) -> Callable[..., Any]:
+    """The C++ client speaks remoting only: this module's daemons (``rmqd`` too) open no gRPC endpoint,
+    whose start-up is ~80 ms CPU of each."""
+    return functools.partial(rmqd_factory, proxy=False)
 
 
 def pulled(cpp: Any, ns: str, topic: str, group: str, timeout: float = 60, **kw: Any) -> list[dict[str, Any]]:

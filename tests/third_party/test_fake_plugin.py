@@ -2,7 +2,8 @@
 
 Selected in TOML, its storage wrapper decorates the bundled mmap store, its dispatcher sees every
 stored message and its allocation strategy is what a client gets by name; removed from TOML, all
-three are gone. No kernel code knows the package.
+three are gone. No kernel code knows the package. The daemons open no gRPC endpoint (``proxy=False``): the C++
+producer speaks remoting, and the endpoint's start-up is ~80 ms CPU of each.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_storage_wrapper_and_dispatcher_come_and_go_with_the_toml(tmp_path: Path
         "plugins": {"storage": ["mmap", "counting"], "dispatch": ["audit"]},
         "plugin": {"dispatch": {"audit": {"file": "audit.log"}}},
     }
-    rmqd = RmqdProcess(tmp_path / "on", extra=plugins)
+    rmqd = RmqdProcess(tmp_path / "on", extra=plugins, proxy=False)
     store = Path(rmqd.config_path.parent / "store")
     with rmqd:
         produce_with_cpp_client(rmqd.namesrv_addr, "FakePluginTopic", 20)
@@ -62,7 +63,7 @@ def test_storage_wrapper_and_dispatcher_come_and_go_with_the_toml(tmp_path: Path
     # Same store, plugins removed from the TOML: neither runs any more.
     (store / "counting-store.json").unlink()
     before = audit.read_text()
-    off = RmqdProcess(tmp_path / "on", broker_conf={"storePathRootDir": str(store)})
+    off = RmqdProcess(tmp_path / "on", broker_conf={"storePathRootDir": str(store)}, proxy=False)
     with off:
         produce_with_cpp_client(off.namesrv_addr, "FakePluginTopic", 5)
     assert audit.read_text() == before
@@ -96,7 +97,7 @@ def test_allocation_strategy_is_selected_by_toml_and_absent_otherwise(tmp_path: 
 @pytest.mark.integration
 def test_broker_extension_runs_inside_the_broker_when_selected(tmp_path: Path) -> None:
     """``rmq_broker_lifespan``: a third party's extension sees the open store at start and at stop."""
-    rmqd = RmqdProcess(tmp_path / "ext", extra={"plugins": {"extensions": ["broker_notes"]}})
+    rmqd = RmqdProcess(tmp_path / "ext", extra={"plugins": {"extensions": ["broker_notes"]}}, proxy=False)
     notes = rmqd.workdir / "store" / "config" / "fake-notes.json"
     with rmqd:
         produce_with_cpp_client(rmqd.namesrv_addr, "ExtTopic", 3)
@@ -105,6 +106,6 @@ def test_broker_extension_runs_inside_the_broker_when_selected(tmp_path: Path) -
     seen = json.loads(notes.read_text())
     assert seen["max_at_stop"] > seen["max_at_start"]
     notes.unlink()
-    with RmqdProcess(tmp_path / "ext"):  # not selected: not run
+    with RmqdProcess(tmp_path / "ext", proxy=False):  # not selected: not run
         pass
     assert not notes.exists()

@@ -45,7 +45,7 @@ install-test: $(VENV)/.install-test $(VENV)/.fastframe
 
 # pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
 # rmq runs on the pure path and rmqd's start line says "codec pure")
-$(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c setup.py | $(VENV)/.install-test
+$(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore.h setup.py | $(VENV)/.install-test
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
@@ -118,7 +118,7 @@ java: install-test java-deps
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
-             tests/plugins/storage_mmap/test_faststore_diff.py \
+             tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -137,13 +137,14 @@ fuzz: install-test
 
 # The compiled codec's and store append's properties against AddressSanitizer/UBSan builds of them
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
-FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py
+FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
+                  tests/plugins/storage_mmap/test_faststore_cq_diff.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test
 	@d=$$(mktemp -d); so=$$d/_fastframe$(EXT_SUFFIX); so2=$$d/_faststore$(EXT_SUFFIX); \
 	for m in _fastframe _faststore; do gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined \
-		-fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/$$m.c \
+		-fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/$$m*.c \
 		-o $$d/$$m$(EXT_SUFFIX) || { rm -rf $$d; exit 1; }; done; \
 	$(call fuzz_run,RMQ_FASTFRAME=$$so RMQ_FASTSTORE=$$so2 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=print_stacktrace=1,$(FUZZ_ASAN_TESTS),$(VENV)/fuzz-asan.log); \

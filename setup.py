@@ -9,9 +9,16 @@ from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 
+# each extension's C files (``make fuzz-asan`` builds protocol/<name>*.c the same way)
+_SOURCES = {
+    "_fastframe": ["protocol/_fastframe.c"],
+    "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c"],
+}
+
 setup(
     ext_modules=[
-        Extension(f"rmq.protocol.{name}", sources=[f"protocol/{name}.c"], extra_compile_args=_FLAGS, optional=True)
-        for name in ("_fastframe", "_faststore")
+        Extension(f"rmq.protocol.{name}", sources=sources, depends=["protocol/_faststore.h"], extra_compile_args=_FLAGS,
+                  optional=True)
+        for name, sources in _SOURCES.items()
     ]
 )

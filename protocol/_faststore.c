@@ -47,12 +47,16 @@
  *       out of the commitlog segment (``files``, MappedFile objects) that holds it, within the
  *       segment's written bytes. None, with nothing done, for anything the pure loop must decide (a
  *       unit pointing outside its segment's mapping, a segment's fields of an unexpected type).
+ *
+ * And one call per reput batch for the consume queues: cq_put, in _faststore_cq.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_faststore.h"
 
 #define MAX_PROPS 32767
 #define BORN_V6 0x10
@@ -79,26 +83,6 @@ typedef struct {
     Py_ssize_t body_len, pb_len;
     long long qid, flag, sys_flag, born_ts, reconsume, prepared, store_ts;
 } Msg;
-
-static inline void wr_i32(unsigned char *p, int64_t v) {
-    uint32_t u = (uint32_t)v;
-    p[0] = (unsigned char)(u >> 24); p[1] = (unsigned char)(u >> 16); p[2] = (unsigned char)(u >> 8); p[3] = (unsigned char)u;
-}
-static inline void wr_i64(unsigned char *p, int64_t v) {
-    uint64_t u = (uint64_t)v;
-    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)u; u >>= 8; }
-}
-
-/* An exact int within [lo, hi] into *out; 0 when it is anything else (no exception left set). */
-static int int_in(PyObject *o, long long lo, long long hi, long long *out) {
-    if (!PyLong_CheckExact(o)) return 0;
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
-    if (v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
-}
 
 /* Reads message ``m`` (borrowed values: the message holds them for the whole call) into ``r``: 1 when it
  * is a common-case message, 0 when not (another type, an unset slot, a field of another type or range). */
@@ -393,14 +377,13 @@ static PyObject *index_put(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nLLLLLL)", i, count, begin_ts, begin_phy, slot_count, phy, ts);
 }
 
-/* DispatchRequest: its slots, written in place on a fresh instance (no __init__ call per record) */
-enum { R_TOPIC, R_QID, R_PHYS, R_SIZE, R_TAGS, R_TS, R_QOFF, R_SYSFLAG, R_PREPARED, R_KEYS, R_UNIQ, R_PROPS, N_REQ };
+/* DispatchRequest: its slots (_faststore.h), written in place on a fresh instance (no __init__ call per record) */
 static const char *const req_names[N_REQ] = {
     "topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "store_timestamp",
     "consume_queue_offset", "sys_flag", "prepared_tx_offset", "keys", "uniq_key", "properties",
 };
-static PyTypeObject *req_type = NULL;
-static Py_ssize_t req_off[N_REQ];
+PyTypeObject *req_type = NULL;
+Py_ssize_t req_off[N_REQ];
 static PyObject *sep_prop = NULL, *k_tags = NULL, *k_keys = NULL, *k_uniq = NULL, *k_delay = NULL, *schedule = NULL;
 
 /* decode_properties of a str: pairs split at \x02, each cut at its first \x01, kept when both sides
@@ -630,6 +613,7 @@ static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "Write a measured put's records into a buffer region; append hand-offs."},
     {"index_put", index_put, METH_VARARGS, "Add a run of (key, offset, timestamp) entries to an index file."},
     {"requests", requests, METH_VARARGS, "DispatchRequests for a run of hand-offs; how many it took."},
+    {"cq_put", cq_put, METH_VARARGS, "Consume-queue units for a run of DispatchRequests; where it stopped, last timestamp."},
     {"scan", scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
     {NULL, NULL, 0, NULL},
 };
@@ -646,6 +630,7 @@ PyMODINIT_FUNC PyInit__faststore(void) {
     s_start = PyUnicode_InternFromString("start");
     s_wrote = PyUnicode_InternFromString("wrote");
     s_mm = PyUnicode_InternFromString("mm");
+    if (cq_init() < 0) return NULL;
     if (!s_start || !s_wrote || !s_mm || !sep_prop || !k_tags || !k_keys || !k_uniq || !k_delay || !schedule) return NULL;
     return PyModule_Create(&module);
 }

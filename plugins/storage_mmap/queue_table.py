@@ -25,6 +25,7 @@ from rmq.kernel import ConfinementError, DispatchRequest, RateLimitedLog, confin
 from rmq.plugins.storage_mmap.checkpoint import Tombstones
 from rmq.plugins.storage_mmap.consume_queue import ConsumeQueue, cq_file_size
 from rmq.plugins.storage_mmap.lazy_queue import mapped_bound
+from rmq.protocol import storepath
 from rmq.protocol.names import validate_topic
 
 if TYPE_CHECKING:
@@ -163,14 +164,33 @@ class ConsumeQueueTable:
 
 
 class ConsumeQueueDispatcher:
-    """Builds consume-queue units from dispatched records (NOT and COMMIT transaction types only)."""
+    """Builds consume-queue units from dispatched records (NOT and COMMIT transaction types only).
+
+    ``fast`` (the compiled store module, None on the pure path) writes the common run of units; each
+    request it leaves (a new queue, a file roll, a gap, anything outside the common case) goes through
+    the pure loop, which stays the reference: ``ConsumeQueue.put`` decides it."""
 
     def __init__(self, table: ConsumeQueueTable) -> None:
         self.table = table
+        self.fast: Any = storepath.FAST
 
     def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        fast = self.fast
+        if fast is None or type(requests) is not list:
+            last_ts: Any = self._put(requests, 0)
+        else:
+            i, n, last_ts, queues = 0, len(requests), 0, self.table.queues
+            while i < n:
+                i, last_ts = fast.cq_put(requests, i, queues, last_ts)
+                if i < n:
+                    last_ts = self._put(requests[i : i + 1], last_ts)
+                    i += 1
+        if last_ts:
+            self.table.logics_ts = last_ts
+
+    def _put(self, requests: Sequence[DispatchRequest], last_ts: Any) -> Any:
+        """The pure loop: each request's unit into its queue; the store timestamp of the last one put."""
         queues = self.table.queues
-        last_ts = 0
         for r in requests:
             tx = r.sys_flag & 0xC
             if tx == 4 or tx == 12:  # prepared / rollback
@@ -183,8 +203,7 @@ class ConsumeQueueDispatcher:
                     continue
             cq.put(r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset)
             last_ts = r.store_timestamp
-        if last_ts:
-            self.table.logics_ts = last_ts
+        return last_ts
 
     def _create(self, r: DispatchRequest) -> Any:
         """A new queue for ``r``, or None when the record must not make one (deleted topic, bad name)."""

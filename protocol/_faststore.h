@@ -1,0 +1,37 @@
+/* What the translation units of rmq.protocol._faststore share (_faststore.c: the append, index, reput
+ * requests and pull scan; _faststore_cq.c: the consume-queue unit writer). */
+#ifndef RMQ_FASTSTORE_H
+#define RMQ_FASTSTORE_H
+
+#include <Python.h>
+#include <stdint.h>
+
+/* DispatchRequest's slots, by index into req_off (filled by configure()) */
+enum { R_TOPIC, R_QID, R_PHYS, R_SIZE, R_TAGS, R_TS, R_QOFF, R_SYSFLAG, R_PREPARED, R_KEYS, R_UNIQ, R_PROPS, N_REQ };
+extern PyTypeObject *req_type;
+extern Py_ssize_t req_off[N_REQ];
+
+PyObject *cq_put(PyObject *self, PyObject *args);
+int cq_init(void);
+
+static inline void wr_i32(unsigned char *p, int64_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24); p[1] = (unsigned char)(u >> 16); p[2] = (unsigned char)(u >> 8); p[3] = (unsigned char)u;
+}
+static inline void wr_i64(unsigned char *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)u; u >>= 8; }
+}
+
+/* An exact int within [lo, hi] into *out; 0 when it is anything else (no exception left set). */
+static inline int int_in(PyObject *o, long long lo, long long hi, long long *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    if (v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+#endif

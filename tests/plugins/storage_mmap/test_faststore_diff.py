@@ -5,8 +5,8 @@ takes, and ones outside it (unknown or illegal topics, IPv6 producers, fields ou
 bodies over maxMessageSize, properties over 32767 bytes or with lone surrogates, batches that break
 RocketMQ's batch rules) -- and must agree on every put's result (status, offsets, remark) or error,
 on the hand-offs given to the reput, and on every byte of the store's files: commitlog segments
-(64 KiB here, so puts roll over segments), consume queues and index files once dispatched. The
-compiled index writer and the reput's compiled request builder are also compared with their pure
+(64 KiB here, so puts roll over segments), consume queues and index files once dispatched (the
+compiled side's units and index entries written by the compiled writers). The compiled index writer and the reput's compiled request builder are also compared with their pure
 loops on their own inputs. The compiled writer's own bounds checks are tested directly: it never
 writes outside the region it is given. ``make fuzz`` runs the property with the fuzz profile, ``make fuzz-asan`` against an
 AddressSanitizer/UBSan build of the extension.
@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from rmq.kernel.model import MessageRecord
 from rmq.plugins.storage_mmap import MmapMessageStore
 from rmq.plugins.storage_mmap.append import CompiledAppender, make_appender
+from rmq.plugins.storage_mmap.queue_table import ConsumeQueueDispatcher
 from rmq.protocol import storepath
 from rmq.testing.fuzz import compiler_present, fuzz_settings
 
@@ -158,6 +159,9 @@ def test_compiled_and_pure_append_write_the_same_store(tmp_path: Path) -> None:
             assert pure.index is not None and fast.index is not None
             pure.index.fast, fast.index.fast = None, FAST
             pure.reput.fast, fast.reput.fast = None, FAST
+            cq_pure, cq_fast = pure.builtin_dispatchers[0], fast.builtin_dispatchers[0]
+            assert isinstance(cq_pure, ConsumeQueueDispatcher) and isinstance(cq_fast, ConsumeQueueDispatcher)
+            cq_pure.fast, cq_fast.fast = None, FAST
             assert type(pure.appender) is not CompiledAppender
             assert type(fast.appender) is CompiledAppender or FAST is None
             used = []

@@ -6,8 +6,8 @@ bodies over maxMessageSize, properties over 32767 bytes or with lone surrogates,
 RocketMQ's batch rules) -- and must agree on every put's result (status, offsets, remark) or error,
 on the hand-offs given to the reput, and on every byte of the store's files: commitlog segments
 (64 KiB here, so puts roll over segments), consume queues and index files once dispatched (the
-compiled side's units and index entries written by the compiled writers). The compiled index writer and the reput's compiled request builder are also compared with their pure
-loops on their own inputs. The compiled writer's own bounds checks are tested directly: it never
+compiled side's units and index entries written by the compiled writers). The compiled index writer
+and the reput's compiled request builder are also compared with their pure loops on their own inputs. The compiled writer's own bounds checks are tested directly: it never
 writes outside the region it is given. ``make fuzz`` runs the property with the fuzz profile, ``make fuzz-asan`` against an
 AddressSanitizer/UBSan build of the extension.
 """

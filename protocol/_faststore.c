@@ -492,14 +492,6 @@ static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssiz
 
 static PyObject *s_start = NULL, *s_wrote = NULL, *s_mm = NULL;
 
-/* An int attribute of a segment; 0 when it is missing or no int (error cleared). */
-static int seg_int(PyObject *f, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(f, name);
-    if (v == NULL) { PyErr_Clear(); return 0; }
-    int ok = int_in(v, INT64_MIN, INT64_MAX, out);
-    Py_DECREF(v);
-    return ok;
-}
 
 static inline long long floor_div(long long a, long long b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
@@ -546,7 +538,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             if (seg_file != NULL) PyBuffer_Release(&seg);
             seg_file = NULL;
             PyObject *mm = PyObject_GetAttr(f, s_mm);
-            int got = mm != NULL && seg_int(f, s_start, &seg_start) && seg_int(f, s_wrote, &seg_wrote)
+            int got = mm != NULL && attr_ll(f, s_start, &seg_start) && attr_ll(f, s_wrote, &seg_wrote)
                       && PyObject_GetBuffer(mm, &seg, PyBUF_SIMPLE) == 0;
             Py_XDECREF(mm);
             if (!got) { PyErr_Clear(); bail = 1; break; }

@@ -34,4 +34,13 @@ static inline int int_in(PyObject *o, long long lo, long long hi, long long *out
     return 1;
 }
 
+/* An int attribute (in int64 range) of ``o``; 0 when it is missing or anything else (error cleared). */
+static inline int attr_ll(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int ok = int_in(v, INT64_MIN, INT64_MAX, out);
+    Py_DECREF(v);
+    return ok;
+}
+
 #endif

@@ -25,33 +25,20 @@
 
 #define UNIT 20
 
-static PyObject *a_max_phys = NULL, *a_files = NULL, *a_start = NULL, *a_wrote = NULL, *a_size = NULL,
-                *a_reserved = NULL, *a_mm = NULL;
+enum { A_MAX_PHYS, A_FILES, A_START, A_WROTE, A_SIZE, A_RESERVED, A_MM, N_NAMES };
+static const char *const cq_names[N_NAMES] = {"max_phys", "files", "start", "wrote", "size", "reserved", "mm"};
+static PyObject *cq_attr[N_NAMES]; /* interned by cq_init */
 
 int cq_init(void) {
-    a_max_phys = PyUnicode_InternFromString("max_phys");
-    a_files = PyUnicode_InternFromString("files");
-    a_start = PyUnicode_InternFromString("start");
-    a_wrote = PyUnicode_InternFromString("wrote");
-    a_size = PyUnicode_InternFromString("size");
-    a_reserved = PyUnicode_InternFromString("reserved");
-    a_mm = PyUnicode_InternFromString("mm");
-    return a_max_phys && a_files && a_start && a_wrote && a_size && a_reserved && a_mm ? 0 : -1;
+    for (int k = 0; k < N_NAMES; k++)
+        if ((cq_attr[k] = PyUnicode_InternFromString(cq_names[k])) == NULL) return -1;
+    return 0;
 }
 
-/* An int attribute in int64 range; 0 when it is missing or anything else (error cleared). */
-static int attr_ll(PyObject *o, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) { PyErr_Clear(); return 0; }
-    int ok = int_in(v, INT64_MIN, INT64_MAX, out);
-    Py_DECREF(v);
-    return ok;
-}
-
-static int set_ll(PyObject *o, PyObject *name, long long v) {
+static int set_ll(PyObject *o, PyObject *attr, long long v) {
     PyObject *n = PyLong_FromLongLong(v);
     if (n == NULL) return -1;
-    int rc = PyObject_SetAttr(o, name, n);
+    int rc = PyObject_SetAttr(o, attr, n);
     Py_DECREF(n);
     return rc;
 }
@@ -60,13 +47,13 @@ static int set_ll(PyObject *o, PyObject *name, long long v) {
  * path decides, -1 error. */
 static int write_unit(PyObject *f, long long phys, long long size, long long tags, long long qoff) {
     long long start, wrote, fsize, reserved, here, after;
-    if (!attr_ll(f, a_start, &start) || !attr_ll(f, a_wrote, &wrote) || !attr_ll(f, a_size, &fsize)
-        || !attr_ll(f, a_reserved, &reserved))
+    if (!attr_ll(f, cq_attr[A_START], &start) || !attr_ll(f, cq_attr[A_WROTE], &wrote) || !attr_ll(f, cq_attr[A_SIZE], &fsize)
+        || !attr_ll(f, cq_attr[A_RESERVED], &reserved))
         return 0;
     if (wrote < 0 || wrote >= fsize || __builtin_add_overflow(start, wrote, &here) || here != qoff * UNIT)
         return 0;
     if (__builtin_add_overflow(wrote, UNIT, &after) || after > fsize || after > reserved) return 0;
-    PyObject *mm = PyObject_GetAttr(f, a_mm);
+    PyObject *mm = PyObject_GetAttr(f, cq_attr[A_MM]);
     if (mm == NULL) { PyErr_Clear(); return 0; }
     Py_buffer view;
     if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) {
@@ -84,23 +71,44 @@ static int write_unit(PyObject *f, long long phys, long long size, long long tag
     PyBuffer_Release(&view);
     Py_DECREF(mm);
     if (!fits) return 0;
-    return set_ll(f, a_wrote, after) < 0 ? -1 : 1;
+    return set_ll(f, cq_attr[A_WROTE], after) < 0 ? -1 : 1;
+}
+
+/* The queues' ``files`` lists met in one call: the property (which maps a parked queue and marks it used)
+ * runs once per queue and call, as often as the pure loop would need it to have any effect. */
+#define SEEN 16
+typedef struct { PyObject *cq, *files; } Seen;
+
+static void seen_clear(Seen *seen, int n) {
+    for (int k = 0; k < n; k++) {
+        Py_DECREF(seen[k].cq);
+        Py_DECREF(seen[k].files);
+    }
 }
 
 /* ConsumeQueue.put for the common case: 1 done (written, or a replay ignored), 0 the pure path decides,
  * -1 error (from the queue's ``files``, which maps a parked queue: raised as the pure path would). */
-static int put_one(PyObject *cq, long long phys, long long size, long long tags, long long qoff) {
+static int put_one(PyObject *cq, long long phys, long long size, long long tags, long long qoff, Seen *seen, int *nseen) {
     long long max_phys, end;
-    if (!attr_ll(cq, a_max_phys, &max_phys) || __builtin_add_overflow(phys, size, &end)) return 0;
+    if (!attr_ll(cq, cq_attr[A_MAX_PHYS], &max_phys) || __builtin_add_overflow(phys, size, &end)) return 0;
     if (end <= max_phys) return 1;
-    PyObject *files = PyObject_GetAttr(cq, a_files);
-    if (files == NULL) return -1;
+    PyObject *files = NULL;
+    for (int k = 0; k < *nseen && files == NULL; k++)
+        if (seen[k].cq == cq) files = Py_NewRef(seen[k].files);
+    if (files == NULL) {
+        files = PyObject_GetAttr(cq, cq_attr[A_FILES]);
+        if (files == NULL) return -1;
+        if (*nseen < SEEN) {
+            seen[*nseen] = (Seen){Py_NewRef(cq), Py_NewRef(files)};
+            ++*nseen;
+        }
+    }
     int rc = 0;
     if (PyList_CheckExact(files) && PyList_GET_SIZE(files) > 0) {
         PyObject *last = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
         rc = write_unit(last, phys, size, tags, qoff);
         Py_DECREF(last);
-        if (rc == 1 && set_ll(cq, a_max_phys, end) < 0) rc = -1;
+        if (rc == 1 && set_ll(cq, cq_attr[A_MAX_PHYS], end) < 0) rc = -1;
     }
     Py_DECREF(files);
     return rc;
@@ -126,6 +134,8 @@ PyObject *cq_put(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_INCREF(last_ts);
+    Seen seen[SEEN];
+    int nseen = 0;
     for (; i < PyList_GET_SIZE(reqs); i++) {
         PyObject *r = PyList_GET_ITEM(reqs, i);
         if (!Py_IS_TYPE(r, req_type)) break;
@@ -152,15 +162,17 @@ PyObject *cq_put(PyObject *self, PyObject *args) {
         }
         Py_INCREF(r);
         Py_INCREF(cq);
-        int rc = put_one(cq, phys, size, tags, qoff);
+        int rc = put_one(cq, phys, size, tags, qoff, seen, &nseen);
         Py_DECREF(cq);
         if (rc == 1) Py_SETREF(last_ts, Py_NewRef(ts));
         Py_DECREF(r);
         if (rc < 0) goto error;
         if (rc == 0) break;
     }
+    seen_clear(seen, nseen);
     return Py_BuildValue("(nN)", i, last_ts);
 error:
+    seen_clear(seen, nseen);
     Py_DECREF(last_ts);
     return NULL;
 }

@@ -21,7 +21,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from rmq.testing import faults
-from rmq.testing.daemon import lock_dir
+from rmq.testing.daemon import RmqdProcess, lock_dir
 
 # property tests keep their example counts but lose Hypothesis' 200 ms deadline and its too-slow check:
 # on a shared machine (xdist workers, other test runs) a scheduler pause fails them, not the code
@@ -55,6 +55,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def rmqd_factory(rmqd_factory: Callable[..., RmqdProcess], request: pytest.FixtureRequest) -> Callable[..., RmqdProcess]:
+    """This suite's daemons open no gRPC endpoint unless the test is marked ``grpc`` or asks with ``proxy=True``:
+    grpc's imports are ~75 ms CPU of each start and the suite starts hundreds (the fixture's public default,
+    a daemon with the endpoint, is unchanged for other projects)."""
+    wanted = request.node.get_closest_marker("grpc") is not None
+
+    def start(**kwargs: Any) -> RmqdProcess:
+        kwargs.setdefault("proxy", wanted)
+        return rmqd_factory(**kwargs)
+
+    return start
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from rmq.testing.daemon import RmqdProcess
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("grpcworker.py")
 PY5 = os.environ.get("RMQ5_PYTHON") or str(ROOT / ".venv5" / "bin" / "python")
+pytestmark = pytest.mark.grpc
 
 
 def run5(timeout: float = 90, **cfg: Any) -> list[dict[str, Any]]:

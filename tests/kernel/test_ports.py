@@ -59,6 +59,7 @@ def test_rmqd_config_says_whether_grpc_is_on(tmp_path: Path) -> None:
     assert load_config(without, ["proxy.grpcServerPort=8093"]).proxy.grpcServerPort == 8093  # type: ignore[union-attr]
 
 
+@pytest.mark.grpc
 def test_two_brokers_without_proxy_share_a_host_and_one_with_proxy_serves(
     rmqd_factory: Callable[..., RmqdProcess],
 ) -> None:
@@ -78,6 +79,7 @@ def test_two_brokers_without_proxy_share_a_host_and_one_with_proxy_serves(
         pass
 
 
+@pytest.mark.grpc
 def test_ready_line_lists_every_port_a_role_opened(rmqd_factory: Callable[..., RmqdProcess], tmp_path: Path) -> None:
     ctl, dash, prom = free_port(), free_port(), free_port()
     proc = rmqd_factory(

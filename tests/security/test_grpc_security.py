@@ -32,7 +32,7 @@ from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc]
 C = d.Code
 ADMIN = ("rmqadmin", "adminsecret")
 USER = ("denyuser1", "denysecret1")  # may PUB|SUB GSecT only

@@ -123,6 +123,7 @@ def create_topic(proc: RmqdProcess, topic: str, queues: int = 4) -> None:
                30, f"{topic} routed to both workers")
 
 
+@pytest.mark.grpc
 def test_two_workers_register_and_a_cluster_topic_spreads(two: RmqdProcess) -> None:
     assert cluster_brokers(two) == {"broker-a-0": two.worker_addr(0), "broker-a-1": two.worker_addr(1)}
     assert two.grpc_port and runtime_info(two.worker_addr(1))  # each worker serves its own port

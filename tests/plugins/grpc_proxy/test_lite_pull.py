@@ -15,7 +15,7 @@ from rmq.plugins.grpc_proxy.v2 import service_pb2 as s
 from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
 from rmq.testing.daemon import RmqdProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc]
 MD = (("x-mq-client-id", "lite@1@1@x"),)
 
 

@@ -14,7 +14,7 @@ from rmq.testing.daemon import RmqdProcess
 from tests.plugins.grpc_proxy.test_auto_renew import TOPIC, consumer
 from tests.plugins.grpc_proxy.test_send import create
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from rmq.protocol.codes import RequestCode
 from rmq.protocol.command import RemotingCommand
 from rmq.testing.daemon import RmqdProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc]
 MD = (("x-mq-client-id", "send@1@1@x"),)
 
 

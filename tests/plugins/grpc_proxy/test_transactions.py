@@ -19,7 +19,7 @@ from rmq.plugins.grpc_proxy.v2 import service_pb2_grpc as sg
 from rmq.testing.daemon import RmqdProcess
 from tests.plugins.grpc_proxy.test_send import create
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc]
 CID = "txp@1@1@x"
 MD = (("x-mq-client-id", CID),)
 

@@ -26,6 +26,7 @@ from rmq.testing.daemon import RmqdProcess, call, eventually
 HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
 STEP_DOWN_S = 4.0  # a controller leader without a majority's answer steps down (plugins/controller/raft.py)
 JUMP_MS = 90_000  # a clock jump: past every heartbeat timeout, lease and poll period the cluster has
+LEASE_HOLD_S = 5.0  # a new master must take writes without a break this long from its first one
 
 
 @attrs.define
@@ -64,11 +65,29 @@ def _new_master(ch: Chaos, old: RmqdProcess) -> RmqdProcess | None:
                  and (F.runtime(b) or {}).get("controllerRole") == "MASTER"), None)
 
 
-def _fenced_after_election(ch: Chaos, new: RmqdProcess, elected: float) -> int:
-    """Sends the new master refused as fenced ("no controller leader confirmed its epoch") after it was
-    seen master: its election grants it a lease, so only a lost controller should cause these."""
-    return sum(1 for s in ch.history.sends() if not s.get("ok") and s["t0"] > elected + 0.5
-               and f"from {new.host}:" in s.get("error", "") and "confirmed its epoch" in s.get("error", ""))
+def _fenced_refusals(ch: Chaos, new: RmqdProcess, since: float) -> list[dict[str, Any]]:
+    """Sends begun after ``since`` that ``new`` refused as fenced ("no controller leader confirmed its
+    epoch"): its election grants it a lease, so only a lost controller should cause these."""
+    return [s for s in ch.history.sends() if not s.get("ok") and s["t0"] > since
+            and f"from {new.host}:" in s.get("error", "") and "confirmed its epoch" in s.get("error", "")]
+
+
+def _new_master_holds(ch: Chaos, run: Run, old: RmqdProcess) -> RmqdProcess:
+    """The newly elected master takes writes without a break from when it is seen master until
+    LEASE_HOLD_S after its first acknowledged send: no send begun then refused because its lease
+    lapsed (its election grants it one; only losing the controller leader may end it)."""
+    new = eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
+    elected = time.time()
+    first = eventually(lambda: min((s["t"] for s in ch.acked_by(new.host) if s["t"] > run.fault_at), default=None), 60,
+                       f"a send acknowledged by the new master {new.host}", 0.1)
+    eventually(lambda: time.time() >= first + LEASE_HOLD_S, LEASE_HOLD_S + 5, "the watch window over", 0.2)
+    refused = [s for s in _fenced_refusals(ch, new, elected) if s["t0"] <= first + LEASE_HOLD_S]
+    acks = sorted(s["t"] for s in ch.acked_by(new.host) if first <= s["t"] <= first + LEASE_HOLD_S)
+    run.figures["new_master_fenced"] = len(refused)
+    run.figures["new_master_gap_s"] = round(max((b - a for a, b in zip(acks, acks[1:], strict=False)), default=0), 2)
+    assert not refused, (f"the new master {new.host} fenced itself within {LEASE_HOLD_S:.0f} s of its first write: "
+                         f"{len(refused)} sends refused, e.g. {refused[:2]}")
+    return new  # type: ignore[no-any-return]
 
 
 def _sss(b: RmqdProcess) -> list[int]:
@@ -236,7 +255,7 @@ def master_isolated_from_controllers(ch: Chaos, run: Run) -> None:
     run.since_fault("fence_s")
     eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
     run.since_fault("elect_s")
-    ch.wait_acks(20)
+    _new_master_holds(ch, run, old)
     _heal(ch, run)
 
 
@@ -249,7 +268,7 @@ def master_paused(ch: Chaos, run: Run) -> None:
     ch.nemesis.pause(old.proc.pid, "master")
     eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
     run.since_fault("elect_s")
-    ch.wait_acks(20)
+    _new_master_holds(ch, run, old)
     ch.nemesis.resume(old.proc.pid)
     run.healed_at = time.time()
     ch.wait_acks(10, timeout=120)
@@ -267,12 +286,9 @@ def master_with_leader_cut_off(ch: Chaos, run: Run) -> None:
     ch.nemesis.partition([old.host, ch.ctl_hosts[leader]],
                          [*(h for i, h in enumerate(ch.ctl_hosts) if i != leader),
                           *(b.host for b in ch.group.brokers if b is not old)])
-    new = eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
-    elected = time.time()
+    eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
     run.since_fault("elect_s")
-    ch.wait_acks(20)
-    time.sleep(HOLD_S)
-    run.figures["new_master_fenced"] = _fenced_after_election(ch, new, elected)
+    _new_master_holds(ch, run, old)
     run.figures["old_fenced"] = "fenced" in (F.runtime(old) or {})
     _stepped_down(ch, run, leader)
     _heal(ch, run)

@@ -83,6 +83,8 @@ class ReplicasManager:
         self.fenced_reason = ""  # set while a master is fenced off for want of a controller leader
         self._lock = anyio.Lock()
         self.client: RemotingClient | None = None
+        self._repoll = anyio.Event()  # set: poll the controller now, not after the period
+        self._poll_call: anyio.CancelScope | None = None  # the poll's controller call in flight
 
     # ------------------------------------------------------------------ processors on the broker's port
 
@@ -296,12 +298,19 @@ class ReplicasManager:
     async def _poll_loop(self) -> None:
         period = self.cfg.syncBrokerMetadataPeriod / 1000
         while True:
-            await anyio.sleep(min(period, self.cfg.controllerHeartBeatTimeoutMills / 3000))
+            with anyio.move_on_after(min(period, self.cfg.controllerHeartBeatTimeoutMills / 3000)):
+                await self._repoll.wait()
+            self._repoll = anyio.Event()
             asked = time.monotonic()
-            try:
-                r = await self._leader_call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.brokerName})
-            except Exception as e:
-                log.debug("replica info poll failed: %s", e)
+            r = None
+            with anyio.CancelScope() as self._poll_call:
+                try:
+                    r = await self._leader_call(RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                                {"brokerName": self.cfg.brokerName})
+                except Exception as e:
+                    log.debug("replica info poll failed: %s", e)
+            self._poll_call = None
+            if r is None:
                 continue
             if r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                 self.state = "INITIAL"
@@ -326,7 +335,9 @@ class ReplicasManager:
                 self.sss, self.sss_epoch = set(body.get("syncStateSet") or []), int(body["syncStateSetEpoch"])
                 self._bound_confirm()
             if self.role == "SLAVE":
-                await self._adopt_master_epochs()
+                with anyio.CancelScope() as self._poll_call:  # its master may be cut off: a call timeout
+                    await self._adopt_master_epochs()
+                self._poll_call = None
 
     async def _sss_loop(self) -> None:
         while True:
@@ -414,10 +425,19 @@ class ReplicasManager:
         self.role = "MASTER"
         self.fenced_reason = ""
         self.last_leader_ok = time.monotonic()
+        self._poll_afresh()
         b.set_role(master=True, broker_id=0, master_addr="")
         await self.kernel.change_role(MASTER, b)  # delay, timer, transaction checks... start here
         log.info("%s is MASTER of %s at epoch %d (was %s), log end %d", b.broker_addr, self.cfg.brokerName, epoch,
                  was, store.max_phy_offset)
+
+    def _poll_afresh(self) -> None:
+        """Drop the poll's call in flight and ask again now. A new master's election lease lasts until
+        its first renewal, and the poll may be waiting on the old controller leader or the old master
+        a partition cut off (a call timeout each): the renewal would come too late."""
+        if self._poll_call is not None:
+            self._poll_call.cancel()
+        self._repoll.set()
 
     def _bound_confirm(self) -> None:
         """A master serves below the smallest offset every other SyncStateSet member acknowledged; its

@@ -101,12 +101,14 @@ class Nemesis:
     def __init__(self) -> None:
         self.table = f"{TABLE_PREFIX}{os.getpid()}"
         self.cuts: set[tuple[str, str]] = set()
+        self.redirects: set[tuple[str, str, int]] = set()
         self.paused: dict[int, str] = {}
         self.skews: set[Path] = set()
         self._closed = False
         remove_stale_tables()
         _nft(f"table inet {self.table}\ndelete table inet {self.table}\n"
-             f"table inet {self.table} {{\n  chain out {{ type filter hook output priority 0; policy accept; }}\n}}\n")
+             f"table inet {self.table} {{\n  chain out {{ type filter hook output priority 0; policy accept; }}\n"
+             f"  chain nat_out {{ type nat hook output priority -100; policy accept; }}\n}}\n")
         atexit.register(self.close)
 
     def __enter__(self) -> Nemesis:
@@ -143,11 +145,31 @@ class Nemesis:
         check_addr(bridge)
         self.partition(side_a, side_b)
 
+    def redirect(self, src: str, dst: str, port: int, via: str) -> None:
+        """``src``'s new connections to ``dst``:``port`` go to ``via`` (host:port, a
+        :class:`rmq.testing.relay.Relay`) instead. Neither node knows: a NAT rule rewrites the
+        destination. The connection open now is reset at ``src``'s end, so it reconnects through
+        ``via``, while ``dst`` never gets the reset (it is dropped like the rest of that flow) and
+        finds the connection dead by itself, as when a reset is lost."""
+        vhost, _, vport = via.rpartition(":")
+        src, dst, vhost = check_addr(src), check_addr(dst), check_addr(vhost)
+        if vhost in (src, dst):
+            raise ValueError("nemesis: the relay needs an address of its own")
+        p, vp = int(port), int(vport)
+        t = self.table
+        # NAT runs before the filter: a redirected packet no longer names dst:port, so the resets
+        # below hit only the connection that was open before
+        _nft(f"add rule inet {t} nat_out ip saddr {src} ip daddr {dst} tcp dport {p} dnat ip to {vhost}:{vp}\n"
+             f"add rule inet {t} out ip saddr {src} ip daddr {dst} tcp dport {p} reject with tcp reset\n"
+             f"add rule inet {t} out ip saddr {dst} ip daddr {src} tcp sport {p} reject with tcp reset\n")
+        self.redirects.add((src, dst, p))
+
     def heal(self) -> None:
-        """Remove every cut."""
-        if self.cuts:
-            _nft(f"flush chain inet {self.table} out\n")
+        """Remove every cut and redirect (connections already relayed stay until their relay closes)."""
+        if self.cuts or self.redirects:
+            _nft(f"flush chain inet {self.table} out\nflush chain inet {self.table} nat_out\n")
             self.cuts.clear()
+            self.redirects.clear()
 
     def rules(self) -> str:
         """The table as nft lists it (for a failure message)."""

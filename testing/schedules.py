@@ -18,15 +18,20 @@ from typing import Any
 
 import attrs
 
+from rmq.plugins.broker.replicas import CALL_TIMEOUT, LEADER_GRACE
 from rmq.protocol.codes import RequestCode
 from rmq.testing import faults as F
-from rmq.testing.chaos import Chaos, Monitor, RunCheck, check, converged
-from rmq.testing.daemon import RmqdProcess, call, eventually
+from rmq.testing.chaos import SLACK_S, Chaos, Monitor, RunCheck, check, converged
+from rmq.testing.daemon import CONTROLLER_BROKER_CONF, RmqdProcess, call, eventually
 
 HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
 STEP_DOWN_S = 4.0  # a controller leader without a majority's answer steps down (plugins/controller/raft.py)
 JUMP_MS = 90_000  # a clock jump: past every heartbeat timeout, lease and poll period the cluster has
+RELAY_DELAY_S = 0.2  # the delayed link's one-way delay (and a lost chunk's resend wait)
 LEASE_HOLD_S = 5.0  # a new master must take writes without a break this long from its first one
+#: haMaxTimeSlaveNotCatchup, a checkSyncStateSetPeriod, a leader search and a call timeout, the slack
+SHRINK_BOUND_S = (F.CONTROLLER_CELL_CONF["haMaxTimeSlaveNotCatchup"] + CONTROLLER_BROKER_CONF["checkSyncStateSetPeriod"]) / 1000 \
+    + CALL_TIMEOUT + LEADER_GRACE + SLACK_S
 
 
 @attrs.define
@@ -90,6 +95,22 @@ def _new_master_holds(ch: Chaos, run: Run, old: RmqdProcess) -> RmqdProcess:
     return new  # type: ignore[no-any-return]
 
 
+def _shrinks(ch: Chaos, run: Run, master: RmqdProcess, cut_at: float, what: str) -> None:
+    """The SyncStateSet loses the slave cut at ``cut_at`` by RocketMQ 5's rule: once its last catch-up
+    is ``haMaxTimeSlaveNotCatchup`` old, at the master's next check (``checkSyncStateSetPeriod``), through
+    the controller leader (a search for it and a call timeout when the one it knew was cut off)."""
+    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, what, 0.2)
+    took = round(time.time() - cut_at, 2)
+    run.since_fault("sss_shrunk_s")
+    run.figures["shrink_after_cut_s"] = took
+    assert took <= SHRINK_BOUND_S, f"the SyncStateSet shrank {took} s after the cut (bound {SHRINK_BOUND_S} s)"
+
+
+def _ha_slaves(b: RmqdProcess) -> list[dict[str, Any]]:
+    v = (F.runtime(b) or {}).get("haSlaves", "[]")
+    return json.loads(v) if isinstance(v, str) else list(v)  # type: ignore[no-any-return]
+
+
 def _sss(b: RmqdProcess) -> list[int]:
     return json.loads((F.runtime(b) or {}).get("syncStateSet", "[]"))  # type: ignore[no-any-return]
 
@@ -144,10 +165,9 @@ def _controllers_split(ch: Chaos, run: Run, leader_alone: bool) -> None:
     run.since_fault("majority_leader_s")
     ch.wait_acks(20)
     master, slaves = _roles(ch)
+    cut_at = time.time()
     ch.nemesis.cut(master.host, slaves[0].host)  # a change only the controller leader can make
-    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60,
-               "the SyncStateSet shrunk through the majority side", 0.2)
-    run.since_fault("sss_shrunk_s")
+    _shrinks(ch, run, master, cut_at, "the SyncStateSet shrunk through the majority side")
     ch.wait_acks(20, host=master.host)
     _stepped_down(ch, run, lone)
     _heal(ch, run)
@@ -186,8 +206,7 @@ def one_way_master_to_slave(ch: Chaos, run: Run) -> None:
     master, slaves = _roles(ch)
     run.fault_at = time.time()
     ch.nemesis.cut(master.host, slaves[0].host, both=False)
-    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, "the SyncStateSet shrunk", 0.2)
-    run.since_fault("sss_shrunk_s")
+    _shrinks(ch, run, master, run.fault_at, "the SyncStateSet shrunk")
     ch.wait_acks(20, host=master.host)
     _heal(ch, run)
 
@@ -299,13 +318,47 @@ def slave_cut_from_master(ch: Chaos, run: Run) -> None:
     master, slaves = _roles(ch)
     run.fault_at = time.time()
     ch.nemesis.cut(master.host, slaves[0].host)
-    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, "the SyncStateSet shrunk", 0.2)
-    run.since_fault("sss_shrunk_s")
+    _shrinks(ch, run, master, run.fault_at, "the SyncStateSet shrunk")
     ch.wait_acks(20, host=master.host)
     _heal(ch, run)
 
 
+def replication_delayed_lossy(ch: Chaos, run: Run) -> None:
+    """The master's stream to a slave goes through a relay (rmq.testing.relay) that delays it 200 ms and
+    loses chunks (a resend 200 ms later holding back the rest) and, rarely, breaks the connection; the
+    slave's acknowledgements go back undelayed. Sends wait for the slow slave or go on without it once
+    it leaves the SyncStateSet; nothing acknowledged may be lost, and after the heal it catches up."""
+    from rmq.testing.nemesis import BLOCK, node_addrs
+    from rmq.testing.relay import Impair, Relay
+
+    master, slaves = _roles(ch)
+    slave = slaves[0]
+    relay_host = node_addrs(BLOCK - 1)[-1]  # the block's last address: no node of the cluster has it
+    lossy = Impair(delay_s=RELAY_DELAY_S, loss=0.05, rto_s=RELAY_DELAY_S, cut=0.002)
+    with Relay(relay_host, f"{master.host}:{master.ha_port}", to_client=lossy, lifetime_s=300) as relay:
+        run.fault_at = time.time()
+        ch.nemesis.redirect(slave.host, master.host, master.ha_port, relay.addr)
+        eventually(lambda: relay.stats.conns >= 1 and relay.stats.bytes_to_client > 0, 60,
+                   "the slave following its master through the relay", 0.2)
+        run.since_fault("relayed_s")
+        # the slave's old stream was reset at its end only: the master must not keep waiting on it
+        sid = int((F.runtime(slave) or {}).get("controllerBrokerId", -1))
+        stale = [x for x in _ha_slaves(master) if x.get("brokerId") == sid and not x["addr"].startswith(f"{relay_host}:")]
+        assert not stale, f"the master still counts the slave's dead stream: {stale}"
+        sizes = []
+        end = time.time() + 3 * HOLD_S
+        while time.time() < end:
+            sizes.append(len(_sss(master)))
+            ch.wait_acks(1, host=master.host)
+        run.figures["in_sync_share"] = round(sum(n > 1 for n in sizes) / max(1, len(sizes)), 2)
+        ch.nemesis.heal()  # new connections go straight to the master; the relayed one ends with the relay
+    st = relay.stats
+    run.figures.update(relay_conns=st.conns, relay_lost=st.lost, relay_cuts=st.cuts, relayed_kib=st.bytes_to_client // 1024)
+    _heal(ch, run)
+
+
 SCHEDULES: dict[str, Schedule] = {f.__name__: f for f in (
+    replication_delayed_lossy,
     controller_leader_isolated, controllers_split_leader_alone, controllers_split_leader_with_majority,
     controllers_bridged, one_way_master_to_slave, client_cut_from_master, clock_jump_master,
     clock_jump_controller, master_isolated_from_controllers, master_with_leader_cut_off, master_paused, slave_cut_from_master)}

@@ -127,6 +127,9 @@ class DataNotifier:
             await self._event.wait()
 
 
+SUPERSEDED = -2  # a SlaveLink's broker id once a newer connection of that slave replaced it
+
+
 class SlaveLink:
     """One slave as its master sees it."""
 
@@ -140,6 +143,7 @@ class SlaveLink:
         self.broker_id = -1  # controller mode: from the slave's handshake
         self.caught_up = 0.0  # monotonic time the slave last acknowledged the master's whole log
         self.acked = Watermark()
+        self.scope: anyio.CancelScope | None = None  # ends this connection (a newer one of the same slave)
 
     def info(self, master_max: int) -> dict[str, Any]:
         return {
@@ -410,14 +414,27 @@ class HAService(OwnLoops):
         reason = "closed by the slave"
         try:
             async with stream, anyio.create_task_group() as tg:
+                link.scope = tg.cancel_scope
                 tg.start_soon(self._transfer, stream, link, tg.cancel_scope)
                 reason = await self._read_reports(stream, link)
                 tg.cancel_scope.cancel()
+            if link.broker_id == SUPERSEDED:
+                reason = "superseded by a newer connection of the same slave"
         except Exception as e:
             reason = describe(e)
         finally:
             self.links.discard(link)
         log.info("slave %s disconnected (%s); acknowledged offset %d", addr, reason, link.ack_offset)
+
+    def _supersede(self, link: SlaveLink) -> None:
+        """A slave follows one stream at a time: its older connections are dead ones the master has
+        not noticed yet (a reset that never arrived, a peer gone): they end now, or the sends waiting
+        for this slave's acks, and the confirm offset, would follow a stream that no longer moves
+        until haHousekeepingInterval drops it."""
+        for old in [k for k in self.links if k is not link and k.broker_id == link.broker_id]:
+            old.broker_id = SUPERSEDED  # out of the acks and the in-sync set at once
+            if old.scope is not None:
+                old.scope.cancel()
 
     async def _read_reports(self, stream: SocketStream, link: SlaveLink) -> str:
         reader = ReportReader()
@@ -430,7 +447,7 @@ class HAService(OwnLoops):
                 return f"no report for {self.config.haHousekeepingInterval} ms"
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 return "closed by the slave"
-            if self.handshake and link.broker_id < 0:
+            if self.handshake and link.broker_id == -1:
                 pending += data
                 if len(pending) < HANDSHAKE.size:
                     continue
@@ -440,6 +457,7 @@ class HAService(OwnLoops):
                     return str(e)
                 data = pending[HANDSHAKE.size :]
                 log.info("slave %s is broker id %d", link.addr, link.broker_id)
+                self._supersede(link)
                 if not data:
                     continue
             try:

@@ -352,3 +352,14 @@ def report(res: RunCheck) -> None:
 
 def runtime_json(b: RmqdProcess, key: str, default: str = "[]") -> Any:
     return json.loads((F.runtime(b) or {}).get(key, default))
+
+
+def raw_send(b: RmqdProcess, topic: str, body: str, timeout: float = 20) -> Any:
+    """One SEND_MESSAGE straight to broker ``b`` (no client retries, no route): its RemotingCommand answer."""
+    from rmq.protocol.common import encode_properties
+
+    return call(b.broker_addr, RequestCode.SEND_MESSAGE, {
+        "producerGroup": "probe-group", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": encode_properties({"UNIQ_KEY": body}), "reconsumeTimes": 0, "unitMode": "false",
+        "batch": "false"}, body.encode(), timeout=timeout)

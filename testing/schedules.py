@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,14 +20,18 @@ from typing import Any
 import attrs
 
 from rmq.plugins.broker.replicas import CALL_TIMEOUT, LEADER_GRACE
-from rmq.protocol.codes import RequestCode
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.message import decode_offset_msg_id
 from rmq.testing import faults as F
-from rmq.testing.chaos import SLACK_S, Chaos, Monitor, RunCheck, check, converged
+from rmq.testing.chaos import SLACK_S, Chaos, Monitor, RunCheck, check, converged, raw_send
 from rmq.testing.daemon import CONTROLLER_BROKER_CONF, RmqdProcess, call, eventually
 
 HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
 STEP_DOWN_S = 4.0  # a controller leader without a majority's answer steps down (plugins/controller/raft.py)
 JUMP_MS = 90_000  # a clock jump: past every heartbeat timeout, lease and poll period the cluster has
+#: send answers of a broker that stored the message (acknowledged or not)
+STORED = {ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+          ResponseCode.SLAVE_NOT_AVAILABLE}
 RELAY_DELAY_S = 0.2  # the delayed link's one-way delay (and a lost chunk's resend wait)
 LEASE_HOLD_S = 5.0  # a new master must take writes without a break this long from its first one
 #: haMaxTimeSlaveNotCatchup, a checkSyncStateSetPeriod, a leader search and a call timeout, the slack
@@ -104,6 +109,33 @@ def _shrinks(ch: Chaos, run: Run, master: RmqdProcess, cut_at: float, what: str)
     run.since_fault("sss_shrunk_s")
     run.figures["shrink_after_cut_s"] = took
     assert took <= SHRINK_BOUND_S, f"the SyncStateSet shrank {took} s after the cut (bound {SHRINK_BOUND_S} s)"
+
+
+def _elected_at(ch: Chaos, epoch: int) -> float:
+    """When a controller logged the election of master epoch ``epoch`` (epoch s, from its log line)."""
+    for c in ch.group.controllers:
+        for line in c.log_path.read_text(errors="replace").splitlines():
+            if "elected broker" in line and line.rstrip().endswith(f"epoch {epoch}"):
+                whole, _, frac = line.split()[0].partition(".")
+                return time.mktime(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + int(frac or 0) / 1000
+    raise AssertionError(f"no controller logged the election of epoch {epoch}")
+
+
+def _step_down_window(ch: Chaos, run: Run, old: RmqdProcess, new: RmqdProcess) -> list[dict[str, Any]]:
+    """The old master's last stored write and first fenced refusal against the new master's election
+    (figures: seconds before it, negative when after); the sends begun after the election that the
+    old master still stored (its omid names it, acknowledged or not)."""
+    elected = _elected_at(ch, int((F.runtime(new) or {}).get("masterEpoch", 0)))
+    stored = [s for s in ch.history.sends() if s["t0"] >= run.fault_at - 1 and s.get("omid")
+              and decode_offset_msg_id(s["omid"])[0] == old.host]
+    fenced = _fenced_refusals(ch, old, run.fault_at - 1)
+    if stored:
+        run.figures["old_last_write_before_election_s"] = round(elected - max(s["t"] for s in stored), 2)
+    if fenced:
+        run.figures["old_fenced_before_election_s"] = round(elected - min(s["t"] for s in fenced), 2)
+    late = [s for s in stored if s["t0"] > elected]
+    run.figures["old_stored_after_election"] = len(late)
+    return late
 
 
 def _ha_slaves(b: RmqdProcess) -> list[dict[str, Any]]:
@@ -274,7 +306,9 @@ def master_isolated_from_controllers(ch: Chaos, run: Run) -> None:
     run.since_fault("fence_s")
     eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
     run.since_fault("elect_s")
-    _new_master_holds(ch, run, old)
+    new = _new_master_holds(ch, run, old)
+    late = _step_down_window(ch, run, old, new)
+    assert not late, f"the isolated master stored {len(late)} sends begun after its successor's election: {late[:2]}"
     _heal(ch, run)
 
 
@@ -307,7 +341,20 @@ def master_with_leader_cut_off(ch: Chaos, run: Run) -> None:
                           *(b.host for b in ch.group.brokers if b is not old)])
     eventually(lambda: _new_master(ch, old), 60, "a new master", 0.1)
     run.since_fault("elect_s")
-    _new_master_holds(ch, run, old)
+    probe: dict[str, Any] = {}  # a send straight to the old master once its successor is seen elected
+    prober = threading.Thread(target=lambda: probe.update(r=raw_send(old, ch.topic, "probe-after-election")),
+                              daemon=True)
+    prober.start()
+    new = _new_master_holds(ch, run, old)
+    late = _step_down_window(ch, run, old, new)
+    prober.join(30)
+    r = probe.get("r")
+    run.figures["old_answer_after_election"] = f"{r.code} {(r.remark or '')[:40]}" if r is not None else "none"
+    # the old leader, cut off from its followers, leads on until it steps down: its answers must not
+    # renew the old master's lease meanwhile (plugins/controller/service.py: LEASE_READ_S)
+    assert r is None or r.code not in STORED, f"the old master stored a send after its successor's election: " \
+                                              f"{r.code} {r.remark}"
+    assert not late, f"the old master stored {len(late)} sends begun after its successor's election: {late[:2]}"
     run.figures["old_fenced"] = "fenced" in (F.runtime(old) or {})
     _stepped_down(ch, run, leader)
     _heal(ch, run)

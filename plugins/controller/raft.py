@@ -293,6 +293,16 @@ class RaftState(SyncObj):  # type: ignore[misc]
     def is_leader(self) -> bool:
         return bool(self._isLeader())
 
+    def majority_heard_within(self, seconds: float) -> bool:
+        """This leader had answers from a majority of the group (itself included) in the last
+        ``seconds``: no other leader can have been elected meanwhile, so what it reads is current."""
+        from pysyncobj.monotonic import monotonic
+
+        times: dict[Any, float] = getattr(self, "_SyncObj__lastResponseTime", {})
+        others = list(getattr(self, "_SyncObj__otherNodes", ()))
+        since = monotonic() - seconds
+        return 1 + sum(1 for n in others if times.get(n, 0.0) > since) > (len(others) + 1) / 2
+
     @property
     def leader(self) -> str | None:
         node = self._getLeader()

@@ -47,6 +47,8 @@ NAME = re.compile(r"[%|a-zA-Z0-9_.-]{1,255}")
 #: a broker address: host (name, IPv4 or [IPv6]) and port
 ADDRESS = re.compile(r"[a-zA-Z0-9_.:\[\]%-]{1,255}:[0-9]{1,5}")
 LONG = 2**63
+#: s: how recent a majority's answer must be for the leader to answer a poll (a master's lease renewal)
+LEASE_READ_S = 0.5
 
 
 class BadRequest(ValueError):
@@ -380,7 +382,15 @@ class ControllerService:
 
     @_refusing_bad_requests
     async def get_replica_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """A broker's poll, and a master's lease renewal: answered only by a leader a majority answered
+        within LEASE_READ_S. A leader cut off from its followers leads on until it steps down (twice the
+        election timeout), and its answers would keep a cut-off master writable after the majority
+        elected another (beyond RocketMQ, whose master takes no lease from it)."""
         name = _name(cmd, "brokerName")
+        raft = self.raft
+        if raft is not None and self.leader_ready and not raft.majority_heard_within(LEASE_READ_S):
+            return cmd.response(Code.NOT_LEADER, f"controller {self.self_id} has not heard from a majority "
+                                                 f"for {LEASE_READ_S:g} s")
         return self._answer(cmd, self._read(lambda: self.raft.state.get_replica_info(name, self.alive)))  # type: ignore[union-attr]
 
     @_refusing_bad_requests

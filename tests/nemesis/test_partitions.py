@@ -24,12 +24,10 @@ from typing import Any
 
 import pytest
 
-from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand
-from rmq.protocol.common import encode_properties
+from rmq.protocol.codes import ResponseCode
 from rmq.testing import faults as F
-from rmq.testing.chaos import SLACK_S, TIMEOUT_S, Chaos, Monitor, converged
-from rmq.testing.daemon import RmqdProcess, call, eventually
+from rmq.testing.chaos import SLACK_S, TIMEOUT_S, Chaos, Monitor, converged, raw_send
+from rmq.testing.daemon import RmqdProcess, eventually
 from rmq.testing.nemesis import tcp_unread
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
@@ -52,15 +50,6 @@ def no_concurrent_masters(ch: Chaos, old: RmqdProcess, new: RmqdProcess, mon: Mo
     assert not late_old, f"the old master acknowledged {len(late_old)} sends begun after the new one took writes: " \
                          f"{late_old[:3]}"
     assert not mon.dual_masters(), mon.dual_masters()[:3]
-
-
-def raw_send(b: RmqdProcess, topic: str, body: str) -> RemotingCommand:
-    """One SEND_MESSAGE straight to broker ``b`` (no client retries, no route)."""
-    return call(b.broker_addr, RequestCode.SEND_MESSAGE, {
-        "producerGroup": "probe-group", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-        "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": encode_properties({"UNIQ_KEY": body}), "reconsumeTimes": 0, "unitMode": "false",
-        "batch": "false"}, body.encode(), timeout=20)
 
 
 def report(name: str, figures: dict[str, Any]) -> None:

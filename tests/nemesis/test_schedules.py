@@ -32,7 +32,8 @@ def _run(ch: Chaos, name: str) -> None:
 @pytest.mark.parametrize("name", ["controller_leader_isolated", "controllers_split_leader_alone",
                                   "controllers_split_leader_with_majority", "controllers_bridged",
                                   "one_way_master_to_slave", "client_cut_from_master",
-                                  "master_with_leader_cut_off", "replication_delayed_lossy"])
+                                  "master_with_leader_cut_off", "replication_delayed_lossy",
+                                  "master_isolated_from_controllers"])
 def test_schedule(chaos: Chaos, name: str) -> None:
     _run(chaos, name)
 

@@ -104,7 +104,13 @@ def _shrinks(ch: Chaos, run: Run, master: RmqdProcess, cut_at: float, what: str)
     """The SyncStateSet loses the slave cut at ``cut_at`` by RocketMQ 5's rule: once its last catch-up
     is ``haMaxTimeSlaveNotCatchup`` old, at the master's next check (``checkSyncStateSetPeriod``), through
     the controller leader (a search for it and a call timeout when the one it knew was cut off)."""
-    eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, what, 0.2)
+    try:
+        eventually(lambda: len(_sss(master)) == len(ch.group.brokers) - 1, 60, what, 0.2)
+    except AssertionError as e:  # what the master saw, for the failure's report
+        rt = F.runtime(master) or {}
+        raise AssertionError(f"{e}; master {master.host}: syncStateSet {rt.get('syncStateSet')} epoch "
+                             f"{rt.get('masterEpoch')} leader {rt.get('controllerLeader')} fenced {rt.get('fenced')} "
+                             f"links {[(x.get('addr'), x.get('brokerId'), x.get('lagBytes')) for x in _ha_slaves(master)]}") from None
     took = round(time.time() - cut_at, 2)
     run.since_fault("sss_shrunk_s")
     run.figures["shrink_after_cut_s"] = took

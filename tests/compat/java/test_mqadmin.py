@@ -150,7 +150,7 @@ class Pair:
         assert r.failure == j.failure, (args, r.err[-1500:], j.err[-1500:])
         ro, jo = self.rmqd.normalise(r.out), self.java.normalise(j.out)
         if not numbers:
-            ro, jo = _mask_rates(ro), _mask_rates(jo)
+            ro, jo = _without_idle_retry_rows(_mask_rates(ro)), _without_idle_retry_rows(_mask_rates(jo))
         if mask:
             ro, jo = re.sub(mask, "<masked>", ro, flags=re.M), re.sub(mask, "<masked>", jo, flags=re.M)
         if ordered:
@@ -165,6 +165,13 @@ def _v5_system(topic: str) -> bool:
     (rmq_sys_*), and the transaction half/op topics (4.9.8 makes the half one at its first check, a
     minute after start, and never the op one)."""
     return topic.startswith("rmq_sys_") or topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+
+
+def _without_idle_retry_rows(text: str) -> str:
+    """consumerProgress without a push group's %RETRY% queue while it is empty and never consumed (0 0 0,
+    N/A): whether the consumer has committed it yet is a race - it learns the retry topic's route from its
+    periodic name server poll, before or after the 5 s offset persist (the Java judge drops it alike)."""
+    return re.sub(r"^%RETRY%\S+ \S+ \d+ 0 0 0 N/A\n", "", text, flags=re.M)
 
 
 def _mask_rates(text: str) -> str:
@@ -587,13 +594,32 @@ def test_rmqadmin_tools_print_as_mqadmin(pair: Pair) -> None:
     assert [ln for ln in _masked(r_lines, beat) if f"({PRODUCER})" in ln] == \
         [ln for ln in _masked(j_lines, beat) if f"({PRODUCER})" in ln] != []
     # a traced send (mqadmin's own sendMessage -m true), then its trace by either tool
-    sent = pair.shell.run("sendMessage", "-t", "AdmRT", "-p", "traced", "-m", "true", *ns)  # TOPIC stays as built
-    assert sent.exit == 0, sent
-    ids = re.findall(r"\b[0-9A-F]{32}(?:[0-9A-F]{24})?\b", sent.out)
-    assert ids, sent
-    msg_id = ids[0]
-    traced = eventually(lambda: "Pub" in mq("queryMsgTraceById", "-i", msg_id), 90, "the trace indexed")
-    assert traced
+    def traces_stored() -> int:
+        """Messages on rmqd's trace topic (the sum of its queues' max offsets; 0 before it exists)."""
+        try:
+            out = rq("topicStatus", "-t", "RMQ_SYS_TRACE_TOPIC")
+        except AssertionError:  # no route yet: nothing traced so far
+            return 0
+        rows = (ln.split() for ln in out.splitlines())
+        return sum(int(f[3]) for f in rows if len(f) >= 4 and f[1].isdigit() and f[3].isdigit())
+
+    for _ in range(3):
+        before = traces_stored()
+        sent = pair.shell.run("sendMessage", "-t", "AdmRT", "-p", "traced", "-m", "true", *ns)  # TOPIC stays as built
+        assert sent.exit == 0, sent
+        ids = re.findall(r"\b[0-9A-F]{32}(?:[0-9A-F]{24})?\b", sent.out)
+        assert ids, sent
+        msg_id = ids[0]
+        try:
+            eventually(lambda m=msg_id: "Pub" in mq("queryMsgTraceById", "-i", m), 45, "the trace indexed", interval=1)
+            break
+        except AssertionError:
+            # 4.9.8's trace dispatcher sends a trace after its message and flushes for a bounded time at shutdown,
+            # so a loaded mqadmin may exit without sending it (CI saw that once): send again only when rmqd
+            # received nothing on its trace topic - a trace it stored must be found
+            assert traces_stored() == before, "rmqd stored the trace but queryMsgTraceById does not find it"
+    else:
+        pytest.fail("three traced sends by mqadmin, and no trace reached rmqd")
     assert rq("queryMsgTraceById", "-i", msg_id).splitlines() == mq("queryMsgTraceById", "-i", msg_id).splitlines()
     # exports: the same files, the same documents (the export time aside)
     for cmd, extra, name in (("exportMetadata", ("-c", "DefaultCluster"), "metadata.json"),

@@ -64,3 +64,8 @@ def send_header_from_ext(code: int, ext: Mapping[str, str]) -> dict[str, str]:
     batch = code == RequestCode.SEND_BATCH_MESSAGE or out.get("batch", "").lower() in _TRUE
     out["batch"] = "true" if batch else "false"
     return out
+
+#: ms: how recent a majority's answer must be for a controller leader to answer a poll; a master's lease
+#: (``controllerHeartBeatTimeoutMills`` less this) and the controller's wait before replacing a master it
+#: has not heard are both built on it, so the two must agree (rmq's controller and broker share it)
+CONTROLLER_LEASE_READ_MS = 500

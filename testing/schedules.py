@@ -122,8 +122,7 @@ def _elected_at(ch: Chaos, epoch: int) -> float:
     for c in ch.group.controllers:
         for line in c.log_path.read_text(errors="replace").splitlines():
             if "elected broker" in line and line.rstrip().endswith(f"epoch {epoch}"):
-                whole, _, frac = line.split()[0].partition(".")
-                return time.mktime(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + int(frac or 0) / 1000
+                return _log_time(line)
     raise AssertionError(f"no controller logged the election of epoch {epoch}")
 
 
@@ -141,7 +140,30 @@ def _step_down_window(ch: Chaos, run: Run, old: RmqdProcess, new: RmqdProcess) -
         run.figures["old_fenced_before_election_s"] = round(elected - min(s["t"] for s in fenced), 2)
     late = [s for s in stored if s["t0"] > elected]
     run.figures["old_stored_after_election"] = len(late)
+    lease_end = _lease_ended_at(old, run.fault_at)
+    if lease_end is not None:
+        run.figures["old_lease_end_before_election_s"] = round(elected - lease_end, 3)
+        # by construction (plugins/broker/replicas.py lease_held, plugins/controller/service.py
+        # lease_may_run): the lease ends before any election; both log times are ms-rounded
+        assert lease_end <= elected + 0.002, f"the old master's lease ended {lease_end - elected:.3f} s after " \
+                                             f"its successor's election"
     return late
+
+
+def _lease_ended_at(b: RmqdProcess, since: float) -> float | None:
+    """When ``b``'s lease ended, from its first fence line after ``since`` (its time less "ended x s ago")."""
+    for line in b.log_path.read_text(errors="replace").splitlines():
+        if " fenced: " not in line or "lease ended " not in line:
+            continue
+        at = _log_time(line)
+        if at >= since:
+            return at - float(line.split("lease ended ", 1)[1].split()[0])
+    return None
+
+
+def _log_time(line: str) -> float:
+    whole, _, frac = line.split()[0].partition(".")
+    return time.mktime(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + int(frac or 0) / 1000
 
 
 def _ha_slaves(b: RmqdProcess) -> list[dict[str, Any]]:

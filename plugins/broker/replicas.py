@@ -22,9 +22,10 @@ Role changes arrive as NOTIFY_BROKER_ROLE_CHANGED and by polling GET_REPLICA_INF
 
 Fencing (beyond RocketMQ, which leaves a cut-off master writable): a master holds a lease,
 renewed only by a leader's answer naming it master of its own epoch and counted from when
-that question was asked; with no renewal for ``controllerHeartBeatTimeoutMills`` less one
-``brokerHeartbeatInterval`` (so it ends before the controllers can elect another) it takes
-no writes until one comes, so no write it acknowledges can lose to a newer epoch's master.
+that question was asked; with no renewal for ``controllerHeartBeatTimeoutMills`` less the
+controllers' lease-read window (so it ends before any controller leader can elect another: see
+``lease_held``) it takes no writes until one comes, so no write it acknowledges can lose to a
+newer epoch's master.
 The lease is checked at each write (``lease_held``), not by a timer alone: a master resumed
 after a long pause serves its queued requests before any timer or answer can run.
 """
@@ -45,6 +46,7 @@ from rmq.plugins.broker.registrar import outbound_client
 from rmq.protocol.access import ADMIN, SIGNED
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_int, ext_str
+from rmq.protocol.headers import CONTROLLER_LEASE_READ_MS
 from rmq.protocol.jsonbody import loads
 
 if TYPE_CHECKING:
@@ -305,8 +307,10 @@ class ReplicasManager:
             r = None
             with anyio.CancelScope() as self._poll_call:
                 try:
-                    r = await self._leader_call(RequestCode.CONTROLLER_GET_REPLICA_INFO,
-                                                {"brokerName": self.cfg.brokerName})
+                    r = await self._leader_call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {
+                        "brokerName": self.cfg.brokerName, "brokerId": str(self.broker_id),
+                        "brokerAddress": self.broker.broker_addr,
+                        "heartbeatTimeoutMills": str(self.cfg.controllerHeartBeatTimeoutMills)})
                 except Exception as e:
                     log.debug("replica info poll failed: %s", e)
             self._poll_call = None
@@ -366,24 +370,26 @@ class ReplicasManager:
 
     def lease_held(self) -> bool:
         """False for a master no controller leader confirmed for ``controllerHeartBeatTimeoutMills``
-        (less a heartbeat interval): it may have been replaced. The broker's ``accepts_writes`` asks at
+        (less the lease-read window): it may have been replaced. The broker's ``accepts_writes`` asks at
         every write; the fence and its end are logged when first seen, here."""
         if self.role != "MASTER":
             return True
         silent = time.monotonic() - self.last_leader_ok
-        # shorter than the controllers' timeout by a heartbeat interval: the lease counts from the last
-        # confirming poll, which can follow the last heartbeat the controllers saw, and it must end before
-        # they can elect another master
+        # it must end before any controller leader can elect another master. The leader that confirmed it
+        # counts this master's poll as a heartbeat, so it cannot find it dead sooner than the timeout after
+        # the question arrived; a newer leader elects only after leading for the timeout, and the grant
+        # came at most CONTROLLER_LEASE_READ_MS after that leadership began: the timeout less that is safe
         timeout_ms = self.cfg.controllerHeartBeatTimeoutMills
-        if silent <= max(timeout_ms - self.cfg.brokerHeartbeatInterval, timeout_ms / 2) / 1000:
+        lease_s = max(timeout_ms - CONTROLLER_LEASE_READ_MS, timeout_ms / 2) / 1000
+        if silent <= lease_s:
             if self.fenced_reason:
                 self.fenced_reason = ""
                 log.info("master %s unfenced: the controller leader confirms its epoch again", self.broker.broker_addr)
             return True
         if not self.fenced_reason:
             self.fenced_reason = f"no controller leader confirmed its epoch for {silent:.1f} s"
-            log.error("master %s fenced: %s; it takes no writes until a controller answers",
-                      self.broker.broker_addr, self.fenced_reason)
+            log.error("master %s fenced: %s (its lease ended %.3f s ago); it takes no writes until a controller "
+                      "answers", self.broker.broker_addr, self.fenced_reason, silent - lease_s)
         return False
 
     async def _fence_loop(self) -> None:

@@ -29,6 +29,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,25 @@ class BoundedTransport(TCPTransport):  # type: ignore[misc]
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self._accepted_at: dict[Any, float] = {}
+        # peer address -> monotonic time of its last answer to this node's appends, shared with RaftState
+        self.answered_at: dict[str, float] = getattr(syncObj, "answered_at", {})
         super().__init__(syncObj, selfNode, otherNodes)
+
+    def setOnMessageReceivedCallback(self, callback: Any) -> None:
+        """Notes when each follower last answered an append (pysyncobj's ``next_node_idx``, sent only to
+        the leader of the follower's own term), before pysyncobj handles it: the leader's lease reads
+        (``RaftState.majority_heard_within``) rest on these times, not on pysyncobj's private ones."""
+        if callback is None:
+            super().setOnMessageReceivedCallback(None)
+            return
+        answered = self.answered_at
+
+        def received(node: Any, message: Any) -> None:
+            if type(message) is dict and message.get("type") == "next_node_idx":
+                answered[str(getattr(node, "address", node))] = time.monotonic()
+            callback(node, message)
+
+        super().setOnMessageReceivedCallback(received)
 
     def _bound(self, conn: Any) -> None:
         conn.__class__ = _BoundedConnection
@@ -250,6 +269,8 @@ class RaftState(SyncObj):  # type: ignore[misc]
     ) -> None:
         store_path.mkdir(parents=True, exist_ok=True)
         self.state = ReplicasInfo()
+        self.peers = [str(p) for p in peers]
+        self.answered_at: dict[str, float] = {}  # filled by BoundedTransport, cleared on each leadership
         self.lock = threading.RLock()
         self._on_leader_change = on_leader_change
         if not password:
@@ -286,6 +307,7 @@ class RaftState(SyncObj):  # type: ignore[misc]
         return len(events)
 
     def _state_changed(self, old: int, new: int) -> None:
+        self.answered_at.clear()  # a new leadership counts only answers to its own appends
         if self._on_leader_change is not None:
             self._on_leader_change()
 
@@ -294,14 +316,13 @@ class RaftState(SyncObj):  # type: ignore[misc]
         return bool(self._isLeader())
 
     def majority_heard_within(self, seconds: float) -> bool:
-        """This leader had answers from a majority of the group (itself included) in the last
-        ``seconds``: no other leader can have been elected meanwhile, so what it reads is current."""
-        from pysyncobj.monotonic import monotonic
-
-        times: dict[Any, float] = getattr(self, "_SyncObj__lastResponseTime", {})
-        others = list(getattr(self, "_SyncObj__otherNodes", ()))
-        since = monotonic() - seconds
-        return 1 + sum(1 for n in others if times.get(n, 0.0) > since) > (len(others) + 1) / 2
+        """This leader had answers to its appends from a majority of the group (itself included) in the
+        last ``seconds``: any other leader's election needs one of those nodes, which stops answering
+        this one when it votes, so none was elected before ``seconds`` ago."""
+        since = time.monotonic() - seconds
+        answered = self.answered_at
+        heard = sum(1 for p in self.peers if answered.get(p, 0.0) > since)
+        return 1 + heard > (len(self.peers) + 1) / 2
 
     @property
     def leader(self) -> str | None:

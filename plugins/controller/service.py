@@ -31,6 +31,7 @@ from rmq.plugins.controller.raft import CommitError, RaftState, load_or_create_s
 from rmq.plugins.controller.state import Code, Decision, HeartbeatInfo
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_int, ext_str
+from rmq.protocol.headers import CONTROLLER_LEASE_READ_MS
 from rmq.protocol.jsonbody import loads
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ NAME = re.compile(r"[%|a-zA-Z0-9_.-]{1,255}")
 ADDRESS = re.compile(r"[a-zA-Z0-9_.:\[\]%-]{1,255}:[0-9]{1,5}")
 LONG = 2**63
 #: s: how recent a majority's answer must be for the leader to answer a poll (a master's lease renewal)
-LEASE_READ_S = 0.5
+LEASE_READ_S = CONTROLLER_LEASE_READ_MS / 1000
 
 
 class BadRequest(ValueError):
@@ -125,6 +126,10 @@ class ControllerService:
         self.client: RemotingClient | None = None
         self.elections = 0
         self.ready_term: int | None = None  # the term whose first entry this node committed as leader
+        self.led_since = 0.0  # monotonic s: when this node's leadership of ready_term began serving
+        # the heartbeat timeout each registered broker last declared here, kept after it stops (lease_may_run)
+        self.timeouts: dict[tuple[str, int], int] = {}
+        self._services: dict[str, Any] = {}
 
     def _raft_addr(self, addr: str) -> str:
         host, _, port = addr.rpartition(":")
@@ -187,6 +192,18 @@ class ControllerService:
         b = self.live.get((cluster, name, bid))
         return b is not None and b.last_ms + b.timeout_ms >= _now_ms()
 
+    def lease_may_run(self, cluster: str, name: str, master: int) -> bool:
+        """Whether a master this leader has not heard for a heartbeat timeout may still hold a lease
+        granted by an earlier leader. Such a grant came while that leader still had a majority, so before
+        this leadership began plus ``LEASE_READ_S``, and a lease lasts the master's heartbeat timeout less
+        ``LEASE_READ_S``: once this node has led for that timeout (as the master last declared it here;
+        else the longest the set's live members declare) every such lease has ended, and only then is a
+        new master elected. Beyond RocketMQ, whose new leader elects as soon as its liveness table says."""
+        timeout_ms = self.timeouts.get((name, master)) or max(
+            (b.timeout_ms for (c, n, _), b in self.live.items() if c == cluster and n == name),
+            default=DEFAULT_HEARTBEAT_TIMEOUT_MS)
+        return time.monotonic() - self.led_since < timeout_ms / 1000
+
     def info(self, cluster: str, name: str, bid: int) -> HeartbeatInfo:
         b = self.live.get((cluster, name, bid))
         if b is None:
@@ -206,6 +223,7 @@ class ControllerService:
                     try:
                         await raft.commit([{"type": "Noop"}], timeout=3)
                         term = current
+                        self.led_since = time.monotonic()
                         self.ready_term = current
                     except CommitError:
                         pass
@@ -234,7 +252,7 @@ class ControllerService:
         with self.raft.lock:
             sets = [(st.cluster, name, st.master_id) for name, st in self.raft.state.states.items()]
         for cluster, name, master in sets:
-            if master is not None and self.alive(cluster, name, master):
+            if master is not None and (self.alive(cluster, name, master) or self.lease_may_run(cluster, name, master)):
                 continue
             members = self.raft.state.replicas.get(name)
             if members is None or not any(self.alive(cluster, name, i) for i in members.ids):
@@ -312,6 +330,7 @@ class ControllerService:
     def register(self, registry: ProcessorRegistry, owner: str) -> None:
         from rmq.protocol.access import ADMIN, SIGNED
 
+        self._services = registry.services
         rc = RequestCode
         # writes change who is master: a cluster member's (brokers) or an operator's; reads are open
         for code, proc, acc in (
@@ -348,6 +367,8 @@ class ControllerService:
             log.info("broker %s id %d at %s is heartbeating", name, bid, addr)
         else:
             b.address, b.last_ms, b.timeout_ms, b.priority = addr, _now_ms(), timeout, priority
+        if self.timeouts.get((name, bid)) != timeout and self._registered(name, bid):  # bounded by the Raft state
+            self.timeouts[name, bid] = timeout
             if (epoch, max_offset) > (b.epoch, b.max_offset):
                 b.epoch, b.max_offset = epoch, max_offset
                 b.confirm_offset = ext_int(cmd, "confirmOffset", -1)
@@ -385,13 +406,38 @@ class ControllerService:
         """A broker's poll, and a master's lease renewal: answered only by a leader a majority answered
         within LEASE_READ_S. A leader cut off from its followers leads on until it steps down (twice the
         election timeout), and its answers would keep a cut-off master writable after the majority
-        elected another (beyond RocketMQ, whose master takes no lease from it)."""
+        elected another (beyond RocketMQ, whose master takes no lease from it). A master's own poll (it
+        names its id and address; an admin's signature when ACL is on) also counts as its heartbeat
+        here: the lease it renews then ends before this leader could find it dead, whenever its
+        heartbeats themselves travel."""
         name = _name(cmd, "brokerName")
         raft = self.raft
         if raft is not None and self.leader_ready and not raft.majority_heard_within(LEASE_READ_S):
             return cmd.response(Code.NOT_LEADER, f"controller {self.self_id} has not heard from a majority "
                                                  f"for {LEASE_READ_S:g} s")
-        return self._answer(cmd, self._read(lambda: self.raft.state.get_replica_info(name, self.alive)))  # type: ignore[union-attr]
+        d = self._read(lambda: self.raft.state.get_replica_info(name, self.alive))  # type: ignore[union-attr]
+        if d.code == Code.SUCCESS and cmd.ext.get("brokerId") is not None:
+            self._polled_by_master(conn, cmd, name, d)
+        return self._answer(cmd, d)
+
+    def _polled_by_master(self, conn: Connection, cmd: RemotingCommand, name: str, d: Decision) -> None:
+        from rmq.protocol.access import is_admin
+
+        bid = ext_int(cmd, "brokerId", -1)
+        if str(bid) != str(d.header.get("masterBrokerId")) or _address(cmd, "brokerAddress") != d.header.get(
+                "masterAddress") or not is_admin(self._services, conn.remote_addr[0], cmd):
+            return
+        with self.raft.lock:  # type: ignore[union-attr]
+            rep = self.raft.state.replicas.get(name)  # type: ignore[union-attr]
+        if rep is None:
+            return
+        key = (rep.cluster, name, bid)
+        b = self.live.get(key)
+        if b is None:
+            timeout = ext_int(cmd, "heartbeatTimeoutMills", DEFAULT_HEARTBEAT_TIMEOUT_MS)
+            self.live[key] = BrokerLive(str(d.header["masterAddress"]), _now_ms(), timeout)
+        else:
+            b.last_ms = _now_ms()
 
     @_refusing_bad_requests
     async def alter_sync_state_set(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -86,3 +86,31 @@ def test_importing_the_raft_layer_leaves_socket_inet_ntop_working() -> None:
     import rmq.plugins.controller.raft  # noqa: F401 - pysyncobj patches socket.inet_ntop on import
 
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
+
+
+async def test_a_leader_knows_when_a_majority_last_answered_it(tmp_path: Path) -> None:
+    """The lease reads' basis (``majority_heard_within``, from answers the transport saw): true while the
+    followers answer; false within a second of both going, though the node still leads (it steps down only
+    after pysyncobj's fallback timeout), so it stops renewing a master's lease long before that."""
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    nodes = [RaftState(a, [b for b in addrs if b != a], tmp_path / f"n{i}", password="test-secret",
+                       bind_host="127.0.0.1") for i, a in enumerate(addrs)]
+    try:
+        leader = await leader_of(nodes)
+        await leader.commit([ev(1)])
+        with anyio.fail_after(10):
+            while not leader.majority_heard_within(0.5):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert not any(n.majority_heard_within(0.5) for n in nodes if n is not leader)  # followers: no answers
+        for n in nodes:
+            if n is not leader:
+                n.close()
+        gone = time.monotonic()
+        with anyio.fail_after(10):
+            while leader.majority_heard_within(0.5):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        assert leader.is_leader, "stepped down before the lease reads stopped: the check would be moot"
+        assert time.monotonic() - gone < 3
+    finally:
+        for n in nodes:
+            n.close()

@@ -363,3 +363,17 @@ def raw_send(b: RmqdProcess, topic: str, body: str, timeout: float = 20) -> Any:
         "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
         "properties": encode_properties({"UNIQ_KEY": body}), "reconsumeTimes": 0, "unitMode": "false",
         "batch": "false"}, body.encode(), timeout=timeout)
+
+
+def keep_logs(ch: Chaos, tag: str) -> Path:
+    """Copies every log of the run's cluster and clients (no store files) out of pytest's temporary
+    directory, which later sessions' runs rotate away: a failed soak run stays explainable."""
+    import shutil
+
+    dest = Path(os.environ.get("RMQ_CHAOS_KEEP", "/tmp")) / f"rmq-chaos-failed-{tag}"
+    for f in ch.tmp.rglob("*.log"):
+        target = dest / f.relative_to(ch.tmp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            shutil.copy2(f, target)
+    return dest

@@ -23,7 +23,7 @@ from rmq.plugins.broker.replicas import CALL_TIMEOUT, LEADER_GRACE
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.message import decode_offset_msg_id
 from rmq.testing import faults as F
-from rmq.testing.chaos import SLACK_S, Chaos, Monitor, RunCheck, check, converged, raw_send
+from rmq.testing.chaos import SLACK_S, Chaos, Monitor, RunCheck, check, converged, keep_logs, raw_send
 from rmq.testing.daemon import CONTROLLER_BROKER_CONF, RmqdProcess, call, eventually
 
 HOLD_S = 3.0  # how long a fault lasts once its effect is seen (writes under it)
@@ -483,6 +483,7 @@ def soak(ch: Chaos, seconds: float, seed: int | None = None, names: list[str] | 
             results.append(res)
             out(f"soak run {len(results):>3}: {res.line()}")
             if not res.passed:
+                out(f"soak run {len(results):>3}: the nodes' logs are kept in {keep_logs(ch, f'{seed}-{len(results)}')}")
                 break
     finally:
         mon.stop()

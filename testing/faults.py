@@ -45,13 +45,13 @@ BROKER_BASE: dict[str, Any] = {
 class Worker:
     """One client child process; its JSON lines are collected (with the time they were read)."""
 
-    def __init__(self, argv: list[str], log_path: Path, name: str) -> None:
+    def __init__(self, argv: list[str], log_path: Path, name: str, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.lines: list[dict[str, Any]] = []
         self.log_path = log_path
         self._err = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                     text=True)
+                                     text=True, env=env)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -239,13 +239,16 @@ def create_topic(c: Cluster, topic: str, queues: int = 4, order: bool = False) -
 
 def pull_all(c: Cluster, topic: str) -> list[str]:
     """Every body of ``topic`` on the current master (or any live broker), from offset 0."""
+    b = c.master() or next((b for b in c.brokers if c.alive(b)), None)
+    return [] if b is None else [m.body.decode() for m in pull_messages(b, topic)]
+
+
+def pull_messages(b: RmqdProcess, topic: str, queues: int = 4) -> list[Any]:
+    """Every message of ``topic`` on broker ``b`` (decoded: born host, store host, ...), from offset 0."""
     from rmq.protocol.message import decode_message
 
-    b = c.master() or next((b for b in c.brokers if c.alive(b)), None)
-    if b is None:
-        return []
-    bodies: list[str] = []
-    for q in range(4):
+    out = []
+    for q in range(queues):
         offset = 0
         while True:
             r = call(b.broker_addr, RequestCode.PULL_MESSAGE, {
@@ -257,10 +260,10 @@ def pull_all(c: Cluster, topic: str) -> list[str]:
             pos = 0
             while pos < len(r.body):
                 size = int.from_bytes(r.body[pos:pos + 4], "big")
-                bodies.append(decode_message(r.body[pos:pos + size]).body.decode())
+                out.append(decode_message(r.body[pos:pos + size]))
                 pos += size
             offset = int(r.ext["nextBeginOffset"])
-    return bodies
+    return out
 
 
 # ----------------------------------------------------------------------------------------- faults
@@ -434,9 +437,9 @@ class History:
 
 
 def python_worker(script: Path, cfg: dict[str, Any], log_dir: Path, name: str,
-                  python: str = sys.executable) -> Worker:
-    """A worker running ``script`` with ``cfg`` (JSON) under ``python``."""
-    return Worker([python, str(script), json.dumps(cfg)], log_dir / f"{name}.log", name)
+                  python: str = sys.executable, env: dict[str, str] | None = None) -> Worker:
+    """A worker running ``script`` with ``cfg`` (JSON) under ``python`` (in ``env``, default ours)."""
+    return Worker([python, str(script), json.dumps(cfg)], log_dir / f"{name}.log", name, env)
 
 
 SDK5_PYTHON = os.environ.get("RMQ_SDK5_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv5/bin/python"))

@@ -107,17 +107,18 @@ def produce(cfg: dict[str, Any]) -> None:
         else:
             for i in range(start, start + count):
                 m = build(cfg, i)
+                t0 = time.time()  # when the attempt began (a chaos history orders sends by it)
                 try:
                     if method == "oneway":
                         p.send_oneway(m)
-                        emit({"i": i, "status": 0})
+                        emit({"i": i, "status": 0, "t0": t0})
                     elif method in ("sync", "orderly"):
                         r = send_retrying_first(p, m, method, i % int(cfg.get("arg_mod", 4)), first=i == start)
-                        emit({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+                        emit({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "t0": t0})
                     else:
                         raise ValueError(f"unknown method {method}")
                 except Exception as e:  # report and go on: the test decides
-                    emit({"i": i, "error": f"{type(e).__name__}: {e}"})
+                    emit({"i": i, "error": f"{type(e).__name__}: {e}", "t0": t0})
                     if cfg.get("stop_on_error", True):
                         break
                 if cfg.get("interval_ms"):  # a steady stream rather than a burst

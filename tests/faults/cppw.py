@@ -22,9 +22,11 @@ _topic = ""
 
 def emit(obj: dict[str, Any]) -> None:
     now = time.time()
-    if "i" in obj:  # a send's answer
-        obj = {"ev": "send", "id": f"{_topic}-{obj['i']}", "t": now, "ok": obj.get("status") == 0,
-               "status": obj.get("status"), "error": obj.get("error")}
+    if "i" in obj:  # a send's answer: librocketmq 1.2.3 gives the status, its own (client) msgId and the
+        # queue offset, not the queue nor the broker's offset msgId (so no "omid": whose ack it was is unknown)
+        obj = {"ev": "send", "id": f"{_topic}-{obj['i']}", "i": obj["i"], "t0": obj.get("t0", now), "t": now,
+               "ok": obj.get("status") == 0, "status": obj.get("status"), "error": obj.get("error"),
+               "msgid": obj.get("msg_id"), "offset": obj.get("offset")}
     elif "msg" in obj or "failed" in obj:
         d = obj.get("msg") or obj["failed"]
         obj = {"ev": "recv", "id": d["body"], "t": now, "reconsume": d["reconsume"], "queue": d["queue_id"],

@@ -52,3 +52,46 @@ def test_controller_group_links_come_from_each_nodes_address(tmp_path: Path) -> 
         # the slave's HA link to the master comes from the slave's host
         eventually(lambda: slave.host in tcp_peers(master.host, master.ha_port), 30, "HA link from the slave's host")
         assert tcp_peers(master.host, master.ha_port) == {slave.host}
+
+
+def _client_sees_its_address(tmp_path: Path, kind: str) -> None:
+    """A ``kind`` producer run under the source-address shim (rmq.testing.bindshim) reaches rmqd from its
+    own address: the broker's connection table, the producer connection list and the born host of every
+    message it stored name that address, never 127.0.0.1."""
+    from rmq.testing import clients
+    from rmq.testing import faults as F
+
+    ns_host, b_host, client_host = node_addrs(3)
+    topic, group = f"Shim{kind}", f"shim-{kind}-pg"
+    with Daemons() as d:
+        ns = d.start(RmqdProcess(tmp_path / "ns", broker=False, host=ns_host))
+        b = d.start(RmqdProcess(tmp_path / "b", namesrv=False, host=b_host,
+                                broker_conf={"namesrvAddr": ns.namesrv_addr, "autoCreateTopicEnable": True}))
+        w = clients.worker(kind, {"mode": "produce", "namesrv": ns.namesrv_addr, "topic": topic, "group": group,
+                                  "interval_ms": 50, "kind": "normal"}, client_host, tmp_path, f"shim-{kind}")
+        try:
+            w.wait(lambda: len([s for s in w.events("send") if s.get("ok")]) >= 5, 120, "5 acknowledged sends")
+            peers = tcp_peers(b_host, b.broker_port)
+            # the group is known once the client's heartbeat came (Java: on its timer, after the first sends)
+            r = eventually(lambda: (x := call(b.broker_addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                              {"producerGroup": group}, timeout=5)).code == 0 and x, 30,
+                           f"the producer group {group} registered")
+        finally:
+            w.stop()
+        assert client_host in peers and "127.0.0.1" not in peers, peers
+        conns = json.loads(r.body)["connectionSet"]
+        assert {c["clientAddr"].rpartition(":")[0] for c in conns} == {client_host}, conns
+        born = {m.born_host.rpartition(":")[0] for m in F.pull_messages(b, topic)}
+        assert born == {client_host}, born
+
+
+def test_cpp_client_connects_from_its_shim_address(tmp_path: Path) -> None:
+    _client_sees_its_address(tmp_path, "cpp")
+
+
+@pytest.mark.chaos  # the chaos tier has the Java build (make chaos depends on java-deps)
+def test_java_client_connects_from_its_shim_address(tmp_path: Path) -> None:
+    from rmq.testing.java import require
+
+    require()
+    _client_sees_its_address(tmp_path, "java")

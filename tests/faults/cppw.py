@@ -31,6 +31,8 @@ def emit(obj: dict[str, Any]) -> None:
         d = obj.get("msg") or obj["failed"]
         obj = {"ev": "recv", "id": d["body"], "t": now, "reconsume": d["reconsume"], "queue": d["queue_id"],
                "result": "ok" if "msg" in obj else "fail"}
+    elif "started" in obj or "done" in obj:
+        obj = {"ev": "started" if "started" in obj else "done", **obj}
     with _out:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from rmq.testing import faults as F
-from rmq.testing.chaos import PY, report
 from rmq.testing.chaos import RunCheck as Check
+from rmq.testing.chaos import report
+from rmq.testing.clients import PY
 from rmq.testing.daemon import Daemons, RmqdProcess, eventually
 from rmq.testing.nemesis import Nemesis, node_addrs
 

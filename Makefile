@@ -94,7 +94,7 @@ chaos-deps:
 	@command -v nft >/dev/null || [ -x /usr/sbin/nft ] || (apt-get update -qq && apt-get install -y -qq nftables)
 
 # make chaos: the fixed schedules and a short soak; make chaos SECONDS=N: only the soak, for N seconds
-chaos: install-test chaos-deps
+chaos: install-test chaos-deps java-deps  # Java: the shim test and the Java clients in the histories
 ifdef SECONDS
 	RMQ_CHAOS_SECONDS=$(SECONDS) $(PYTEST) -p no:xdist -m chaos --timeout=$(shell expr $(SECONDS) + 900) \
 		tests/nemesis/test_soak.py

@@ -468,6 +468,18 @@ def start_load(ch: Chaos, producers: int = 2, interval_ms: int = 20, extra: Sequ
     ch.wait_acks(30)
 
 
+def pick_clients(seed: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The soak's client kinds beside rmq.client's two producers and orderly consumer, drawn from the
+    seed among the kinds this machine has (rmq.testing.clients.available): (extra producers, consumers)."""
+    from rmq.testing import clients
+
+    rnd = random.Random(f"clients-{seed}")
+    avail = [k for k in ("cpp", "java") if clients.available(k)]
+    extra = tuple(k for k in avail if rnd.random() < 0.7)
+    more = rnd.choice([None, *avail])
+    return extra, ("py",) if more is None else ("py", more)
+
+
 def run_schedule(ch: Chaos, name: str, mon: Monitor, stop_load: bool = True, rewrite_s: float = 0) -> RunCheck:
     """Run one schedule against the loaded cluster and judge the history (every invariant, over every
     run so far). ``stop_load``: stop the producers before the check (a fixed test); the soak keeps them.

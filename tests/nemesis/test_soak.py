@@ -1,6 +1,8 @@
 """The soak (issue #31): random schedules from rmq.testing.schedules, back to back, against a
 3-controller, 3-broker cluster (every node with the clock seam) under two producers and an orderly
-consumer; after each heal the whole history so far is judged. One line per run, then a summary.
+consumer, plus C++ and Java producers and a second orderly consumer of either kind picked from the seed
+(rmq.testing.schedules.pick_clients); after each heal the whole history so far is judged. One line per
+run, then a summary.
 
 ``make chaos SECONDS=N`` runs only this, for N seconds (RMQ_CHAOS_SECONDS); ``make chaos`` runs it for
 SHORT_S after the fixed schedules. RMQ_CHAOS_SEED fixes the schedule order (default: time-based,
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rmq.testing.chaos import chaos_cluster
-from rmq.testing.schedules import soak, start_load
+from rmq.testing.schedules import pick_clients, soak, start_load
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -32,8 +34,10 @@ def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with capsys.disabled():
             print(line, flush=True)
 
+    extra, consumers = pick_clients(seed)  # C++ and Java clients beside rmq.client's, at random
+    out(f"soak clients: producers py,py{''.join(',' + k for k in extra)}; consumers {','.join(consumers)}")
     with chaos_cluster(tmp_path, brokers=3, clocks=True) as ch:
-        start_load(ch)
+        start_load(ch, extra=extra, consumers=consumers)
         results = soak(ch, seconds, seed, out=out)
     failed = [r for r in results if not r.passed]
     assert not failed, "\n".join(lines)

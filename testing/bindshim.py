@@ -36,9 +36,10 @@ def build() -> Path:
     out = cache_dir() / f"bindshim-{hashlib.sha256(src).hexdigest()[:16]}.so"
     if out.exists():
         return out
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("the source-address shim needs a C compiler (apt-get install gcc) to build bindshim.c")
+        raise RuntimeError(f"the source-address shim needs a C compiler to build {SOURCE.name}: none found "
+                           f"(CC={os.environ.get('CC', '')!r}, cc, gcc on PATH); apt-get install gcc")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / "bindshim.lock", "wb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -12,7 +12,7 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-
 # each extension's C files (``make fuzz-asan`` builds protocol/<name>*.c the same way)
 _SOURCES = {
     "_fastframe": ["protocol/_fastframe.c"],
-    "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c"],
+    "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c", "protocol/_faststore_send.c"],
 }
 
 setup(

@@ -48,7 +48,8 @@
  *       segment's written bytes. None, with nothing done, for anything the pure loop must decide (a
  *       unit pointing outside its segment's mapping, a segment's fields of an unexpected type).
  *
- * And one call per reput batch for the consume queues: cq_put, in _faststore_cq.c.
+ * And one call per reput batch for the consume queues: cq_put, in _faststore_cq.c; one per socket read of
+ * common-case sends: send_serve, in _faststore_send.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,8 +63,8 @@
 #define BORN_V6 0x10
 #define STORE_V6 0x20
 
-static PyObject *crc_fn = NULL; /* bytes -> int: isal's or zlib's crc32, whichever the pure path uses */
-static int32_t magic = 0;
+PyObject *crc_fn = NULL; /* bytes -> int: isal's or zlib's crc32, whichever the pure path uses */
+int32_t magic = 0;
 
 enum {
     A_TOPIC, A_QID, A_BODY, A_FLAG, A_PROPS, A_SYSFLAG, A_BORN_TS, A_BORN_HOST, A_RECONSUME, A_PREPARED,
@@ -606,6 +607,7 @@ static PyMethodDef methods[] = {
     {"index_put", index_put, METH_VARARGS, "Add a run of (key, offset, timestamp) entries to an index file."},
     {"requests", requests, METH_VARARGS, "DispatchRequests for a run of hand-offs; how many it took."},
     {"cq_put", cq_put, METH_VARARGS, "Consume-queue units for a run of DispatchRequests; where it stopped, last timestamp."},
+    {"send_serve", send_serve, METH_VARARGS, "A read's leading common-case sends stored and answered (_faststore_send.c)."},
     {"scan", scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
     {NULL, NULL, 0, NULL},
 };
@@ -622,7 +624,7 @@ PyMODINIT_FUNC PyInit__faststore(void) {
     s_start = PyUnicode_InternFromString("start");
     s_wrote = PyUnicode_InternFromString("wrote");
     s_mm = PyUnicode_InternFromString("mm");
-    if (cq_init() < 0) return NULL;
+    if (cq_init() < 0 || send_init() < 0) return NULL;
     if (!s_start || !s_wrote || !s_mm || !sep_prop || !k_tags || !k_keys || !k_uniq || !k_delay || !schedule) return NULL;
     return PyModule_Create(&module);
 }

@@ -13,6 +13,10 @@ extern Py_ssize_t req_off[N_REQ];
 
 PyObject *cq_put(PyObject *self, PyObject *args);
 int cq_init(void);
+PyObject *send_serve(PyObject *self, PyObject *args); /* _faststore_send.c */
+int send_init(void);
+extern PyObject *crc_fn; /* bytes -> int: the pure path's crc32 (configure()) */
+extern int32_t magic;
 
 static inline void wr_i32(unsigned char *p, int64_t v) {
     uint32_t u = (uint32_t)v;

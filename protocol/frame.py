@@ -179,6 +179,16 @@ class FrameDecoder:
         """Bytes held of a frame not yet complete."""
         return len(self._buf)
 
+    def take(self, data: bytes | bytearray | memoryview) -> bytes | bytearray:
+        """The bytes of a frame not yet complete (now no longer held) followed by ``data``: for a caller
+        that serves some frames itself and feeds the rest back (the compiled send path)."""
+        buf = self._buf
+        if not buf:
+            return data if isinstance(data, (bytes, bytearray)) else bytes(data)
+        self._buf = bytearray()
+        buf += data
+        return buf
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buf
         if buf:

@@ -192,6 +192,15 @@ class Session:
         """When :meth:`expire` may next have work (possibly early: a stale entry), None if never."""
         return self._deadlines[0][0] if self._deadlines else None
 
+    @property
+    def max_frame_size(self) -> int:
+        return self._decoder.max_frame_size
+
+    def take_buffered(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | None:
+        """What a partial frame held so far plus ``data``, no longer held (see ``FrameDecoder.take``);
+        None once the session is done (closed, or a fatal error): then nothing more is decoded."""
+        return None if self._done else self._decoder.take(data)
+
     def get(self, opaque: int) -> Pending | None:
         return self._pending.get(opaque)
 

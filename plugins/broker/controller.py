@@ -489,8 +489,9 @@ class BrokerController:
                             tg.start_soon(self.replicas.run)
 
             kernel.task_group.start_soon(loops)
-            log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s", cfg.brokerName,
-                     cfg.brokerRole, cfg.brokerClusterName, self.broker_addr, ";".join(addrs) or "(none)")
+            log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s; send path: %s", cfg.brokerName,
+                     cfg.brokerRole, cfg.brokerClusterName, self.broker_addr, ";".join(addrs) or "(none)",
+                     self.send_processor.fast.decide(registry))
             yield self
             log.info("broker %s shutting down", cfg.brokerName)
             self.hold.wake_all()

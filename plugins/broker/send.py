@@ -14,6 +14,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
+from rmq.plugins.broker.fastsend import FastSend
 from rmq.plugins.broker.flowcontrol import SendFlowControl
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from rmq.protocol.access import send as access_send
@@ -79,6 +80,7 @@ class SendProcessor:
         cfg = ctx.config
         self.flow = SendFlowControl(cfg.waitTimeMillsInSendQueue, cfg.osPageCacheBusyTimeOutMills)
         self._cluster = f"CLUSTER\x01{cfg.brokerClusterName}"
+        self.fast = FastSend(ctx, self)  # the compiled path: given to a connection after its first stored send
 
     def register(self, registry: object, owner: str) -> None:
         for code, access in ((RequestCode.SEND_MESSAGE, access_send("topic", "producerGroup")),
@@ -231,6 +233,8 @@ class SendProcessor:
             }
             if extra:
                 fields.update(extra)
+            if getattr(conn, "fast_send", False) is None:
+                self.fast.install(conn)
             if result.durable_at:
                 return cmd.response(0, None, fields).held_until(
                     store.durable, result.durable_at, store.flush_timeout, ResponseCode.FLUSH_DISK_TIMEOUT)

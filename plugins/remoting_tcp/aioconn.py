@@ -130,6 +130,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._idle_handle: asyncio.TimerHandle | None = None
         self._done = self._loop.create_future()
         self.write_through = False  # requests written at once (the client side), not gathered per turn
+        # the compiled send path (a handler's, see plugins/broker/fastsend.py): None not given (yet), False never
+        self.fast_send: Any = None
 
     # ------------------------------------------------------------------ public API
 
@@ -266,6 +268,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self.local_addr = address(lambda: transport.get_extra_info("sockname"))
         no_delay(lambda: transport.get_extra_info("socket"))
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if transport.get_extra_info("sslcontext") is not None:
+            self.fast_send = False  # TLS: not for the compiled send path
         if self._closed:  # aclosed before the transport existed
             transport.close()
         elif self._idle_timeout and self._idle_timeout > 0:
@@ -274,11 +278,36 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_activity = time.monotonic()
         try:
+            if self.fast_send and not self._tasks and not self._closed:
+                data = self._serve_fast(data)  # type: ignore[assignment]
+                if not data:
+                    return
             if not self._dispatch(data):
                 self._fail(self._close_reason or "bad frame")
         except Exception as exc:  # noqa: BLE001 - a bug or an oddity: this connection only
             self._internal_error(exc)
             self._fail(self._close_reason or "internal error")
+
+    def _serve_fast(self, data: bytes) -> bytes | bytearray:
+        """The read's leading common-case sends served by ``fast_send`` (one compiled call, their answers
+        queued in one piece); the rest, for the session. Only while no request of an earlier read is still
+        being served: a send the Python path has not stored yet must not be overtaken."""
+        session = self._session
+        src = session.take_buffered(data)
+        if src is None:
+            return data
+        try:
+            pos, answers = self.fast_send(src, session.max_frame_size)
+        except Exception as exc:  # noqa: BLE001 - a bug: this connection goes on without the compiled path
+            self.fast_send = False
+            self._rlog.error("fast-send", "%s: the compiled send path failed for %s (off for this connection): %s",
+                             self.name, self.peer, printable(repr(exc)))
+            return src
+        if answers is not None:
+            self._queue(answers, b"")
+            if pos == len(src):
+                self._flush()  # every answer of this read is ready: out before the turn's other callbacks
+        return src[pos:] if pos else src
 
     def eof_received(self) -> bool:
         self._close_reason = self._close_reason or "peer closed"

@@ -293,6 +293,8 @@ class CompiledAppender(Appender):
         super().__init__(store)
         self._measure = fast.measure
         self._pack = fast.pack
+        self._serve = fast.send_serve
+        self.n_served = 0  # messages the compiled send path stored (serve_sends)
 
     def append(
         self, batch: Sequence[MessageRecord], measured: Sequence[Measured] | None = None, total: int = 0
@@ -322,6 +324,36 @@ class CompiledAppender(Appender):
         self._pack(mm, pos, total, batch, measured.tp, w._store_host, w._store_v6, phys, qid, qoff, step, ts,
                    self.handoff, topic)
         return None
+
+
+    def serve_sends(self, src: Any, pos: int, max_frame: int, table: Any, forbidden: Any, born: bytes, max_body: int,
+                    answer: tuple[bytes, bytes, bytes, bytes, int]) -> tuple[int, bytes | None, list[Any]]:
+        """The store half of the compiled send path (``_faststore.send_serve``): the leading common-case sends
+        of ``src[pos:]`` packed into the segment being written, as ``append`` would, each answered; where it
+        stopped, the answers, and [topic, messages, bytes] per run. It stops at the segment's end (the pure
+        path rolls) and once the reput is ``backlog`` behind (the pure path yields to it)."""
+        cl = self.commitlog
+        files = cl.files
+        if not files:
+            return pos, None, []
+        f = files[-1]
+        w = self.writer
+        cluster, id_prefix, region, trace, version = answer
+        ts = time.time_ns() // 1_000_000
+        handed = len(self.handoff)
+        end, wrote, answers, counts = self._serve(
+            src, pos, max_frame, table, self._topics, self.tq, forbidden, f.mm, f.wrote, f.size, f.start,
+            self.reput.offset + self.store._backlog, born, w._store_host, w._store_v6, ts, self.handoff,
+            min(max_body, self._max_body), cluster, id_prefix, region, trace, version)
+        n = len(self.handoff) - handed
+        if n:
+            f.wrote = wrote
+            cl.tail = (f.start + wrote, ts)
+            self.n_put += n
+            self.n_served += n
+            if self.reput.idle:
+                self.reput.wake()
+        return end, answers, counts
 
 
 def make_appender(store: MmapMessageStore, pure: bool | None = None) -> Appender:

@@ -350,6 +350,18 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin, WriterAtta
             await anyio.lowlevel.checkpoint()
         return result
 
+    def sends_pure(self) -> str:
+        """Why the compiled send path (``append.CompiledAppender.serve_sends``) cannot serve: '' when it can."""
+        if getattr(self.appender, "serve_sends", None) is None:
+            return "pure store append"
+        return "SYNC_FLUSH" if self._sync else ""
+
+    def serve_sends(self, *args: Any) -> tuple[int, bytes | None, list[Any]] | None:
+        """``CompiledAppender.serve_sends(*args)`` while writes are open (None: not now, the pure path serves)."""
+        if not self._writable or self.sends_pure():
+            return None
+        return self.appender.serve_sends(*args)  # type: ignore[attr-defined,no-any-return]
+
     def _refused(self) -> PutResult:
         self.appender.n_failed += 1
         return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self._writable_remark or "store not writable")
@@ -397,6 +409,7 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin, WriterAtta
             "store": "mmap",
             "root": str(self.root),
             "puts": self.appender.n_put,
+            "compiled_sends": getattr(self.appender, "n_served", 0),  # of them, stored by the compiled send path
             "put_bytes": cl.max_offset - self._start_offset,
             "put_failures": self.appender.n_failed,
             "gets": self.n_get,

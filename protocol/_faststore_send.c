@@ -1,0 +1,498 @@
+/* The compiled send path of rmq.protocol._faststore (issue #30): one call per socket read.
+ *
+ *   send_serve(src, pos, max_frame, table, prefixes, tq, forbidden, mm, wrote, fsize, fstart, limit, born,
+ *              store_host, store_v6, ts, handoff, max_body, cluster, id_prefix, region, trace, version)
+ *       -> (pos, wrote, answers, counts)
+ *
+ * From ``pos`` on, ``src`` (the bytes a connection read) is taken frame by frame while each frame is a
+ * SEND_MESSAGE_V2 or SEND_MESSAGE request in its common shape: a whole frame with a JSON header in the
+ * plain form Java's fastjson and rmq write (no whitespace, known top-level keys, ASCII string values),
+ * a known topic that is not a retry, DLQ or system one, queue id digits in range, a body of at most
+ * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER, not a batch.
+ * Each such message gets what the Python path (plugins/broker/send.py, storage_mmap/append.py) gives
+ * it: WAIT=true stripped and CLUSTER appended as send.py does, the record packed into ``mm`` at
+ * ``wrote`` (the current segment) with the next queue offset of ``tq``, one hand-off tuple for the
+ * reput, and its SUCCESS answer encoded as encode_parts writes it. The first frame outside that shape
+ * (or one that would not fit the segment, or pass the reput back-log bound ``limit``) stops the call:
+ * it and everything after it take the Python path, whose answers are then the reference by
+ * construction. Every read of client bytes is bounds-checked against the frame, every write against
+ * the segment's [wrote, fsize - 8).
+ *
+ * Returns where it stopped, the segment's new write position, the answers (bytes, or None) and
+ * ``counts``: [topic, messages, body bytes] per run of one topic, for the broker's statistics.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "_faststore.h"
+
+#define MAX_EXT 24
+#define MAX_PROPS 32767
+
+typedef struct { const unsigned char *p; Py_ssize_t n; int esc; } Span; /* a JSON string's raw content */
+
+/* The fields of a send request the fast path reads, by SendKeys position. */
+enum { K_TOPIC, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_BATCH, N_KEYS };
+static const char *const v2_keys[N_KEYS] = {"b", "e", "f", "g", "h", "i", "m"};
+static const char *const long_keys[N_KEYS] = {"topic", "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
+                                              "batch"};
+
+typedef struct {
+    long long code, opaque, flag;
+    int has_code, has_opaque, has_flag;
+    int n_ext;
+    Span ek[MAX_EXT], ev[MAX_EXT];
+} Head;
+
+/* A JSON string at *pp (after its opening quote) up to its closing quote, within end: its raw span;
+ * escapes are checked (only the ones json accepts, \u to ASCII), raw bytes must be printable ASCII.
+ * 0 when anything else. */
+static int scan_str(const unsigned char **pp, const unsigned char *end, Span *out) {
+    const unsigned char *p = *pp, *s = p;
+    int esc = 0;
+    while (p < end && *p != '"') {
+        unsigned char c = *p;
+        if (c < 0x20 || c >= 0x7F) return 0;
+        if (c == '\\') {
+            esc = 1;
+            if (end - p < 2) return 0;
+            unsigned char e = p[1];
+            if (e == 'u') {
+                if (end - p < 6) return 0;
+                unsigned v = 0;
+                for (int i = 2; i < 6; i++) {
+                    unsigned char h = p[i];
+                    v <<= 4;
+                    if (h >= '0' && h <= '9') v |= h - '0';
+                    else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
+                    else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
+                    else return 0;
+                }
+                if (v >= 0x80) return 0;
+                p += 6;
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e) || e == 0) return 0;
+            p += 2;
+            continue;
+        }
+        p++;
+    }
+    if (p >= end) return 0;
+    out->p = s;
+    out->n = p - s;
+    out->esc = esc;
+    *pp = p + 1;
+    return 1;
+}
+
+/* The decoded bytes of a span into buf (room for sp->n bytes: decoding never grows); its length. */
+static Py_ssize_t unescape(const Span *sp, unsigned char *buf) {
+    if (!sp->esc) {
+        memcpy(buf, sp->p, (size_t)sp->n);
+        return sp->n;
+    }
+    const unsigned char *p = sp->p, *end = sp->p + sp->n;
+    Py_ssize_t n = 0;
+    while (p < end) {
+        if (*p != '\\') { buf[n++] = *p++; continue; }
+        unsigned char e = p[1];
+        if (e == 'u') {
+            unsigned v = 0;
+            for (int i = 2; i < 6; i++) {
+                unsigned char h = p[i];
+                v = (v << 4) | (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+            }
+            buf[n++] = (unsigned char)v;
+            p += 6;
+            continue;
+        }
+        buf[n++] = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+        p += 2;
+    }
+    return n;
+}
+
+/* A plain JSON integer (no leading zero, a Java int) at *pp. */
+static int scan_int(const unsigned char **pp, const unsigned char *end, long long *out) {
+    const unsigned char *p = *pp;
+    int neg = 0;
+    if (p < end && *p == '-') { neg = 1; p++; }
+    const unsigned char *d = p;
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - d < 11) v = v * 10 + (*p++ - '0');
+    Py_ssize_t nd = p - d;
+    if (nd == 0 || nd > 10 || (nd > 1 && *d == '0') || (p < end && *p >= '0' && *p <= '9')) return 0;
+    if (neg) v = -v;
+    if (v < INT32_MIN || v > INT32_MAX || (neg && v == 0)) return 0;
+    *out = v;
+    *pp = p;
+    return 1;
+}
+
+static int key_is(const Span *k, const char *name) {
+    size_t n = strlen(name);
+    return !k->esc && (size_t)k->n == n && memcmp(k->p, name, n) == 0;
+}
+
+/* The header [p, end) in the plain shape; 0 when anything is otherwise (the pure decoder decides). */
+static int parse_head(const unsigned char *p, const unsigned char *end, Head *h) {
+    memset(h, 0, sizeof(*h));
+    int seen = 0; /* bit per top-level key */
+    if (p >= end || *p++ != '{') return 0;
+    if (p < end && *p == '}') return 0;
+    for (;;) {
+        Span k;
+        if (p >= end || *p++ != '"' || !scan_str(&p, end, &k) || p >= end || *p++ != ':') return 0;
+        int bit;
+        if (key_is(&k, "code")) { bit = 1; if (!scan_int(&p, end, &h->code)) return 0; h->has_code = 1; }
+        else if (key_is(&k, "opaque")) { bit = 2; if (!scan_int(&p, end, &h->opaque)) return 0; h->has_opaque = 1; }
+        else if (key_is(&k, "flag")) { bit = 4; if (!scan_int(&p, end, &h->flag)) return 0; h->has_flag = 1; }
+        else if (key_is(&k, "version")) { long long v; bit = 8; if (!scan_int(&p, end, &v)) return 0; }
+        else if (key_is(&k, "language") || key_is(&k, "remark") || key_is(&k, "serializeTypeCurrentRPC")) {
+            Span v;
+            bit = k.p[0] == 'l' ? 16 : k.p[0] == 'r' ? 32 : 64;
+            if (p >= end || *p++ != '"' || !scan_str(&p, end, &v)) return 0;
+        } else if (key_is(&k, "extFields")) {
+            bit = 128;
+            if (p >= end || *p++ != '{') return 0;
+            if (p < end && *p == '}') p++;
+            else for (;;) {
+                if (h->n_ext == MAX_EXT) return 0;
+                Span *ek = &h->ek[h->n_ext], *ev = &h->ev[h->n_ext];
+                if (p >= end || *p++ != '"' || !scan_str(&p, end, ek) || ek->esc || p >= end || *p++ != ':') return 0;
+                if (p >= end || *p++ != '"' || !scan_str(&p, end, ev)) return 0;
+                h->n_ext++;
+                if (p < end && *p == ',') { p++; continue; }
+                if (p < end && *p == '}') { p++; break; }
+                return 0;
+            }
+        } else return 0;
+        if (seen & bit) return 0;
+        seen |= bit;
+        if (p < end && *p == ',') { p++; continue; }
+        if (p < end && *p == '}' && p + 1 == end) break;
+        return 0;
+    }
+    return h->has_code && h->has_opaque && h->has_flag;
+}
+
+/* Plain digits, 1..maxlen of them (send.py's inline parse); -1 otherwise. */
+static long long digits(const Span *s, Py_ssize_t maxlen) {
+    if (s->p == NULL || s->esc || s->n < 1 || s->n > maxlen) return -1;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        if (s->p[i] < '0' || s->p[i] > '9') return -1;
+        v = v * 10 + (s->p[i] - '0');
+    }
+    return v;
+}
+
+static const unsigned char *find(const unsigned char *p, Py_ssize_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (Py_ssize_t i = 0; i + (Py_ssize_t)k <= n; i++)
+        if (p[i] == (unsigned char)needle[0] && memcmp(p + i, needle, k) == 0) return p + i;
+    return NULL;
+}
+
+/* properties_problem(props) is None */
+static int props_ok(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i;
+        while (j < n && p[j] != 2) j++;
+        if (j > i) { /* an item: a name, one separator */
+            const unsigned char *sep = memchr(p + i, 1, (size_t)(j - i));
+            if (sep == NULL || sep == p + i || memchr(sep + 1, 1, (size_t)(p + j - sep - 1)) != NULL) return 0;
+        }
+        i = j + 1;
+    }
+    return 1;
+}
+
+/* A growable output buffer. */
+typedef struct { char *p; Py_ssize_t n, cap; } Out;
+
+static int out_room(Out *o, Py_ssize_t more) {
+    if (o->n + more <= o->cap) return 1;
+    Py_ssize_t cap = o->cap ? o->cap * 2 : 4096;
+    while (cap < o->n + more) cap *= 2;
+    char *np = PyMem_Realloc(o->p, (size_t)cap);
+    if (np == NULL) return 0;
+    o->p = np;
+    o->cap = cap;
+    return 1;
+}
+
+/* Per-topic facts, looked up once per call. */
+typedef struct {
+    PyObject *topic, *prefix, *tq; /* owned topic; borrowed prefix and queue table */
+    long long wq, rq;
+    int ok;
+} Topic;
+
+static PyObject *s_perm, *s_wq, *s_rq;
+
+static int topic_facts(Topic *t, PyObject *topic, PyObject *table, PyObject *prefixes, PyObject *tq,
+                       PyObject *forbidden) {
+    t->ok = 0;
+    t->topic = topic;
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(topic, &n);
+    if (s == NULL) return -1;
+    if (n == 0 || s[0] == '%' || (n >= 8 && memcmp(s, "rmq_sys_", 8) == 0)) return 0;
+    int c = PySet_Contains(forbidden, topic);
+    if (c != 0) return c < 0 ? -1 : 0;
+    PyObject *tc = PyDict_GetItemWithError(table, topic);
+    if (tc == NULL) return PyErr_Occurred() ? -1 : 0;
+    t->prefix = PyDict_GetItemWithError(prefixes, topic);
+    if (t->prefix == NULL || !PyBytes_CheckExact(t->prefix)) return PyErr_Occurred() ? -1 : 0;
+    t->tq = PyDict_GetItemWithError(tq, topic);
+    if (t->tq == NULL || !PyDict_CheckExact(t->tq)) return PyErr_Occurred() ? -1 : 0;
+    long long perm;
+    if (!attr_ll(tc, s_perm, &perm) || !attr_ll(tc, s_wq, &t->wq) || !attr_ll(tc, s_rq, &t->rq)) return 0;
+    t->ok = (perm & 2) != 0;
+    return 0;
+}
+
+static int count_add(PyObject *counts, PyObject *topic, long long n, long long bytes) {
+    PyObject *row = Py_BuildValue("[OLL]", topic, n, bytes);
+    if (row == NULL) return -1;
+    int r = PyList_Append(counts, row);
+    Py_DECREF(row);
+    return r;
+}
+
+PyObject *send_serve(PyObject *self, PyObject *args) {
+    PyObject *src, *table, *prefixes, *tq, *forbidden, *mm, *born, *store_host, *handoff, *ts_obj, *cluster, *idp,
+        *region, *trace;
+    Py_ssize_t pos;
+    long long max_frame, wrote, fsize, fstart, limit, store_v6, max_body, version;
+    if (!PyArg_ParseTuple(args, "OnLO!O!O!OOLLLLSSLO!O!LSSSSL", &src, &pos, &max_frame, &PyDict_Type, &table,
+                          &PyDict_Type, &prefixes, &PyDict_Type, &tq, &forbidden, &mm, &wrote, &fsize, &fstart,
+                          &limit, &born, &store_host, &store_v6, &PyLong_Type, &ts_obj, &PyList_Type, &handoff,
+                          &max_body, &cluster, &idp, &region, &trace, &version))
+        return NULL;
+    if (crc_fn == NULL || PyBytes_GET_SIZE(born) != 8 || !PyAnySet_Check(forbidden)) {
+        PyErr_SetString(PyExc_ValueError, "send_serve: not configured, or a born host that is not IPv4");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(ts_obj);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    const Py_ssize_t sh_len = PyBytes_GET_SIZE(store_host);
+    if (sh_len != 8 && sh_len != 20) {
+        PyErr_SetString(PyExc_ValueError, "store_host must be 8 or 20 bytes");
+        return NULL;
+    }
+    Py_buffer in, out_mm;
+    if (PyObject_GetBuffer(src, &in, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(mm, &out_mm, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    PyObject *counts = PyList_New(0), *result = NULL;
+    Out out = {NULL, 0, 0};
+    unsigned char *scratch = NULL; /* topic, properties as sent, properties as stored */
+    Topic cur = {NULL, NULL, NULL, 0, 0, 0};
+    long long run_n = 0, run_bytes = 0;
+    const Py_ssize_t start = pos;
+    if (counts == NULL) goto done;
+    if (fsize > out_mm.len || wrote < 0 || wrote > fsize) {
+        PyErr_SetString(PyExc_ValueError, "send_serve: the segment's write position is outside its mapping");
+        goto done;
+    }
+    const unsigned char *buf = in.buf;
+    const Py_ssize_t n = in.len;
+    const long long head_size = 64 + sh_len + 16;
+    const Py_ssize_t cl_len = PyBytes_GET_SIZE(cluster);
+    scratch = PyMem_Malloc((size_t)(3 * (n > 0 ? n : 1) + cl_len + 2));
+    if (scratch == NULL) { PyErr_NoMemory(); goto done; }
+    while (pos >= 0 && n - pos >= 8) {
+        const unsigned char *f = buf + pos;
+        long long length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
+        if (length < 4 || length + 4 > max_frame || length > n - pos - 4) break;
+        long long hword = ((long long)f[4] << 24) | (f[5] << 16) | (f[6] << 8) | f[7];
+        long long hlen = hword & 0xFFFFFF;
+        if ((hword >> 24) != 0 || hlen > length - 4) break; /* JSON headers only */
+        const unsigned char *hs = f + 8, *he = hs + hlen, *body = he;
+        const Py_ssize_t body_len = (Py_ssize_t)(length - 4 - hlen);
+        Head h;
+        if (!parse_head(hs, he, &h) || h.flag != 0 || (h.code != 310 && h.code != 10)) break;
+        const char *const *names = h.code == 310 ? v2_keys : long_keys;
+        Span fld[N_KEYS];
+        memset(fld, 0, sizeof(fld));
+        int dup = 0;
+        for (int i = 0; i < h.n_ext; i++)
+            for (int k = 0; k < N_KEYS; k++)
+                if (key_is(&h.ek[i], names[k])) {
+                    if (fld[k].p != NULL) dup = 1;
+                    fld[k] = h.ev[i];
+                    if (fld[k].p == NULL) fld[k].p = (const unsigned char *)""; /* present, empty */
+                }
+        if (dup || fld[K_TOPIC].p == NULL || fld[K_TOPIC].n == 0) break;
+        long long qid = digits(&fld[K_QID], 9), sys_flag = digits(&fld[K_SYSFLAG], 9);
+        long long born_ts = digits(&fld[K_BORN], 18), flag = digits(&fld[K_FLAG], 9);
+        if (qid < 0 || sys_flag < 0 || born_ts < 0 || flag < 0 || (sys_flag & 0xC)) break;
+        if (fld[K_BATCH].p != NULL) { /* "true", "1", "True", "TRUE": a batch */
+            unsigned char bb[5];
+            Py_ssize_t bl = fld[K_BATCH].n <= 4 ? unescape(&fld[K_BATCH], bb) : 5;
+            if ((bl == 1 && bb[0] == '1') || (bl == 4 && (!memcmp(bb, "true", 4) || !memcmp(bb, "True", 4)
+                                                          || !memcmp(bb, "TRUE", 4))))
+                break;
+        }
+        if (body_len > max_body) break;
+        /* the topic */
+        unsigned char *tb = scratch, *pr = scratch + n, *st = scratch + 2 * n;
+        Py_ssize_t tlen = unescape(&fld[K_TOPIC], tb);
+        if (cur.topic == NULL || PyUnicode_GET_LENGTH(cur.topic) != tlen
+            || memcmp(PyUnicode_DATA(cur.topic), tb, (size_t)tlen) != 0) {
+            PyObject *topic = PyUnicode_DecodeASCII((const char *)tb, tlen, NULL);
+            if (topic == NULL) goto failed;
+            if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes) < 0) {
+                Py_DECREF(topic);
+                goto failed;
+            }
+            run_n = run_bytes = 0;
+            Py_XDECREF(cur.topic);
+            if (topic_facts(&cur, topic, table, prefixes, tq, forbidden) < 0) goto failed;
+        }
+        if (!cur.ok || (qid >= cur.wq && qid >= cur.rq)) break;
+        /* the properties as stored: WAIT=true stripped (its first occurrence, at an item's start), CLUSTER added */
+        Py_ssize_t plen = fld[K_PROPS].p != NULL ? unescape(&fld[K_PROPS], pr) : 0;
+        if (find(pr, plen, "CLUSTER\x01") != NULL) break;
+        const unsigned char *w = find(pr, plen, "WAIT\x01true");
+        Py_ssize_t slen = plen;
+        memcpy(st, pr, (size_t)plen);
+        if (w != NULL && (w == pr || w[-1] == 2)) {
+            Py_ssize_t i = w - pr, j = i + 9;
+            if (j == plen) slen = i ? i - 1 : 0;
+            else if (pr[j] == 2) {
+                memcpy(st + i, pr + j + 1, (size_t)(plen - j - 1));
+                slen = plen - 10;
+            }
+        }
+        if (slen > 0 && st[slen - 1] != 2) st[slen++] = 2;
+        memcpy(st + slen, PyBytes_AS_STRING(cluster), (size_t)cl_len);
+        slen += cl_len;
+        if (slen > MAX_PROPS || !props_ok(st, slen) || find(st, slen, "DELAY\x01") || find(st, slen, "TIMER_")
+            || find(st, slen, "TRAN_MSG\x01"))
+            break;
+        /* the queue offset, the room */
+        PyObject *qkey = PyLong_FromLongLong(qid);
+        if (qkey == NULL) goto failed;
+        PyObject *qv = PyDict_GetItemWithError(cur.tq, qkey);
+        long long qoff;
+        if (qv == NULL || !int_in(qv, 0, INT64_MAX - 1, &qoff)) {
+            Py_DECREF(qkey);
+            if (PyErr_Occurred()) goto failed;
+            break;
+        }
+        const Py_ssize_t tl = PyBytes_GET_SIZE(cur.prefix);
+        const long long size = head_size + body_len + tl + 2 + slen;
+        const long long at = fstart + wrote;
+        if (wrote + size + 8 > fsize || at + size > limit) { Py_DECREF(qkey); break; }
+        /* every object first: a failure here leaves nothing half done */
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)st, slen, NULL);
+        PyObject *bview = PyMemoryView_FromMemory((char *)body, body_len, PyBUF_READ);
+        PyObject *crc_o = bview != NULL ? PyObject_CallOneArg(crc_fn, bview) : NULL;
+        PyObject *next = PyLong_FromLongLong(qoff + 1);
+        long long sf = (sys_flag & ~0x30LL) | store_v6;
+        PyObject *hand = Py_BuildValue("(LLOOLLOiO)", at, size, cur.topic, qkey, qoff, sf, ts_obj, 0, props);
+        Py_XDECREF(bview);
+        Py_XDECREF(props);
+        unsigned long crc = crc_o != NULL ? PyLong_AsUnsignedLongMask(crc_o) : 0;
+        Py_XDECREF(crc_o);
+        Py_ssize_t room_needed = 400 + PyBytes_GET_SIZE(idp) + PyBytes_GET_SIZE(region) + PyBytes_GET_SIZE(trace);
+        if (crc_o == NULL || next == NULL || hand == NULL || PyErr_Occurred() || !out_room(&out, room_needed)
+            || PyList_Append(handoff, hand) < 0) {
+            Py_XDECREF(next);
+            Py_XDECREF(hand);
+            Py_DECREF(qkey);
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            goto failed; /* the hand-off list and queue table are as they were */
+        }
+        if (PyDict_SetItem(cur.tq, qkey, next) < 0) {
+            Py_ssize_t hn = PyList_GET_SIZE(handoff);
+            PyList_SetSlice(handoff, hn - 1, hn, NULL);
+            Py_DECREF(next);
+            Py_DECREF(hand);
+            Py_DECREF(qkey);
+            goto failed;
+        }
+        Py_DECREF(next);
+        Py_DECREF(hand);
+        Py_DECREF(qkey);
+        /* the record */
+        unsigned char *r = (unsigned char *)out_mm.buf + wrote;
+        wr_i32(r, size);
+        wr_i32(r + 4, magic);
+        wr_i32(r + 8, (long long)(crc & 0x7FFFFFFFUL));
+        wr_i32(r + 12, qid);
+        wr_i32(r + 16, flag);
+        wr_i64(r + 20, qoff);
+        wr_i64(r + 28, at);
+        wr_i32(r + 36, sf);
+        wr_i64(r + 40, born_ts);
+        memcpy(r + 48, PyBytes_AS_STRING(born), 8);
+        wr_i64(r + 56, ts);
+        memcpy(r + 64, PyBytes_AS_STRING(store_host), (size_t)sh_len);
+        r += 64 + sh_len;
+        wr_i32(r, 0);      /* reconsume times */
+        wr_i64(r + 4, 0); /* prepared transaction offset */
+        wr_i32(r + 12, body_len);
+        r += 16;
+        memcpy(r, body, (size_t)body_len);
+        r += body_len;
+        memcpy(r, PyBytes_AS_STRING(cur.prefix), (size_t)tl);
+        r += tl;
+        r[0] = (unsigned char)(slen >> 8);
+        r[1] = (unsigned char)slen;
+        memcpy(r + 2, st, (size_t)slen);
+        wrote += size;
+        run_n++;
+        run_bytes += body_len;
+        /* the answer: encode_parts of cmd.response(0, None, fields) */
+        char *o = out.p + out.n + 8;
+        int hl = snprintf(o, (size_t)(out.cap - out.n - 8),
+                          "{\"code\":0,\"extFields\":{\"msgId\":\"%s%016llX\",\"queueId\":\"%.*s\",\"queueOffset\":\"%lld\","
+                          "\"MSG_REGION\":\"%s\",\"TRACE_ON\":\"%s\"},\"flag\":1,\"language\":\"JAVA\",\"opaque\":%lld,"
+                          "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
+                          PyBytes_AS_STRING(idp), (unsigned long long)at, (int)fld[K_QID].n,
+                          (const char *)fld[K_QID].p, qoff, PyBytes_AS_STRING(region), PyBytes_AS_STRING(trace),
+                          h.opaque, version);
+        if (hl < 0 || hl >= out.cap - out.n - 8) {
+            PyErr_SetString(PyExc_RuntimeError, "send_serve: answer buffer too small");
+            goto failed;
+        }
+        wr_i32((unsigned char *)out.p + out.n, hl + 4);
+        wr_i32((unsigned char *)out.p + out.n + 4, hl);
+        out.n += 8 + hl;
+        pos += 4 + (Py_ssize_t)length;
+    }
+    if (0) {
+    failed: /* a Python-level failure (no memory): what was served stays served, the rest is the pure path's */
+        if (pos == start) goto done;
+        PyErr_Clear();
+    }
+    if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes) < 0) goto done;
+    PyObject *answers = out.n ? PyBytes_FromStringAndSize(out.p, out.n) : Py_NewRef(Py_None);
+    if (answers != NULL) result = Py_BuildValue("(nLNO)", pos, wrote, answers, counts);
+done:
+    Py_XDECREF(cur.topic);
+    Py_XDECREF(counts);
+    PyMem_Free(out.p);
+    PyMem_Free(scratch);
+    PyBuffer_Release(&out_mm);
+    PyBuffer_Release(&in);
+    return result;
+}
+
+int send_init(void) {
+    s_perm = PyUnicode_InternFromString("perm");
+    s_wq = PyUnicode_InternFromString("writeQueueNums");
+    s_rq = PyUnicode_InternFromString("readQueueNums");
+    return s_perm && s_wq && s_rq ? 0 : -1;
+}

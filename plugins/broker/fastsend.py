@@ -107,7 +107,7 @@ class FastSend:
         proc = self.processor
         cfg = b.config
         if (not b.accepts_writes or b.is_slave or (b.sync_master and b.replication is not None)  # type: ignore[attr-defined]
-                or proc.flow.busy or proc.inflight >= cfg.sendThreadPoolQueueCapacity):
+                or proc.flow.stalled() or proc.inflight >= cfg.sendThreadPoolQueueCapacity):
             return 0, None
         done = b.store.serve_sends(src, 0, max_frame, b.topics.table, NOT_ALLOWED_SEND, born,  # type: ignore[attr-defined]
                                    cfg.maxMessageSize, answer)

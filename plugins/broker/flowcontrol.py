@@ -48,6 +48,12 @@ class SendFlowControl:
             self._handle = None
         self.busy = False
 
+    def stalled(self) -> bool:
+        """Busy, or the tick is overdue past the queue wait: a read served before the tick runs (the compiled
+        send path serves in the read's own callback) would otherwise escape the stall's verdict."""
+        loop = self._loop
+        return self.busy or (loop is not None and loop.time() - self._due > self._wait_s)
+
     def _tick(self) -> None:
         loop = self._loop
         assert loop is not None

@@ -119,6 +119,7 @@ java: install-test java-deps
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
              tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
+             tests/plugins/storage_mmap/test_fastsend_fuzz.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -138,7 +139,7 @@ fuzz: install-test
 # The compiled codec's and store append's properties against AddressSanitizer/UBSan builds of them
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
 FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
-                  tests/plugins/storage_mmap/test_faststore_cq_diff.py
+                  tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test

@@ -15,6 +15,7 @@ served by ``send.py`` as before, whose rules the compiled call repeats and the d
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND
@@ -61,6 +62,8 @@ class FastSend:
         why = ""
         if reg is None:
             why = "not started"
+        elif os.environ.get("RMQ_PURE_SEND"):  # the compiled codec and store without it: bench/broker.py's baseline
+            why = "RMQ_PURE_SEND set"
         else:
             others = [type(i).__name__ for i in reg.interceptors if type(i).__name__ != _GUARD]
             send = getattr(self.processor, "send", None)

@@ -1,0 +1,132 @@
+"""The compiled send path's decoder and packer (``_faststore.send_serve``) on hostile bytes, in process.
+
+Streams of send requests as producers write them, mutated (bit flips, inserts, deletes, truncation),
+cut anywhere, or plain garbage, go to ``send_serve`` with a small segment (a bytearray exactly the
+mapping's size, so an AddressSanitizer build catches a byte written past it) and a write position
+anywhere in it. Whatever it takes must be whole frames from the start, every record it writes lies in
+[wrote, size - 8) and reads back by the reference layout (rmq.testing.storage.decode_record: length,
+magic, CRC) with the request's topic, queue, body, flag and born timestamp and the next queue offsets,
+and every answer decodes with the pure decoder as SUCCESS for its request's opaque with the record's
+offsets. Not a byte outside the records changes. That the compiled path answers and stores exactly as
+send.py does is tests/plugins/broker/test_fastsend_diff.py's (against rmqd with RMQ_PURE=1).
+``make fuzz`` runs it with the fuzz profile, ``make fuzz-asan`` against the sanitizer build.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rmq.protocol import storepath
+from rmq.protocol.command import DEFAULT_VERSION, RemotingCommand
+from rmq.protocol.frame import FrameDecoder, decode, encode
+from rmq.testing.fuzz import compiler_present, fuzz_settings, mutate
+from rmq.testing.storage import decode_record
+
+FAST = storepath.compiled_store()
+pytestmark = pytest.mark.skipif(FAST is None and not compiler_present(), reason="no C compiler: pure path only")
+
+
+class _Topic:
+    def __init__(self, perm: int, queues: int) -> None:
+        self.perm = perm
+        self.writeQueueNums = self.readQueueNums = queues
+
+
+TABLE = {"FastT": _Topic(6, 4), "RO": _Topic(4, 4), "rmq_sys_T": _Topic(6, 4), "Odd": _Topic(6, 2)}
+PREFIXES = {t: bytes((len(t),)) + t.encode() for t in TABLE}
+
+
+def _send(draw: st.DrawFn, opaque: int) -> bytes:
+    topic = draw(st.sampled_from(["FastT"] * 6 + ["RO", "Odd", "Nope", "rmq_sys_T", "%RETRY%g"]))
+    v2 = draw(st.booleans())
+    props = draw(st.sampled_from(["", "TAGS\x01a", "WAIT\x01true", "TAGS\x01a\x02WAIT\x01true\x02KEYS\x01k",
+                                  "WAIT\x01true\x02", "a\x01b\x02", "DELAY\x013", "x"] + ["TAGS\x01a\x02WAIT\x01true"] * 4))
+    vals = [topic, str(draw(st.integers(0, 4) if draw(st.booleans()) else st.integers(0, 1))), draw(st.sampled_from(["0"] * 6 + ["8", "1"])),
+            str(draw(st.integers(0, 2**40))), str(draw(st.integers(0, 9))), props]
+    keys = ["b", "e", "f", "g", "h", "i"] if v2 else ["topic", "queueId", "sysFlag", "bornTimestamp", "flag",
+                                                      "properties"]
+    ext = dict(zip(keys, vals, strict=True))
+    ext["a" if v2 else "producerGroup"] = "pg"
+    body = draw(st.binary(max_size=300))
+    cmd = RemotingCommand.request(310 if v2 else 10, ext, body, opaque=opaque, language="JAVA")
+    return encode(cmd)
+
+
+@st.composite
+def inputs(draw: st.DrawFn) -> bytes:
+    data = b"".join(_send(draw, i) for i in range(draw(st.integers(0, 6))))
+    kind = draw(st.sampled_from(["valid"] * 4 + ["mutated", "mutated", "cut", "garbage"]))
+    if kind == "mutated":
+        data = mutate(data, draw)
+    elif kind == "cut":
+        data = data[: draw(st.integers(0, len(data)))]
+    elif kind == "garbage":
+        data = draw(st.binary(max_size=200))
+    return data
+
+
+def _frames(src: bytes, end: int) -> list[bytes]:
+    """The whole frames of src[:end]; AssertionError when they do not end exactly at ``end``."""
+    out, pos = [], 0
+    while pos < end:
+        (length,) = struct.unpack_from(">i", src, pos)
+        out.append(src[pos:pos + 4 + length])
+        pos += 4 + length
+    assert pos == end, "the compiled path stopped inside a frame"
+    return out
+
+
+def test_compiled_store_present() -> None:
+    assert FAST is not None and hasattr(FAST, "send_serve"), "the compiled store was not built: make install-test"
+    alt = os.getenv("RMQ_FASTSTORE")  # make fuzz-asan: the sanitizer build must be the one tested
+    if alt:
+        assert sys.modules[FAST.__name__].__file__ == alt
+
+
+@settings(fuzz_settings(300), deadline=None, suppress_health_check=list(HealthCheck))
+@given(inputs(), st.integers(256, 8192), st.data())
+def test_send_serve_on_hostile_bytes(src: bytes, fsize: int, data: st.DataObject) -> None:
+    wrote0 = data.draw(st.sampled_from([0, 0, 0, fsize // 2]) | st.integers(0, fsize))
+    store_host = data.draw(st.sampled_from([b"\x7f\x00\x00\x01\x00\x00\x27\x10", bytes(range(20))]))
+    limit = data.draw(st.sampled_from([1 << 62] * 3 + [5600]))  # the reput back-log bound
+    mm = bytearray(data.draw(st.binary(min_size=fsize, max_size=fsize)))
+    before = bytes(mm)
+    tq: dict[str, dict[int, int]] = {"FastT": {0: 0, 1: 7, 2: 0, 3: 2**40}, "Odd": {0: 0, 1: 0}, "RO": {0: 0}}
+    start_q = {t: dict(q) for t, q in tq.items()}
+    handoff: list[Any] = []
+    born = b"\x0a\x00\x00\x02\x00\x00\x30\x39"
+    pos, wrote, answers, counts = FAST.send_serve(
+        src, 0, 1 << 24, TABLE, PREFIXES, tq, frozenset({"TBW102"}), mm, wrote0, fsize, 5000, limit, born,
+        store_host, 0x20 if len(store_host) == 20 else 0, 1_700_000_000_123, handoff, 1024, b"CLUSTER\x01C1",
+        b"0A0B0C0D00002710", b"DefaultRegion", b"true", DEFAULT_VERSION)
+    frames = _frames(src, pos)
+    event(f"frames served: {min(len(frames), 3)}{'+' if len(frames) > 2 else ''}")
+    assert len(frames) == len(handoff) == sum(n for _, n, _ in counts)
+    assert wrote0 <= wrote and (wrote == wrote0 or wrote + 8 <= fsize)
+    assert bytes(mm[:wrote0]) == before[:wrote0] and bytes(mm[wrote:]) == before[wrote:]
+    got = FrameDecoder().feed(answers) if answers is not None else []
+    assert len(got) == len(frames)
+    at = wrote0
+    for raw, h, ans in zip(frames, handoff, got, strict=True):
+        req = decode(raw)
+        topic = req.ext["b" if req.code == 310 else "topic"]
+        qid = int(req.ext["e" if req.code == 310 else "queueId"])
+        rec = decode_record(mm[at:at + h[1]])
+        assert (h[0], h[2], h[3], h[4], h[6]) == (5000 + at, topic, qid, rec["queue_offset"], 1_700_000_000_123)
+        assert (rec["phys_offset"], rec["topic"], rec["queue_id"], rec["body"]) == (5000 + at, topic, qid, req.body)
+        assert rec["flag"] == int(req.ext["h" if req.code == 310 else "flag"])
+        assert rec["born_host"] == born and rec["store_host"] == store_host
+        assert rec["queue_offset"] == start_q[topic][qid]
+        start_q[topic][qid] += 1
+        assert "WAIT" not in rec["properties"] and rec["properties"]["CLUSTER"] == "C1"
+        assert (ans.code, ans.opaque, ans.flag, ans.ext["queueOffset"]) == (0, req.opaque, 1, str(rec["queue_offset"]))
+        assert ans.ext["msgId"] == f"0A0B0C0D00002710{5000 + at:016X}"
+        at += h[1]
+    assert at == wrote and tq == start_q

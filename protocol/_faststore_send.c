@@ -1,14 +1,16 @@
 /* The compiled send path of rmq.protocol._faststore (issue #30): one call per socket read.
  *
  *   send_serve(src, pos, max_frame, table, prefixes, tq, forbidden, mm, wrote, fsize, fstart, limit, born,
- *              store_host, store_v6, ts, handoff, max_body, cluster, id_prefix, region, trace, version)
+ *              store_host, store_v6, ts, handoff, max_body, cluster, id_prefix, region, trace, version, held)
  *       -> (pos, wrote, answers, counts)
  *
  * From ``pos`` on, ``src`` (the bytes a connection read) is taken frame by frame while each frame is a
  * SEND_MESSAGE_V2 or SEND_MESSAGE request in its common shape: a whole frame with a JSON header in the
  * plain form Java's fastjson and rmq write (no whitespace, known top-level keys, ASCII string values),
  * a known topic that is not a retry, DLQ or system one, queue id digits in range, a body of at most
- * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER, not a batch.
+ * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER, not a batch;
+ * with ``held`` (SYNC_FLUSH: the read's answers wait for one flush) also no WAIT left once WAIT=true is
+ * stripped (a WAIT=false send is answered at once: the Python path's).
  * Each such message gets what the Python path (plugins/broker/send.py, storage_mmap/append.py) gives
  * it: WAIT=true stripped and CLUSTER appended as send.py does, the record packed into ``mm`` at
  * ``wrote`` (the current segment) with the next queue offset of ``tq``, one hand-off tuple for the
@@ -271,10 +273,11 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         *region, *trace;
     Py_ssize_t pos;
     long long max_frame, wrote, fsize, fstart, limit, store_v6, max_body, version;
-    if (!PyArg_ParseTuple(args, "OnLO!O!O!OOLLLLSSLO!O!LSSSSL", &src, &pos, &max_frame, &PyDict_Type, &table,
+    int held;
+    if (!PyArg_ParseTuple(args, "OnLO!O!O!OOLLLLSSLO!O!LSSSSLp", &src, &pos, &max_frame, &PyDict_Type, &table,
                           &PyDict_Type, &prefixes, &PyDict_Type, &tq, &forbidden, &mm, &wrote, &fsize, &fstart,
                           &limit, &born, &store_host, &store_v6, &PyLong_Type, &ts_obj, &PyList_Type, &handoff,
-                          &max_body, &cluster, &idp, &region, &trace, &version))
+                          &max_body, &cluster, &idp, &region, &trace, &version, &held))
         return NULL;
     if (crc_fn == NULL || PyBytes_GET_SIZE(born) != 8 || !PyAnySet_Check(forbidden)) {
         PyErr_SetString(PyExc_ValueError, "send_serve: not configured, or a born host that is not IPv4");
@@ -374,6 +377,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
                 slen = plen - 10;
             }
         }
+        if (held && find(st, slen, "WAIT\x01") != NULL) break; /* waits_for_store would have to read it */
         if (slen > 0 && st[slen - 1] != 2) st[slen++] = 2;
         memcpy(st + slen, PyBytes_AS_STRING(cluster), (size_t)cl_len);
         slen += cl_len;

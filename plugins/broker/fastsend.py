@@ -19,7 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND
-from rmq.protocol.codes import RequestCode
+from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import DEFAULT_VERSION
 
 if TYPE_CHECKING:
@@ -98,27 +98,28 @@ class FastSend:
         answer = self._answer_parts()
         serve = self.serve
 
-        def fast_send(src: Any, max_frame: int) -> tuple[int, bytes | None]:
+        def fast_send(src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
             return serve(src, max_frame, born, answer)
 
         conn.fast_send = fast_send  # type: ignore[attr-defined]
 
-    def serve(self, src: Any, max_frame: int, born: bytes, answer: tuple[Any, ...]) -> tuple[int, bytes | None]:
-        """One read: where the compiled path stopped in ``src`` and its answers (what send.py checks per request
-        that may change at run time is checked here per read)."""
+    def serve(self, src: Any, max_frame: int, born: bytes, answer: tuple[Any, ...]) -> tuple[int, bytes | None, Any]:
+        """One read: where the compiled path stopped in ``src``, its answers and, under SYNC_FLUSH, what they wait
+        for: (watermark, offset, timeout, late code), as a ``HeldAnswer``'s (what send.py checks per request that
+        may change at run time is checked here per read)."""
         b = self.ctx
         proc = self.processor
         cfg = b.config
         if (not b.accepts_writes or b.is_slave or (b.sync_master and b.replication is not None)  # type: ignore[attr-defined]
                 or proc.flow.stalled() or proc.inflight >= cfg.sendThreadPoolQueueCapacity):
-            return 0, None
+            return 0, None, None
         done = b.store.serve_sends(src, 0, max_frame, b.topics.table, NOT_ALLOWED_SEND, born,  # type: ignore[attr-defined]
                                    cfg.maxMessageSize, answer)
         if done is None:
-            return 0, None
-        pos, answers, counts = done
+            return 0, None, None
+        pos, answers, counts, hold = done
         st = b.stats
         if st is not None:
             for topic, n, size in counts:
                 st.put(topic, n, size)
-        return pos, answers
+        return pos, answers, None if hold is None else (*hold, ResponseCode.FLUSH_DISK_TIMEOUT)

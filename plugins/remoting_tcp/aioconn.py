@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rmq.plugins.remoting_tcp.core import WRITE_HIGH_WATER, ConnectionCore, address, no_delay
 from rmq.protocol.command import HeldAnswer, RemotingClosedError, RemotingCommand
+from rmq.protocol.frame import FrameDecoder
 from rmq.protocol.names import printable
 
 if TYPE_CHECKING:
@@ -105,6 +106,45 @@ class _Release:
         try:
             head, body = conn._session.send_response(resp)
             conn._queue(head, body)
+        except Exception as exc:  # noqa: BLE001 - called from a flush round: never let it fail
+            conn._rlog.error("held-answer", "%s: answering %s failed: %s", conn.name, conn.peer,
+                             printable(repr(exc)))
+
+
+class _ReleaseRead:
+    """``_Release`` for the answers of one read the compiled send path served under SYNC_FLUSH: their
+    bytes leave as one piece, each answer re-encoded with ``late_code`` when the flush came too late."""
+
+    __slots__ = ("conn", "answers", "mark", "at", "late_code", "fired")
+
+    def __init__(self, conn: AsyncioConnection, answers: bytes, mark: Any, at: int, late_code: int) -> None:
+        self.conn = conn
+        self.answers = answers
+        self.mark = mark
+        self.at = at
+        self.late_code = late_code
+        self.fired = False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _: object) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        conn = self.conn
+        if conn._closed:
+            return
+        try:
+            answers = self.answers
+            if self.mark.value < self.at:  # stored all the same, not durable in time: as a HeldAnswer's
+                parts = []
+                for cmd in FrameDecoder().feed(answers):
+                    cmd.code = self.late_code
+                    head, body = conn._session.send_response(cmd)
+                    parts.append(head + body)
+                answers = b"".join(parts)
+            conn._queue(answers, b"")
         except Exception as exc:  # noqa: BLE001 - called from a flush round: never let it fail
             conn._rlog.error("held-answer", "%s: answering %s failed: %s", conn.name, conn.peer,
                              printable(repr(exc)))
@@ -297,16 +337,23 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         if src is None:
             return data
         try:
-            pos, answers = self.fast_send(src, session.max_frame_size)
+            pos, answers, hold = self.fast_send(src, session.max_frame_size)
         except Exception as exc:  # noqa: BLE001 - a bug: this connection goes on without the compiled path
             self.fast_send = False
             self._rlog.error("fast-send", "%s: the compiled send path failed for %s (off for this connection): %s",
                              self.name, self.peer, printable(repr(exc)))
             return src
         if answers is not None:
-            self._queue(answers, b"")
+            if hold is None:
+                self._queue(answers, b"")
+            else:  # SYNC_FLUSH: (watermark, offset, timeout, late code), as a HeldAnswer's
+                mark, at, timeout, late_code = hold
+                mark.add_waiter(at, _ReleaseRead(self, answers, mark, at, late_code), timeout, self._loop)
+                self._held = mark
             if pos == len(src):
-                self._flush()  # every answer of this read is ready: out before the turn's other callbacks
+                self._settle()  # the whole read is served: one flush may cover it now
+                if self._flush_scheduled:
+                    self._flush()  # every answer of this read is ready: out before the turn's other callbacks
         return src[pos:] if pos else src
 
     def eof_received(self) -> bool:

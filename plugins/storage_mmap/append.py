@@ -327,11 +327,12 @@ class CompiledAppender(Appender):
 
 
     def serve_sends(self, src: Any, pos: int, max_frame: int, table: Any, forbidden: Any, born: bytes, max_body: int,
-                    answer: tuple[bytes, bytes, bytes, bytes, int]) -> tuple[int, bytes | None, list[Any]]:
+                    answer: tuple[bytes, bytes, bytes, bytes, int], held: bool) -> tuple[int, bytes | None, list[Any]]:
         """The store half of the compiled send path (``_faststore.send_serve``): the leading common-case sends
         of ``src[pos:]`` packed into the segment being written, as ``append`` would, each answered; where it
         stopped, the answers, and [topic, messages, bytes] per run. It stops at the segment's end (the pure
-        path rolls) and once the reput is ``backlog`` behind (the pure path yields to it)."""
+        path rolls) and once the reput is ``backlog`` behind (the pure path yields to it); ``held``: at a send
+        whose answer would not wait for the flush (SYNC_FLUSH with WAIT=false)."""
         cl = self.commitlog
         files = cl.files
         if not files:
@@ -344,7 +345,7 @@ class CompiledAppender(Appender):
         end, wrote, answers, counts = self._serve(
             src, pos, max_frame, table, self._topics, self.tq, forbidden, f.mm, f.wrote, f.size, f.start,
             self.reput.offset + self.store._backlog, born, w._store_host, w._store_v6, ts, self.handoff,
-            min(max_body, self._max_body), cluster, id_prefix, region, trace, version)
+            min(max_body, self._max_body), cluster, id_prefix, region, trace, version, held)
         n = len(self.handoff) - handed
         if n:
             f.wrote = wrote

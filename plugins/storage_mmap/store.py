@@ -354,13 +354,21 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin, WriterAtta
         """Why the compiled send path (``append.CompiledAppender.serve_sends``) cannot serve: '' when it can."""
         if getattr(self.appender, "serve_sends", None) is None:
             return "pure store append"
-        return "SYNC_FLUSH" if self._sync else ""
+        return "SYNC_FLUSH without held answers" if self._sync and not self.holds_answers else ""
 
-    def serve_sends(self, *args: Any) -> tuple[int, bytes | None, list[Any]] | None:
-        """``CompiledAppender.serve_sends(*args)`` while writes are open (None: not now, the pure path serves)."""
+    def serve_sends(self, *args: Any) -> tuple[int, bytes | None, list[Any], Any] | None:
+        """``CompiledAppender.serve_sends(*args)`` while writes are open (None: not now, the pure path serves),
+        and under SYNC_FLUSH what its answers wait for, as ``put_message_nowait``'s: (watermark, offset,
+        timeout), or None when they may leave now."""
         if not self._writable or self.sends_pure():
             return None
-        return self.appender.serve_sends(*args)  # type: ignore[attr-defined,no-any-return]
+        pos, answers, counts = self.appender.serve_sends(*args, self._sync)  # type: ignore[attr-defined]
+        hold = None
+        if self._sync and answers is not None:
+            end = self.commitlog.tail[0]
+            if self.policy.want_flushed(end):  # type: ignore[union-attr]
+                hold = (self.durable, end, self.flush_timeout)
+        return pos, answers, counts, hold
 
     def _refused(self) -> PutResult:
         self.appender.n_failed += 1

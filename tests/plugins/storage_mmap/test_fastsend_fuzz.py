@@ -96,6 +96,7 @@ def test_send_serve_on_hostile_bytes(src: bytes, fsize: int, data: st.DataObject
     wrote0 = data.draw(st.sampled_from([0, 0, 0, fsize // 2]) | st.integers(0, fsize))
     store_host = data.draw(st.sampled_from([b"\x7f\x00\x00\x01\x00\x00\x27\x10", bytes(range(20))]))
     limit = data.draw(st.sampled_from([1 << 62] * 3 + [5600]))  # the reput back-log bound
+    held = data.draw(st.booleans())  # SYNC_FLUSH: a send with a WAIT left (WAIT=false) is not taken
     mm = bytearray(data.draw(st.binary(min_size=fsize, max_size=fsize)))
     before = bytes(mm)
     tq: dict[str, dict[int, int]] = {"FastT": {0: 0, 1: 7, 2: 0, 3: 2**40}, "Odd": {0: 0, 1: 0}, "RO": {0: 0}}
@@ -105,7 +106,7 @@ def test_send_serve_on_hostile_bytes(src: bytes, fsize: int, data: st.DataObject
     pos, wrote, answers, counts = FAST.send_serve(
         src, 0, 1 << 24, TABLE, PREFIXES, tq, frozenset({"TBW102"}), mm, wrote0, fsize, 5000, limit, born,
         store_host, 0x20 if len(store_host) == 20 else 0, 1_700_000_000_123, handoff, 1024, b"CLUSTER\x01C1",
-        b"0A0B0C0D00002710", b"DefaultRegion", b"true", DEFAULT_VERSION)
+        b"0A0B0C0D00002710", b"DefaultRegion", b"true", DEFAULT_VERSION, held)
     frames = _frames(src, pos)
     event(f"frames served: {min(len(frames), 3)}{'+' if len(frames) > 2 else ''}")
     assert len(frames) == len(handoff) == sum(n for _, n, _ in counts)

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq.protocol.codes import RequestCode
+from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.frame import FrameDecoder, decode, encode
 from rmq.protocol.message import decode_messages
@@ -312,3 +312,30 @@ def test_compiled_and_pure_sends_agree(peers: tuple[Peer, Peer]) -> None:
     for topic in ("FastT", "FastU", "NewAutoT"):
         for q in range(QUEUES):
             assert _stored(pure, topic, q) == _stored(fast, topic, q), (topic, q)
+
+
+def test_held_answers_that_time_out_leave_as_flush_disk_timeout(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """A disk that never confirms (the fake plugin's stalled flush policy, which holds answers): the
+    compiled path's answers of a read leave after syncFlushTimeout as FLUSH_DISK_TIMEOUT with their
+    message ids and offsets, as send.py's HeldAnswers do (compared with RMQ_PURE=1), stored all the same."""
+    conf = {"syncFlushTimeout": 400, "flushDiskType": "SYNC_FLUSH"}
+    extra = {"plugins": {"flush": ["stalled"]}}
+    pure = Peer(rmqd_factory(broker_conf=conf, extra=extra, env={"RMQ_PURE": "1"}))
+    fast = Peer(rmqd_factory(broker_conf=conf, extra=extra, env={"RMQ_PURE": ""}))
+    frames = [encode(_cmd(RequestCode.SEND_MESSAGE_V2, {
+        "a": "pg", "b": "HeldT", "c": "TBW102", "d": "4", "e": str(i % 2), "f": "0", "g": "1", "h": "0",
+        "i": "TAGS\x01t\x02WAIT\x01true"}, b"m%d" % i, opaque=100 + i)) for i in range(5)]
+    answers = []
+    for peer in (pure, fast):
+        # the first read creates the topic and its queues (a queue the store has not seen is the Python
+        # path's), and the compiled path is given to the connection after it
+        first = peer.run(b"".join(frames[:2]), [])
+        rest = peer.run(b"".join(frames[2:]), [])
+        peer.prefix = decode(first[0]).ext["msgId"][:-16]
+        answers.append(peer.normalized(first + rest))
+    assert answers[0] == answers[1]
+    assert [decode(a).code for a in answers[1]] == [ResponseCode.FLUSH_DISK_TIMEOUT] * 5
+    if compiler_present():
+        assert runtime_info(fast.proc.broker_addr)["store.compiled_sends"] == "3"
+    for q in range(2):
+        assert _stored(pure, "HeldT", q) == _stored(fast, "HeldT", q)

@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,16 +65,9 @@ static int scan_str(const unsigned char **pp, const unsigned char *end, Span *ou
             unsigned char e = p[1];
             if (e == 'u') {
                 if (end - p < 6) return 0;
-                unsigned v = 0;
-                for (int i = 2; i < 6; i++) {
-                    unsigned char h = p[i];
-                    v <<= 4;
-                    if (h >= '0' && h <= '9') v |= h - '0';
-                    else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
-                    else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
-                    else return 0;
-                }
-                if (v >= 0x80) return 0;
+                /* \u00XX below 0x80 only: the ASCII the fast path handles */
+                if (p[2] != '0' || p[3] != '0' || !strchr("01234567", p[4]) || p[4] == 0 || !isxdigit(p[5]))
+                    return 0;
                 p += 6;
                 continue;
             }

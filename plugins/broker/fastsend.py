@@ -121,5 +121,5 @@ class FastSend:
         st = b.stats
         if st is not None:
             for topic, n, size in counts:
-                st.put(topic, n, size)
+                st.put(topic, n, size, n)  # n single sends
         return pos, answers, None if hold is None else (*hold, ResponseCode.FLUSH_DISK_TIMEOUT)

@@ -76,9 +76,9 @@ class BrokerStats:
         s = self.store.stats()
         return int(s.get("puts", 0)), int(s.get("get_messages", 0))
 
-    def put(self, topic: str, n: int, size: int) -> None:
-        """Messages stored by a send."""
-        _count(self.topic_put, topic, n, size)
+    def put(self, topic: str, n: int, size: int, calls: int = 1) -> None:
+        """Messages stored by ``calls`` sends (the compiled send path counts a read's run of single sends at once)."""
+        _count(self.topic_put, topic, n, size, calls)
 
     def got(self, topic: str, group: str, n: int, size: int) -> None:
         """Messages handed to a consumer group by a pull or pop."""
@@ -216,11 +216,11 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def _count(table: dict[str, list[int]], key: str, n: int, size: int) -> None:
+def _count(table: dict[str, list[int]], key: str, n: int, size: int, calls: int = 1) -> None:
     """Add ``n`` messages of ``size`` bytes, one call, to ``key``'s counters (the message path: three additions)."""
     c = table.get(key)
     if c is None:
         c = table[key] = [0, 0, 0]
     c[0] += n
     c[1] += size
-    c[2] += 1
+    c[2] += calls

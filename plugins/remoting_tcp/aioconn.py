@@ -81,48 +81,16 @@ class _Resume:
 
 
 class _Release:
-    """Future-like waiter on a ``HeldAnswer``'s watermark: queues the answer when woken (by the
-    advance that reaches it, or by its timeout: then it leaves with ``late_code``)."""
+    """Future-like waiter on a watermark for answers held until their bytes are durable: queues them
+    when woken (by the advance that reaches ``at``, or by its timeout: then they leave late, see
+    ``_send``). Subclasses say what leaves."""
 
-    __slots__ = ("conn", "resp", "fired")
+    __slots__ = ("conn", "mark", "at", "fired")
 
-    def __init__(self, conn: AsyncioConnection, resp: HeldAnswer) -> None:
+    def __init__(self, conn: AsyncioConnection, mark: Any, at: int) -> None:
         self.conn = conn
-        self.resp = resp
-        self.fired = False
-
-    def done(self) -> bool:
-        return self.fired
-
-    def set_result(self, _: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
-        conn, resp = self.conn, self.resp
-        if resp.mark.value < resp.at:
-            resp.code = resp.late_code
-        if conn._closed:
-            return
-        try:
-            head, body = conn._session.send_response(resp)
-            conn._queue(head, body)
-        except Exception as exc:  # noqa: BLE001 - called from a flush round: never let it fail
-            conn._rlog.error("held-answer", "%s: answering %s failed: %s", conn.name, conn.peer,
-                             printable(repr(exc)))
-
-
-class _ReleaseRead:
-    """``_Release`` for the answers of one read the compiled send path served under SYNC_FLUSH: their
-    bytes leave as one piece, each answer re-encoded with ``late_code`` when the flush came too late."""
-
-    __slots__ = ("conn", "answers", "mark", "at", "late_code", "fired")
-
-    def __init__(self, conn: AsyncioConnection, answers: bytes, mark: Any, at: int, late_code: int) -> None:
-        self.conn = conn
-        self.answers = answers
         self.mark = mark
         self.at = at
-        self.late_code = late_code
         self.fired = False
 
     def done(self) -> bool:
@@ -136,18 +104,53 @@ class _ReleaseRead:
         if conn._closed:
             return
         try:
-            answers = self.answers
-            if self.mark.value < self.at:  # stored all the same, not durable in time: as a HeldAnswer's
-                parts = []
-                for cmd in FrameDecoder().feed(answers):
-                    cmd.code = self.late_code
-                    head, body = conn._session.send_response(cmd)
-                    parts.append(head + body)
-                answers = b"".join(parts)
-            conn._queue(answers, b"")
+            self._send(conn, self.mark.value < self.at)
         except Exception as exc:  # noqa: BLE001 - called from a flush round: never let it fail
             conn._rlog.error("held-answer", "%s: answering %s failed: %s", conn.name, conn.peer,
                              printable(repr(exc)))
+
+    def _send(self, conn: AsyncioConnection, late: bool) -> None:
+        raise NotImplementedError
+
+
+class _ReleaseAnswer(_Release):
+    """A ``HeldAnswer``: it leaves with its ``late_code`` when late."""
+
+    __slots__ = ("resp",)
+
+    def __init__(self, conn: AsyncioConnection, resp: HeldAnswer) -> None:
+        super().__init__(conn, resp.mark, resp.at)
+        self.resp = resp
+
+    def _send(self, conn: AsyncioConnection, late: bool) -> None:
+        resp = self.resp
+        if late:
+            resp.code = resp.late_code
+        head, body = conn._session.send_response(resp)
+        conn._queue(head, body)
+
+
+class _ReleaseRead(_Release):
+    """The answers of one read the compiled send path served under SYNC_FLUSH: their bytes leave as one
+    piece, each answer re-encoded with ``late_code`` when late (stored all the same, as a HeldAnswer's)."""
+
+    __slots__ = ("answers", "late_code")
+
+    def __init__(self, conn: AsyncioConnection, answers: bytes, mark: Any, at: int, late_code: int) -> None:
+        super().__init__(conn, mark, at)
+        self.answers = answers
+        self.late_code = late_code
+
+    def _send(self, conn: AsyncioConnection, late: bool) -> None:
+        answers = self.answers
+        if late:
+            parts = []
+            for cmd in FrameDecoder().feed(answers):
+                cmd.code = self.late_code
+                head, body = conn._session.send_response(cmd)
+                parts.append(head + body)
+            answers = b"".join(parts)
+        conn._queue(answers, b"")
 
 
 class AsyncioConnection(ConnectionCore, asyncio.Protocol):
@@ -233,7 +236,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
 
     def _respond(self, resp: RemotingCommand) -> bool:
         if type(resp) is HeldAnswer:  # leaves when its bytes are durable: no task waits for that
-            resp.mark.add_waiter(resp.at, _Release(self, resp), resp.timeout, self._loop)
+            resp.mark.add_waiter(resp.at, _ReleaseAnswer(self, resp), resp.timeout, self._loop)
             self._held = resp.mark
             return False
         head, body = self._session.send_response(resp)

@@ -43,6 +43,20 @@ static const char *const v2_keys[N_KEYS] = {"b", "e", "f", "g", "h", "i", "m"};
 static const char *const long_keys[N_KEYS] = {"topic", "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
                                               "batch"};
 
+/* The K_* index of ext key ``k`` in ``names`` (V2: one letter each), or -1. */
+static int field_of(const Span *k, int v2, const char *const *names) {
+    if (v2) {
+        if (k->n != 1) return -1;
+        for (int i = 0; i < N_KEYS; i++)
+            if (names[i][0] == k->p[0]) return i;
+        return -1;
+    }
+    for (int i = 0; i < N_KEYS; i++)
+        if (names[i][0] == k->p[0] && strlen(names[i]) == (size_t)k->n && memcmp(names[i], k->p, (size_t)k->n) == 0)
+            return i;
+    return -1;
+}
+
 typedef struct {
     long long code, opaque, flag;
     int has_code, has_opaque, has_flag;
@@ -223,6 +237,26 @@ static int out_room(Out *o, Py_ssize_t more) {
     return 1;
 }
 
+static inline char *put(char *o, const char *s, size_t n) {
+    memcpy(o, s, n);
+    return o + n;
+}
+
+static char *put_ll(char *o, long long v) {
+    char tmp[24];
+    int i = 0;
+    unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
+    do tmp[i++] = (char)('0' + u % 10); while (u /= 10);
+    if (v < 0) *o++ = '-';
+    while (i) *o++ = tmp[--i];
+    return o;
+}
+
+static char *put_hex16(char *o, unsigned long long v) {
+    for (int i = 15; i >= 0; i--, v >>= 4) o[i] = "0123456789ABCDEF"[v & 15];
+    return o + 16;
+}
+
 /* Per-topic facts, looked up once per call. */
 typedef struct {
     PyObject *topic, *prefix, *tq; /* owned topic; borrowed prefix and queue table */
@@ -290,24 +324,35 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         PyBuffer_Release(&in);
         return NULL;
     }
-    PyObject *counts = PyList_New(0), *result = NULL;
+    PyObject *counts = PyList_New(0), *result = NULL, *cbuf = PyByteArray_FromStringAndSize(NULL, 0);
     Out out = {NULL, 0, 0};
     unsigned char *scratch = NULL; /* topic, properties as sent, properties as stored */
     Topic cur = {NULL, NULL, NULL, 0, 0, 0};
     long long run_n = 0, run_bytes = 0;
     const Py_ssize_t start = pos;
-    if (counts == NULL) goto done;
+    int break_all = 0; /* answer parts too long for their buffers: serve nothing */
+    if (counts == NULL || cbuf == NULL) goto done;
     if (fsize > out_mm.len || wrote < 0 || wrote > fsize) {
         PyErr_SetString(PyExc_ValueError, "send_serve: the segment's write position is outside its mapping");
         goto done;
     }
+    /* the constant parts of every answer (ASCII the broker checked needs no JSON escape) */
+    char a_head[128], a_mid[256], a_tail[96];
+    if (PyBytes_GET_SIZE(idp) > 64 || PyBytes_GET_SIZE(region) > 96 || PyBytes_GET_SIZE(trace) > 16) break_all = 1;
+    const size_t a_head_n = break_all ? 0 : (size_t)snprintf(a_head, sizeof a_head,
+        "{\"code\":0,\"extFields\":{\"msgId\":\"%s", PyBytes_AS_STRING(idp));
+    const size_t a_mid_n = break_all ? 0 : (size_t)snprintf(a_mid, sizeof a_mid,
+        "\",\"MSG_REGION\":\"%s\",\"TRACE_ON\":\"%s\"},\"flag\":1,\"language\":\"JAVA\",\"opaque\":",
+        PyBytes_AS_STRING(region), PyBytes_AS_STRING(trace));
+    const size_t a_tail_n = (size_t)snprintf(a_tail, sizeof a_tail, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
+                                             version);
     const unsigned char *buf = in.buf;
     const Py_ssize_t n = in.len;
     const long long head_size = 64 + sh_len + 16;
     const Py_ssize_t cl_len = PyBytes_GET_SIZE(cluster);
     scratch = PyMem_Malloc((size_t)(3 * (n > 0 ? n : 1) + cl_len + 2));
     if (scratch == NULL) { PyErr_NoMemory(); goto done; }
-    while (pos >= 0 && n - pos >= 8) {
+    while (!break_all && pos >= 0 && n - pos >= 8) {
         const unsigned char *f = buf + pos;
         long long length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
         if (length < 4 || length + 4 > max_frame || length > n - pos - 4) break;
@@ -322,13 +367,12 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         Span fld[N_KEYS];
         memset(fld, 0, sizeof(fld));
         int dup = 0;
-        for (int i = 0; i < h.n_ext; i++)
-            for (int k = 0; k < N_KEYS; k++)
-                if (key_is(&h.ek[i], names[k])) {
-                    if (fld[k].p != NULL) dup = 1;
-                    fld[k] = h.ev[i];
-                    if (fld[k].p == NULL) fld[k].p = (const unsigned char *)""; /* present, empty */
-                }
+        for (int i = 0; i < h.n_ext; i++) {
+            int k = field_of(&h.ek[i], h.code == 310, names);
+            if (k < 0) continue;
+            if (fld[k].p != NULL) dup = 1;
+            fld[k] = h.ev[i];
+        }
         if (dup || fld[K_TOPIC].p == NULL || fld[K_TOPIC].n == 0) break;
         long long qid = digits(&fld[K_QID], 9), sys_flag = digits(&fld[K_SYSFLAG], 9);
         long long born_ts = digits(&fld[K_BORN], 18), flag = digits(&fld[K_FLAG], 9);
@@ -394,16 +438,17 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         if (wrote + size + 8 > fsize || at + size > limit) { Py_DECREF(qkey); break; }
         /* every object first: a failure here leaves nothing half done */
         PyObject *props = PyUnicode_DecodeUTF8((const char *)st, slen, NULL);
-        PyObject *bview = PyMemoryView_FromMemory((char *)body, body_len, PyBUF_READ);
-        PyObject *crc_o = bview != NULL ? PyObject_CallOneArg(crc_fn, bview) : NULL;
+        /* the body's CRC by the pure path's function, over a scratch bytearray (a memoryview per message
+         * costs more to free than the copy) */
+        PyObject *crc_o = PyByteArray_Resize(cbuf, body_len) == 0
+            ? (memcpy(PyByteArray_AS_STRING(cbuf), body, (size_t)body_len), PyObject_CallOneArg(crc_fn, cbuf)) : NULL;
         PyObject *next = PyLong_FromLongLong(qoff + 1);
         long long sf = (sys_flag & ~0x30LL) | store_v6;
         PyObject *hand = Py_BuildValue("(LLOOLLOiO)", at, size, cur.topic, qkey, qoff, sf, ts_obj, 0, props);
-        Py_XDECREF(bview);
         Py_XDECREF(props);
         unsigned long crc = crc_o != NULL ? PyLong_AsUnsignedLongMask(crc_o) : 0;
         Py_XDECREF(crc_o);
-        Py_ssize_t room_needed = 400 + PyBytes_GET_SIZE(idp) + PyBytes_GET_SIZE(region) + PyBytes_GET_SIZE(trace);
+        Py_ssize_t room_needed = 8 + (Py_ssize_t)(a_head_n + a_mid_n + a_tail_n) + 16 + fld[K_QID].n + 80;
         if (crc_o == NULL || next == NULL || hand == NULL || PyErr_Occurred() || !out_room(&out, room_needed)
             || PyList_Append(handoff, hand) < 0) {
             Py_XDECREF(next);
@@ -452,19 +497,18 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         wrote += size;
         run_n++;
         run_bytes += body_len;
-        /* the answer: encode_parts of cmd.response(0, None, fields) */
-        char *o = out.p + out.n + 8;
-        int hl = snprintf(o, (size_t)(out.cap - out.n - 8),
-                          "{\"code\":0,\"extFields\":{\"msgId\":\"%s%016llX\",\"queueId\":\"%.*s\",\"queueOffset\":\"%lld\","
-                          "\"MSG_REGION\":\"%s\",\"TRACE_ON\":\"%s\"},\"flag\":1,\"language\":\"JAVA\",\"opaque\":%lld,"
-                          "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
-                          PyBytes_AS_STRING(idp), (unsigned long long)at, (int)fld[K_QID].n,
-                          (const char *)fld[K_QID].p, qoff, PyBytes_AS_STRING(region), PyBytes_AS_STRING(trace),
-                          h.opaque, version);
-        if (hl < 0 || hl >= out.cap - out.n - 8) {
-            PyErr_SetString(PyExc_RuntimeError, "send_serve: answer buffer too small");
-            goto failed;
-        }
+        /* the answer: encode_parts of cmd.response(0, None, fields), the per-read parts written once */
+        char *o0 = out.p + out.n + 8, *o = o0;
+        o = put(o, a_head, a_head_n);
+        o = put_hex16(o, (unsigned long long)at);
+        o = put(o, "\",\"queueId\":\"", 13);
+        o = put(o, (const char *)fld[K_QID].p, (size_t)fld[K_QID].n);
+        o = put(o, "\",\"queueOffset\":\"", 17);
+        o = put_ll(o, qoff);
+        o = put(o, a_mid, a_mid_n);
+        o = put_ll(o, h.opaque);
+        o = put(o, a_tail, a_tail_n);
+        const long long hl = o - o0;
         wr_i32((unsigned char *)out.p + out.n, hl + 4);
         wr_i32((unsigned char *)out.p + out.n + 4, hl);
         out.n += 8 + hl;
@@ -481,6 +525,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(cur.topic);
     Py_XDECREF(counts);
+    Py_XDECREF(cbuf);
     PyMem_Free(out.p);
     PyMem_Free(scratch);
     PyBuffer_Release(&out_mm);

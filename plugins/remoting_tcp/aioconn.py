@@ -311,7 +311,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self.local_addr = address(lambda: transport.get_extra_info("sockname"))
         no_delay(lambda: transport.get_extra_info("socket"))
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        if transport.get_extra_info("sslcontext") is not None:
+        if transport.get_extra_info("sslcontext") is not None or transport.get_extra_info("ssl_object") is not None:
             self.fast_send = False  # TLS: not for the compiled send path
         if self._closed:  # aclosed before the transport existed
             transport.close()

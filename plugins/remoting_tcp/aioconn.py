@@ -167,6 +167,9 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._flush_scheduled = False
         self._paused = False
         self._tasks: dict[int, asyncio.Task[None]] = {}  # request tasks, cancelled on close
+        # tasks created whose requests have not begun: a request runs to its first suspension when its task
+        # starts (a send has stored by then), so only these could be overtaken by the compiled send path
+        self._unstarted = 0
         self._seq = 0
         self._split = False  # the last request served suspended: a task per request (see _serve_many)
         self._held: Any = None  # the watermark a held answer of the requests being served waits on
@@ -321,7 +324,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_activity = time.monotonic()
         try:
-            if self.fast_send and not self._tasks and not self._closed:
+            if self.fast_send and not self._unstarted and not self._closed:
                 data = self._serve_fast(data)  # type: ignore[assignment]
                 if not data:
                     return
@@ -333,8 +336,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
 
     def _serve_fast(self, data: bytes) -> bytes | bytearray:
         """The read's leading common-case sends served by ``fast_send`` (one compiled call, their answers
-        queued in one piece); the rest, for the session. Only while no request of an earlier read is still
-        being served: a send the Python path has not stored yet must not be overtaken."""
+        queued in one piece); the rest, for the session. Only while every request of earlier reads has begun
+        (a held pull may wait on): a send the Python path has not stored yet must not be overtaken."""
         session = self._session
         src = session.take_buffered(data)
         if src is None:
@@ -390,6 +393,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
 
     def _start(self, cmds: list[RemotingCommand], start: int, stop: int) -> None:
         seq = self._seq = self._seq + 1
+        self._unstarted += 1
         self._tasks[seq] = self._loop.create_task(self._serve_many(cmds, start, stop, seq))
 
     async def _serve_many(self, cmds: list[RemotingCommand], start: int, stop: int, seq: int) -> None:
@@ -405,6 +409,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         A read of heavy requests (a pipeline of 500-message batches) must not hold the loop for
         long: past ``TURN_BUDGET`` seconds the rest continues in a new task, behind the turn's
         other callbacks (other peers, the reput, the send flow control's clock)."""
+        self._unstarted -= 1
         try:
             serve = self._serve
             t0 = time.monotonic()

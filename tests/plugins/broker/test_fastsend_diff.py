@@ -350,3 +350,47 @@ def test_held_answers_that_time_out_leave_as_flush_disk_timeout(rmqd_factory: Ca
         assert runtime_info(fast.proc.broker_addr)["store.compiled_sends"] == "3"
     for q in range(2):
         assert _stored(pure, "HeldT", q) == _stored(fast, "HeldT", q)
+
+
+def test_a_held_pull_on_the_connection_leaves_sends_compiled(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """A client whose producer and consumer share one connection (Java's MQClientInstance): while its
+    long-poll pull is held, its sends still take the compiled path (the pull's request has begun; only
+    requests not yet begun could be overtaken), and a send to the pulled queue wakes the pull."""
+    peer = Peer(rmqd_factory(env={"RMQ_PURE": ""}, proxy=False))
+    for i, topic in enumerate(("HoldT", "PullT")):
+        r = _admin(peer, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6",
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, 10 + i)
+        assert r.code == 0, r
+
+    def send(topic: str, q: int, opaque: int) -> bytes:
+        return encode(_cmd(RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": topic, "e": str(q), "f": "0", "g": "1",
+                                                         "h": "0", "i": "WAIT\x01true"}, b"x", opaque=opaque))
+
+    assert [decode(a).code for a in peer.run(send("HoldT", 0, 20) + send("HoldT", 1, 21), [])] == [0, 0]
+    pull = encode(_cmd(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "cg", "topic": "PullT", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+        "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subscription": "*",
+        "subVersion": "0"}, opaque=30))
+    peer.sock.sendall(pull)
+    eventually(lambda: runtime_info(peer.proc.broker_addr)["pullHeld"] == "1", 30, "the pull held")
+    held = peer.run(send("HoldT", 0, 40) + send("HoldT", 1, 41), [])  # answered while the pull is held
+    assert [(decode(a).opaque, decode(a).code) for a in held] == [(40, 0), (41, 0)]
+    if compiler_present():
+        assert runtime_info(peer.proc.broker_addr)["store.compiled_sends"] == "2"
+    woke = peer.run(send("PullT", 0, 50), [])
+    assert sorted((decode(a).opaque, decode(a).code) for a in woke) == [(30, 0), (50, 0)] or \
+        [(decode(a).opaque, decode(a).code) for a in woke] == [(50, 0)]
+    if len(woke) == 1:  # the pull's answer follows its wake-up by the reput
+        assert decode(eventually(lambda: _next_frame(peer), 30, "the held pull's answer")).opaque == 30
+
+
+def _next_frame(peer: Peer) -> bytes | None:
+    head = peer.sock.recv(4, socket.MSG_PEEK)
+    if len(head) < 4:
+        return None
+    n = 4 + struct.unpack(">i", head)[0]
+    data = b""
+    while len(data) < n:
+        data += peer.sock.recv(n - len(data))
+    return data

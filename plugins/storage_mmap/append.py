@@ -132,6 +132,15 @@ class Appender:
 
     # ------------------------------------------------------------------ append
 
+    def _stored(self, f: Any, wrote: int, n: int, ts: int) -> None:
+        """Bookkeeping after ``n`` records were packed into segment ``f`` up to ``wrote``: its write position,
+        the commitlog's tail, the put count, the reput woken (shared by ``append`` and ``serve_sends``)."""
+        f.wrote = wrote
+        self.commitlog.tail = (f.start + wrote, ts)
+        self.n_put += n
+        if self.reput.idle:
+            self.reput.wake()
+
     def append(
         self, batch: Sequence[MessageRecord], measured: Sequence[Measured] | None = None, total: int = 0
     ) -> PutResult:
@@ -199,11 +208,7 @@ class Appender:
             self.n_failed += 1
             what = "a record field" if n == 1 else "a batch member's field"
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"{what} is out of range: {failed}")
-        f.wrote = pos + total
-        cl.tail = (phys + total, ts)
-        self.n_put += n
-        if self.reput.idle:
-            self.reput.wake()
+        self._stored(f, pos + total, n, ts)
         if n == 1:
             return PutResult(_OK, phys, total, qoff, 1, ts)
         return PutResult(_OK, phys, total, qoff, n, ts, [h[0] for h in self.handoff[handed:]])
@@ -348,13 +353,10 @@ class CompiledAppender(Appender):
             min(max_body, self._max_body), cluster, id_prefix, region, trace, version, held)
         n = len(self.handoff) - handed
         if n:
-            f.wrote = wrote
-            cl.tail = (f.start + wrote, ts)
-            self.n_put += n
+            self._stored(f, wrote, n, ts)
             self.n_served += n
-            if self.reput.idle:
-                self.reput.wake()
         return end, answers, counts
+
 
 
 def make_appender(store: MmapMessageStore, pure: bool | None = None) -> Appender:

@@ -11,11 +11,12 @@
 #               across a master/slave failover), crash loops, POP failover and POP invisible times across
 #               restarts, timer SIGKILL, the README's Spark snippet in a fresh process
 #   make faults the fault matrix: every message flow through every fault, printed as a table
+#   make faults-pure   the same matrix with RMQ_PURE=1 (every rmqd on the pure-Python path)
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 #   make fuzz-asan  the compiled codec's and store append's differential properties against AddressSanitizer/UBSan builds
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)
 #   make chaos  the nemesis (issue #31): partitions and pauses on per-node loopback addresses (nftables, as root)
-# CI (.ci/run) runs make test, then make slow, make faults, make chaos and make java.
+# CI (.ci/run) runs make test, then make slow, make faults, make faults-pure, make chaos and make java.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -30,7 +31,7 @@ PYTEST  = $(BIN)/python -m pytest -q -ra
 # compiles rmq from source again, and pytest rewrites every test module's asserts on every run
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast slow faults chaos chaos-deps java java-deps fuzz fuzz-asan install install-test lint bench clean protos
+.PHONY: demo test test-fast slow faults faults-pure chaos chaos-deps java java-deps fuzz fuzz-asan install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +90,11 @@ slow: install-test
 # (cells x pass/fail, counts, recovery time). `make test` runs its fast slice (unmarked cells).
 faults: install-test
 	$(PYTEST) -n $(XDIST_SLOW) --dist loadgroup -m faults --timeout=600 tests/faults
+
+# The same matrix with every rmqd (and the test process) on the pure-Python reference path (issue #30:
+# the compiled data plane must pass it, and so must the path it is compared with).
+faults-pure: install-test
+	RMQ_PURE=1 $(PYTEST) -n $(XDIST_SLOW) --dist loadgroup -m faults --timeout=600 tests/faults
 
 # The nemesis (issue #31): partitions and pauses on per-node loopback addresses, with nftables (as root).
 chaos-deps:

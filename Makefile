@@ -14,6 +14,7 @@
 #   make faults-pure   the same matrix with RMQ_PURE=1 (every rmqd on the pure-Python path)
 #   make fuzz   the fuzz properties (decoders, SQL92, client peer data) with >= 1M inputs; prints count and time
 #   make fuzz-asan  the compiled codec's and store append's differential properties against AddressSanitizer/UBSan builds
+#   make fuzz-long  FUZZ_INPUTS (10M) mutated inputs straight into every compiled entry point, AddressSanitizer/UBSan builds
 #   make java   the Java judge: RocketMQ 4.9.8's client, mqadmin and broker beside rmqd (needs ../shared/java)
 #   make chaos  the nemesis (issue #31): partitions and pauses on per-node loopback addresses (nftables, as root)
 # CI (.ci/run) runs make test, then make slow, make faults, make faults-pure, make chaos and make java.
@@ -31,7 +32,7 @@ PYTEST  = $(BIN)/python -m pytest -q -ra
 # compiles rmq from source again, and pytest rewrites every test module's asserts on every run
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast slow faults faults-pure chaos chaos-deps java java-deps fuzz fuzz-asan install install-test lint bench clean protos
+.PHONY: demo test test-fast slow faults faults-pure chaos chaos-deps java java-deps fuzz fuzz-asan fuzz-long install install-test lint bench clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -157,6 +158,23 @@ fuzz-asan: install-test
 	$(call fuzz_run,RMQ_FASTFRAME=$$so RMQ_FASTSTORE=$$so2 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=print_stacktrace=1,$(FUZZ_ASAN_TESTS),$(VENV)/fuzz-asan.log); \
 	rm -rf $$d; exit $$rc
+
+# The mutation driver (rmq.testing.fuzzdrive): FUZZ_INPUTS inputs into the compiled entry points of the sanitizer
+# builds (kept in $(VENV)/fuzz-asan for the replay command it prints), FUZZ_JOBS workers; a crashing input is
+# saved under $(VENV)/fuzz-crashes. `make test` runs 20k inputs of it on the plain build (tests/protocol/test_fuzzdrive.py).
+FUZZ_INPUTS ?= 10000000
+FUZZ_JOBS ?= 2
+ASAN_DIR = $(VENV)/fuzz-asan
+$(ASAN_DIR)/.built: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore_send.c \
+                    protocol/_faststore.h | $(VENV)/.install-test
+	mkdir -p $(ASAN_DIR)
+	for m in _fastframe _faststore; do gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined \
+		-fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/$$m*.c \
+		-o $(ASAN_DIR)/$$m$(EXT_SUFFIX) || exit 1; done
+	touch $@
+fuzz-long: install-test $(ASAN_DIR)/.built
+	$(BIN)/python -m rmq.testing.fuzzdrive --inputs $(FUZZ_INPUTS) --jobs $(FUZZ_JOBS) --asan $(ASAN_DIR) \
+		--crash-dir $(VENV)/fuzz-crashes
 
 bench: install-test
 	$(BIN)/python bench/store.py --quick

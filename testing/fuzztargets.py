@@ -120,7 +120,7 @@ class Split(Target):
         c = data[0] if data else 0
         src = data[1:]
         try:
-            cmds, pos = self.split(src, self.LIMITS[c & 3], bool(c & 4))
+            cmds, pos = self.split(src, self.LIMITS[c & 3], bool(c & 12))
         except FrameError:  # CommandDecodeError included: the pure decoder's own refusal of a frame
             return "error"
         if not 0 <= pos <= len(src) or _frames(src, pos) != len(cmds):
@@ -129,7 +129,7 @@ class Split(Target):
 
     def check(self, data: bytes) -> None:
         c = data[0] if data else 0
-        args = (data[1:], self.LIMITS[c & 3], bool(c & 4))
+        args = (data[1:], self.LIMITS[c & 3], bool(c & 12))
         want, got = _decode_all(*args, False), _decode_all(*args, True)
         if want != got:
             raise Breach(f"compiled decode {got!r} != pure {want!r}")
@@ -162,7 +162,7 @@ class EncodeParts(Target):
     def seeds(self) -> list[bytes]:
         ints = b"".join(b"\0" + _I32.pack(v) for v in (310, 7, 0, 399, 0))
         return [ints + b"JAVA\xferemark\xfeb\xfeTopicTest\xfei\xfeTAGS\x01a\x02\xfe\xe4\xb8\xad\xfe\xf0\x9f\x98\x80\xfebody",
-                ints + b"CPP\xfe\xfe\xfe", b"\xff" * 30 + b"\xfe\xfe"]
+                ints + b"CPP\xfe\xfe\xfe", b"\xff" * 20 + b"\0" * 5 + b"\xfe\xfe"]
 
     def command(self, data: bytes) -> RemotingCommand:
         (code, opaque, flag, version, st), rest = _ints(data, 5)
@@ -172,7 +172,7 @@ class EncodeParts(Target):
         kv = parts[2:-1] if len(parts) > 3 else []
         ext = {_text(kv[k]): _text(kv[k + 1]) for k in range(0, len(kv) - 1, 2)}
         return RemotingCommand(code, language=lang, version=version, opaque=opaque, flag=flag, remark=remark, ext=ext,
-                               body=parts[-1] if len(parts) > 2 else b"", serialize_type=st & 1 if st >= 0 else st)
+                               body=parts[-1] if len(parts) > 2 else b"", serialize_type={1: 1, 15: st}.get(st % 16, 0))
 
     def run(self, data: bytes) -> Any:
         cmd = self.command(data)
@@ -207,6 +207,8 @@ _TQ = {"FastT": {0: 0, 1: 7, 2: 0, 3: 2**40}, "Odd": {0: 0, 1: 0}, "RO": {0: 0}}
 _BORN = b"\x0a\x00\x00\x02\x00\x00\x30\x39"
 _HOSTS = (b"\x7f\x00\x00\x01\x00\x00\x27\x10", bytes(range(20)))
 _TS = 1_700_000_000_123
+_GOOD_PROPS = ("", "TAGS\x01a", "WAIT\x01true", "TAGS\x01a\x02WAIT\x01true\x02KEYS\x01k", "WAIT\x01true\x02", "a\x01b\x02",
+               "TAGS\x01a\x02WAIT\x01true", "UNIQ_KEY\x01u\x02TAGS\x01\u00e9")
 
 
 class SendServe(Target):
@@ -215,44 +217,50 @@ class SendServe(Target):
     name = "send_serve"
     weight = 3
     tokens = _JSON_TOKENS
-    SIZES = (600, 1024, 4096, 8192)
+    SIZES = (1024, 4096, 8192, 8192)
 
     def __init__(self, store: Any) -> None:
         self.serve = store.send_serve
         self.mms = {n: bytearray(random.Random(n).randbytes(n)) for n in self.SIZES}
 
-    def _send(self, rng: random.Random, opaque: int) -> bytes:
-        topic = rng.choice(["FastT"] * 6 + ["RO", "Odd", "Nope", "rmq_sys_T", "%RETRY%g"])
+    def _send(self, rng: random.Random, opaque: int, good: bool = False) -> bytes:
+        """A send as producers write it; ``good``: one the compiled path takes (a known writable topic...)."""
+        topic = "FastT" if good else rng.choice(["FastT"] * 6 + ["RO", "Odd", "Nope", "rmq_sys_T", "%RETRY%g"])
         v2 = rng.getrandbits(1)
-        props = rng.choice(["", "TAGS\x01a", "WAIT\x01true", "TAGS\x01a\x02WAIT\x01true\x02KEYS\x01k", "WAIT\x01true\x02",
-                            "a\x01b\x02", "DELAY\x013", "x", "TAGS\x01a\x02WAIT\x01true", "WAIT\x01false"])
-        vals = [topic, str(rng.randrange(5)), rng.choice("00008"), str(rng.getrandbits(40)), str(rng.randrange(9)), props]
+        props = rng.choice(_GOOD_PROPS if good else _GOOD_PROPS + ("DELAY\x013", "x", "WAIT\x01false", "CLUSTER\x01x"))
+        vals = [topic, str(rng.randrange(4 if good else 5)), "0" if good else rng.choice("00008"), str(rng.getrandbits(40)),
+                str(rng.randrange(9)), props]
         keys = ["b", "e", "f", "g", "h", "i"] if v2 else ["topic", "queueId", "sysFlag", "bornTimestamp", "flag", "properties"]
         ext = dict(zip(keys, vals, strict=True))
         ext["a" if v2 else "producerGroup"] = "pg"
         if rng.getrandbits(3) == 0:
-            ext["m" if v2 else "batch"] = rng.choice(("true", "false", "1"))
+            ext["m" if v2 else "batch"] = rng.choice(("false",) if good else ("true", "false", "1"))
         cmd = RemotingCommand.request(310 if v2 else 10, ext, rng.randbytes(rng.randrange(200)), opaque=opaque,
                                       language="JAVA")
         return frame_mod.encode(cmd)
 
     def seeds(self) -> list[bytes]:
         rng = random.Random(30)
-        return [bytes([rng.getrandbits(8)]) + b"".join(self._send(rng, i) for i in range(rng.randrange(1, 5)))
-                for _ in range(40)]
+        return [bytes([rng.getrandbits(8) & 0xBF]) + b"".join(self._send(rng, i, good=i < k) for i in range(rng.randrange(1, 5)))
+                for k in range(40)]
 
     def reframe(self, rng: random.Random, mutate: Callable[[bytes], bytes]) -> bytes:
-        out = [bytes([rng.getrandbits(8)])]
-        for i in range(1 + rng.getrandbits(2)):
-            f = self._send(rng, i)
+        """Sends the compiled path takes, then one whose header or body is mutated (framed with true lengths)."""
+        out = [bytes([rng.getrandbits(8) & 0xBF])]  # (not the small back-log bound: most sends fit)
+        n = rng.getrandbits(2)
+        for i in range(n + 1):
+            f = self._send(rng, i, good=i < n or not rng.getrandbits(2))
             hl = _FRAME.unpack_from(f, 0)[1] & 0xFFFFFF
-            out.append(_frame(mutate(f[8 : 8 + hl]) if i or rng.getrandbits(1) else f[8 : 8 + hl], f[8 + hl :]))
+            head, body = f[8 : 8 + hl], f[8 + hl :]
+            if i == n:
+                head, body = (mutate(head), body) if rng.getrandbits(2) else (head, mutate(body))
+            out.append(_frame(head, body))
         return b"".join(out)
 
     def _call(self, data: bytes) -> tuple[Any, ...]:
         c = data[0]
         fsize = self.SIZES[c & 3]
-        wrote0 = (0, 0, fsize // 2, fsize - 300)[(c >> 2) & 3]
+        wrote0 = (0, 0, fsize // 2, fsize - 700)[(c >> 2) & 3]
         mm = self.mms[fsize]
         host = _HOSTS[(c >> 5) & 1]
         tq = {t: dict(q) for t, q in _TQ.items()}

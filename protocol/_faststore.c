@@ -515,13 +515,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     const unsigned char *u = units.buf;
     Py_ssize_t nunits = units.len / 20, nfiles = PyList_GET_SIZE(files), i = 0, n = 0;
     long long total = 0, skip_below = INT64_MIN;
+    int skip_all = 0; /* skip_below past INT64_MAX: a unit in the last representable segment (a corrupt unit) */
     int removing = 0, bail = 0;
     for (; i < nunits; i++) {
         const unsigned char *e = u + i * 20;
         long long phys = (long long)(((uint64_t)(uint32_t)rd_i32(e) << 32) | (uint32_t)rd_i32(e + 4));
         long long size = rd_i32(e + 8);
         long long tags = (long long)(((uint64_t)(uint32_t)rd_i32(e + 12) << 32) | (uint32_t)rd_i32(e + 16));
-        if (phys < skip_below) continue;
+        if (skip_all || phys < skip_below) continue;
         if (n && (n >= max_count || total + size > max_bytes)) break;
         if (match != Py_None) {
             PyObject *t = PyLong_FromLongLong(tags);
@@ -549,7 +550,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (f == NULL || p + size > seg_wrote) {
             if (size == 0x7FFFFFFF && phys == 0) continue; /* a hole's filler unit */
             if (!n) removing = 1;
-            skip_below = (floor_div(phys, fsize) + 1) * fsize;
+            long long seg_no = floor_div(phys, fsize);
+            if (seg_no >= INT64_MAX / fsize) skip_all = 1; /* the next segment's start is past INT64_MAX */
+            else skip_below = (seg_no + 1) * fsize;
             continue;
         }
         if (p < 0 || size < 0 || p + size > seg.len) { bail = 1; break; } /* the pure loop's own slicing rules */
@@ -562,6 +565,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         n++;
         total += size;
         skip_below = INT64_MIN;
+        skip_all = 0;
     }
     if (bail)
         result = Py_NewRef(Py_None);

@@ -334,7 +334,8 @@ def supervise(total: int, jobs: int, asan: Path | None, crash_dir: Path, seed: i
         print(f"fuzz: {name:<14} {c:>10,} inputs")
     n = sum(counts.values())
     build = "AddressSanitizer/UBSan builds" if asan is not None else "the installed build"
-    print(f"fuzz: {n:,} inputs in {seconds:.0f} s ({n / max(seconds, 1e-9):,.0f}/s, {jobs} worker(s), {build})")
+    print(f"fuzz: {n:,} inputs in {seconds:.0f} s ({n / max(seconds, 1e-9):,.0f}/s, {jobs} worker(s), {build})"
+          + (" - FAILED (counts of the failed workers left out)" if failed else ""))
     return failed
 
 

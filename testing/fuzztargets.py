@@ -485,6 +485,8 @@ class Scan(Target):
 
     name = "scan"
     weight = 1
+    tokens = (b"\x7f\xff\xff\xff\xff\xff\xff\xff", b"\x7f\xff\xff\xff\xff\xff\xf0\x00", b"\x80" + bytes(7),
+              b"\xff" * 8, bytes(8), b"\x00\x00\x00\x00\x00\x00\x10\x00", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xf0")
 
     def __init__(self, store: Any) -> None:
         self.fast = store

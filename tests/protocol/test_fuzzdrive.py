@@ -5,6 +5,7 @@ crash bookkeeping (a breach comes back with the input; the last input survives i
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,16 @@ def test_a_saved_input_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path = save_crash(tmp_path, "split", split.seeds()[0])
     assert main(["--replay", str(path)]) == 0
     assert "replay: split" in capsys.readouterr().out
+
+
+def test_scan_of_a_unit_in_the_last_representable_segment() -> None:
+    """Found by make fuzz-long: a consume-queue unit whose offset lies in the last segment an int64 can
+    number made the compiled scan compute the next segment's start past INT64_MAX (UBSan: signed
+    overflow; the plain build then returned a record the pure loop skips). A corrupt queue file is
+    enough to get there; the compiled scan now skips the rest as the pure loop does."""
+    (scan,) = make_targets(["scan"])
+    for phys in (0x7FFFFFFFFFFFF800, 0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFF000):
+        units = struct.pack(">qiq", phys, 100, 0) + struct.pack(">qiq", 0, 120, 0) + struct.pack(">qiq", 120, 300, 1)
+        for config in (0x00, 0x0C, 0x40):  # first segment index, count, byte limit, tag filter
+            assert scan.run(bytes([config]) + units) is not None
+            scan.check(bytes([config]) + units)  # the pure loop's answer: nothing after that unit

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from rmq.kernel.model import DispatchRequest, MessageRecord
@@ -195,13 +196,9 @@ class EncodeParts(Target):
 # ------------------------------------------------------------------ _faststore: the send path
 
 
-class _TopicConf:
-    def __init__(self, perm: int, queues: int) -> None:
-        self.perm = perm
-        self.writeQueueNums = self.readQueueNums = queues
-
-
-_TABLE = {"FastT": _TopicConf(6, 4), "RO": _TopicConf(4, 4), "rmq_sys_T": _TopicConf(6, 4), "Odd": _TopicConf(6, 2)}
+# the topic table send_serve reads (perm, writeQueueNums, readQueueNums): a read-only topic, a system one
+_TABLE = {t: SimpleNamespace(perm=p, writeQueueNums=q, readQueueNums=q)
+          for t, p, q in (("FastT", 6, 4), ("RO", 4, 4), ("rmq_sys_T", 6, 4), ("Odd", 6, 2))}
 _PREFIXES = {t: bytes((len(t),)) + t.encode() for t in _TABLE}
 _TQ = {"FastT": {0: 0, 1: 7, 2: 0, 3: 2**40}, "Odd": {0: 0, 1: 0}, "RO": {0: 0}}
 _BORN = b"\x0a\x00\x00\x02\x00\x00\x30\x39"

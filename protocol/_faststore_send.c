@@ -6,7 +6,8 @@
  *
  * From ``pos`` on, ``src`` (the bytes a connection read) is taken frame by frame while each frame is a
  * SEND_MESSAGE_V2 or SEND_MESSAGE request in its common shape: a whole frame with a JSON header in the
- * plain form Java's fastjson and rmq write (no whitespace, known top-level keys, ASCII string values),
+ * plain form Java's fastjson, rmq and the C++ client write (no whitespace but a trailing one, known top-level
+ * keys, ASCII string or plain int ext values), a request or a oneway one (stored, not answered),
  * a known topic that is not a retry, DLQ or system one, queue id digits in range, a body of at most
  * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER, not a batch;
  * with ``held`` (SYNC_FLUSH: the read's answers wait for one flush) also no WAIT left once WAIT=true is
@@ -174,7 +175,17 @@ static int parse_head(const unsigned char *p, const unsigned char *end, Head *h)
                 if (h->n_ext == MAX_EXT) return 0;
                 Span *ek = &h->ek[h->n_ext], *ev = &h->ev[h->n_ext];
                 if (p >= end || *p++ != '"' || !scan_str(&p, end, ek) || ek->esc || p >= end || *p++ != ':') return 0;
-                if (p >= end || *p++ != '"' || !scan_str(&p, end, ev)) return 0;
+                if (p < end && *p == '"') { /* a string, or a plain int as C++ writes some (decoded to its digits) */
+                    p++;
+                    if (!scan_str(&p, end, ev)) return 0;
+                } else {
+                    long long v;
+                    const unsigned char *d = p;
+                    if (!scan_int(&p, end, &v)) return 0;
+                    ev->p = d;
+                    ev->n = p - d;
+                    ev->esc = 0;
+                }
                 h->n_ext++;
                 if (p < end && *p == ',') { p++; continue; }
                 if (p < end && *p == '}') { p++; break; }
@@ -184,7 +195,10 @@ static int parse_head(const unsigned char *p, const unsigned char *end, Head *h)
         if (seen & bit) return 0;
         seen |= bit;
         if (p < end && *p == ',') { p++; continue; }
-        if (p < end && *p == '}' && p + 1 == end) break;
+        if (p < end && *p == '}') { /* then only whitespace: C++ ends its header with a newline */
+            while (++p < end && (*p == '\n' || *p == ' ' || *p == '\r' || *p == '\t')) {}
+            if (p == end) break;
+        }
         return 0;
     }
     return h->has_code && h->has_opaque && h->has_flag;
@@ -362,7 +376,8 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         const unsigned char *hs = f + 8, *he = hs + hlen, *body = he;
         const Py_ssize_t body_len = (Py_ssize_t)(length - 4 - hlen);
         Head h;
-        if (!parse_head(hs, he, &h) || h.flag != 0 || (h.code != 310 && h.code != 10)) break;
+        if (!parse_head(hs, he, &h) || (h.flag != 0 && h.flag != 2) || (h.code != 310 && h.code != 10)) break;
+        const int oneway = h.flag == 2; /* RPC_ONEWAY: stored, not answered */
         const char *const *names = h.code == 310 ? v2_keys : long_keys;
         Span fld[N_KEYS];
         memset(fld, 0, sizeof(fld));
@@ -497,6 +512,8 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         wrote += size;
         run_n++;
         run_bytes += body_len;
+        pos += 4 + (Py_ssize_t)length;
+        if (oneway) continue;
         /* the answer: encode_parts of cmd.response(0, None, fields), the per-read parts written once */
         char *o0 = out.p + out.n + 8, *o = o0;
         o = put(o, a_head, a_head_n);
@@ -512,7 +529,6 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         wr_i32((unsigned char *)out.p + out.n, hl + 4);
         wr_i32((unsigned char *)out.p + out.n + 4, hl);
         out.n += 8 + hl;
-        pos += 4 + (Py_ssize_t)length;
     }
     if (0) {
     failed: /* a Python-level failure (no memory): what was served stays served, the rest is the pure path's */

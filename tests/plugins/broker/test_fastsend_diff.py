@@ -16,6 +16,7 @@ sysflag, born host IP) matches. Store timestamps and the born port may differ.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -54,6 +55,36 @@ def _header(code: int, ext: dict[str, Any], opaque: int, flag: int = 0, **top: A
                          "serializeTypeCurrentRPC": "JSON", "version": 409}
     h.update(top)
     return json.dumps(h, separators=(",", ":"), sort_keys=True).encode()
+
+
+# What librocketmq 1.2.3 (PyPI rocketmq 0.4.4, the C++ producer) writes, captured with strace from a send to rmqd:
+# SEND_MESSAGE with long keys in jsoncpp's sorted order, some ext values as JSON numbers, its ACL fields (empty
+# key), "language":"CPP", an empty remark, and a newline after the header.
+CPP_SEND = (b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"krJQ75CNiuMQmieI+kuoT7R8fFc=",'
+            b'"batch":"0","bornTimestamp":"1795896377692","defaultTopic":"TBW102","defaultTopicQueueNums":4,"flag":0,'
+            b'"producerGroup":"PG_COMPAT","properties":"KEYS\\u0001k0\\u0002TAGS\\u0001tg\\u0002UNIQ_KEY\\u0001'
+            b'0100007F00003C390000DC63B9940100\\u0002WAIT\\u0001true\\u0002","queueId":0,"reconsumeTimes":"0",'
+            b'"sysFlag":0,"topic":"CapT","unitMode":"0"},"flag":0,"language":"CPP","opaque":2,"remark":"",'
+            b'"version":63}\n', b"body-0")
+CPP_NUMBERS = frozenset(("defaultTopicQueueNums", "flag", "queueId", "sysFlag", "d", "e", "f", "h"))
+
+
+def _captured(frame: tuple[bytes, bytes], topic: str, queue: int, opaque: int) -> bytes:
+    """A captured C++ frame sent to ``topic``/``queue`` with ``opaque``, its bytes otherwise as captured."""
+    head, body = frame
+    head = head.replace(b'"topic":"CapT"', f'"topic":"{topic}"'.encode()).replace(
+        b'"queueId":0,', f'"queueId":{queue},'.encode()).replace(b'"opaque":2,', f'"opaque":{opaque},'.encode(), 1)
+    return _frame(head, body)
+
+
+def _cpp_header(code: int, ext: dict[str, Any], opaque: int, flag: int) -> bytes:
+    """A header in the C++ client's shape (see CPP_SEND) for ``ext``: its number fields as JSON numbers when
+    they are plain ints, its ACL fields added."""
+    ext = {k: int(v) if k in CPP_NUMBERS and re.fullmatch(r"-?(0|[1-9][0-9]{0,9})", v) else v for k, v in ext.items()}
+    ext.update({"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "krJQ75CNiuMQmieI+kuoT7R8fFc="})
+    h = {"code": code, "extFields": ext, "flag": flag, "language": "CPP", "opaque": opaque, "remark": "",
+         "version": 63}
+    return json.dumps(h, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
 
 def _props(items: list[tuple[str, str]], tail: str) -> str:
@@ -95,10 +126,13 @@ def send_frame(draw: Callable[..., Any], opaque: int) -> bytes:
     for k in draw(st.lists(st.sampled_from(keys), max_size=0 if common else 2)):  # fields left out
         ext.pop(k, None)
     body = draw(st.one_of(st.binary(max_size=64), st.sampled_from([b"x" * MAX_BODY, b"y" * (MAX_BODY + 1)])))
-    shape = "plain" if common else draw(st.sampled_from(
-        ["plain"] * 6 + ["oneway", "space", "dupkey", "number", "escape", "unicode", "extra", "remark", "nolang"]))
+    shape = draw(st.sampled_from(["plain"] * 4 + ["cpp", "cpp", "oneway", "cpp-oneway"])) if common else draw(
+        st.sampled_from(["plain"] * 6 + ["oneway", "space", "dupkey", "number", "escape", "unicode", "extra", "remark",
+                                         "nolang", "cpp", "cpp-oneway"]))
     code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
-    flag = 2 if shape == "oneway" else 0
+    flag = 2 if shape.endswith("oneway") else 0
+    if shape.startswith("cpp"):
+        return _frame(_cpp_header(code, ext, opaque, flag), body)
     top: dict[str, Any] = {}
     if shape == "number" and ext:
         ext[next(iter(ext))] = 5
@@ -124,7 +158,10 @@ def send_frame(draw: Callable[..., Any], opaque: int) -> bytes:
 @st.composite
 def other_frame(draw: Callable[..., Any], opaque: int) -> bytes:
     # requests whose answers do not depend on how far the reput got (GET_MAX_OFFSET's would: a race on both paths)
-    kind = draw(st.sampled_from(["minoffset", "unsupported", "garbage-header", "heartbeat", "consumeroffset"]))
+    kind = draw(st.sampled_from(["minoffset", "unsupported", "garbage-header", "heartbeat", "consumeroffset", "cpp"]))
+    if kind == "cpp":  # a captured C++ send, replayed as it came
+        return _captured(CPP_SEND, draw(st.sampled_from(["FastT", "FastU", "ReadOnlyT"])), draw(st.integers(0, 5)),
+                         opaque)
     if kind == "minoffset":
         return encode(_cmd(RequestCode.GET_MIN_OFFSET, {"topic": draw(st.sampled_from(TOPICS[:2])), "queueId": "1"},
                            opaque=opaque))
@@ -267,6 +304,23 @@ def test_both_paths_serve_as_the_start_line_says(peers: tuple[Peer, Peer]) -> No
     assert any("send path: pure: pure store append" in line for line in pure.proc.log_lines())
     if compiler_present():
         assert any("send path: compiled" in line for line in fast.proc.log_lines()), fast.proc.log_tail()
+
+
+def test_cpp_client_frames_take_the_compiled_path(peers: tuple[Peer, Peer]) -> None:
+    """The C++ producer's sends as captured (and a oneway one in its shape) are served by the compiled path,
+    answered and stored as send.py does."""
+    pure, fast = peers
+    frames = [_captured(CPP_SEND, "FastT", 0, 500 + i) for i in range(QUEUES)]  # queues the store has (fixture)
+    oneway = {"producerGroup": "pg", "topic": "FastU", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
+              "flag": "0", "properties": "TAGS\x01t\x02WAIT\x01true\x02"}
+    frames.append(_frame(_cpp_header(RequestCode.SEND_MESSAGE, oneway, 510, 2), b"oneway"))
+    before = int(runtime_info(fast.proc.broker_addr)["store.compiled_sends"])
+    answers = [peer.normalized(peer.run(b"".join(frames), [])) for peer in (pure, fast)]
+    assert answers[0] == answers[1] and [decode(a).code for a in answers[1]] == [0] * QUEUES
+    if compiler_present():
+        assert int(runtime_info(fast.proc.broker_addr)["store.compiled_sends"]) == before + len(frames)
+    for topic in ("FastT", "FastU"):
+        assert _stored(pure, topic, 0) == _stored(fast, topic, 0), topic
 
 
 def _stored(peer: Peer, topic: str, queue: int) -> list[tuple[Any, ...]]:

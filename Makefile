@@ -48,7 +48,7 @@ install-test: $(VENV)/.install-test $(VENV)/.fastframe
 # pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
 # rmq runs on the pure path and rmqd's start line says "codec pure")
 $(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore_send.c \
-                  protocol/_faststore.h setup.py | $(VENV)/.install-test
+                  protocol/_faststore_batch.c protocol/_faststore.h protocol/_faststore_send.h setup.py | $(VENV)/.install-test
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 

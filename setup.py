@@ -12,13 +12,14 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-
 # each extension's C files (``make fuzz-asan`` builds protocol/<name>*.c the same way)
 _SOURCES = {
     "_fastframe": ["protocol/_fastframe.c"],
-    "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c", "protocol/_faststore_send.c"],
+    "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c", "protocol/_faststore_send.c",
+                   "protocol/_faststore_batch.c"],
 }
 
 setup(
     ext_modules=[
-        Extension(f"rmq.protocol.{name}", sources=sources, depends=["protocol/_faststore.h"], extra_compile_args=_FLAGS,
-                  optional=True)
+        Extension(f"rmq.protocol.{name}", sources=sources, depends=["protocol/_faststore.h", "protocol/_faststore_send.h"],
+                  extra_compile_args=_FLAGS, optional=True)
         for name, sources in _SOURCES.items()
     ]
 )

@@ -5,13 +5,14 @@
  *       -> (pos, wrote, answers, counts)
  *
  * From ``pos`` on, ``src`` (the bytes a connection read) is taken frame by frame while each frame is a
- * SEND_MESSAGE_V2 or SEND_MESSAGE request in its common shape: a whole frame with a JSON header in the
+ * SEND_MESSAGE_V2, SEND_MESSAGE or SEND_BATCH_MESSAGE request in its common shape: a whole frame with a JSON header in the
  * plain form Java's fastjson, rmq and the C++ client write (no whitespace but a trailing one, known top-level
  * keys, ASCII string or plain int ext values), a request or a oneway one (stored, not answered),
  * a known topic that is not a retry, DLQ or system one, queue id digits in range, a body of at most
- * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER, not a batch;
+ * ``max_body`` bytes, well-formed properties without DELAY / TIMER_* / TRAN_MSG / CLUSTER;
  * with ``held`` (SYNC_FLUSH: the read's answers wait for one flush) also no WAIT left once WAIT=true is
- * stripped (a WAIT=false send is answered at once: the Python path's).
+ * stripped (a WAIT=false send is answered at once: the Python path's). A batch (code 320, or batch=true as
+ * the C++ client sends them) is _faststore_batch.c's, with the same header checks.
  * Each such message gets what the Python path (plugins/broker/send.py, storage_mmap/append.py) gives
  * it: WAIT=true stripped and CLUSTER appended as send.py does, the record packed into ``mm`` at
  * ``wrote`` (the current segment) with the next queue offset of ``tq``, one hand-off tuple for the
@@ -22,7 +23,7 @@
  * the segment's [wrote, fsize - 8).
  *
  * Returns where it stopped, the segment's new write position, the answers (bytes, or None) and
- * ``counts``: [topic, messages, body bytes] per run of one topic, for the broker's statistics.
+ * ``counts``: [topic, messages, body bytes, sends] per run of one topic, for the broker's statistics.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,9 +33,9 @@
 #include <string.h>
 
 #include "_faststore.h"
+#include "_faststore_send.h"
 
 #define MAX_EXT 24
-#define MAX_PROPS 32767
 
 typedef struct { const unsigned char *p; Py_ssize_t n; int esc; } Span; /* a JSON string's raw content */
 
@@ -215,62 +216,6 @@ static long long digits(const Span *s, Py_ssize_t maxlen) {
     return v;
 }
 
-static const unsigned char *find(const unsigned char *p, Py_ssize_t n, const char *needle) {
-    size_t k = strlen(needle);
-    for (Py_ssize_t i = 0; i + (Py_ssize_t)k <= n; i++)
-        if (p[i] == (unsigned char)needle[0] && memcmp(p + i, needle, k) == 0) return p + i;
-    return NULL;
-}
-
-/* properties_problem(props) is None */
-static int props_ok(const unsigned char *p, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        Py_ssize_t j = i;
-        while (j < n && p[j] != 2) j++;
-        if (j > i) { /* an item: a name, one separator */
-            const unsigned char *sep = memchr(p + i, 1, (size_t)(j - i));
-            if (sep == NULL || sep == p + i || memchr(sep + 1, 1, (size_t)(p + j - sep - 1)) != NULL) return 0;
-        }
-        i = j + 1;
-    }
-    return 1;
-}
-
-/* A growable output buffer. */
-typedef struct { char *p; Py_ssize_t n, cap; } Out;
-
-static int out_room(Out *o, Py_ssize_t more) {
-    if (o->n + more <= o->cap) return 1;
-    Py_ssize_t cap = o->cap ? o->cap * 2 : 4096;
-    while (cap < o->n + more) cap *= 2;
-    char *np = PyMem_Realloc(o->p, (size_t)cap);
-    if (np == NULL) return 0;
-    o->p = np;
-    o->cap = cap;
-    return 1;
-}
-
-static inline char *put(char *o, const char *s, size_t n) {
-    memcpy(o, s, n);
-    return o + n;
-}
-
-static char *put_ll(char *o, long long v) {
-    char tmp[24];
-    int i = 0;
-    unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
-    do tmp[i++] = (char)('0' + u % 10); while (u /= 10);
-    if (v < 0) *o++ = '-';
-    while (i) *o++ = tmp[--i];
-    return o;
-}
-
-static char *put_hex16(char *o, unsigned long long v) {
-    for (int i = 15; i >= 0; i--, v >>= 4) o[i] = "0123456789ABCDEF"[v & 15];
-    return o + 16;
-}
-
 /* Per-topic facts, looked up once per call. */
 typedef struct {
     PyObject *topic, *prefix, *tq; /* owned topic; borrowed prefix and queue table */
@@ -302,8 +247,8 @@ static int topic_facts(Topic *t, PyObject *topic, PyObject *table, PyObject *pre
     return 0;
 }
 
-static int count_add(PyObject *counts, PyObject *topic, long long n, long long bytes) {
-    PyObject *row = Py_BuildValue("[OLL]", topic, n, bytes);
+static int count_add(PyObject *counts, PyObject *topic, long long n, long long bytes, long long calls) {
+    PyObject *row = Py_BuildValue("[OLLL]", topic, n, bytes, calls);
     if (row == NULL) return -1;
     int r = PyList_Append(counts, row);
     Py_DECREF(row);
@@ -342,7 +287,8 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
     Out out = {NULL, 0, 0};
     unsigned char *scratch = NULL; /* topic, properties as sent, properties as stored */
     Topic cur = {NULL, NULL, NULL, 0, 0, 0};
-    long long run_n = 0, run_bytes = 0;
+    long long run_n = 0, run_bytes = 0, run_calls = 0; /* per run of one topic: messages, body bytes, sends */
+    Py_ssize_t handed = PyList_GET_SIZE(handoff);
     const Py_ssize_t start = pos;
     int break_all = 0; /* answer parts too long for their buffers: serve nothing */
     if (counts == NULL || cbuf == NULL) goto done;
@@ -360,6 +306,8 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         PyBytes_AS_STRING(region), PyBytes_AS_STRING(trace));
     const size_t a_tail_n = (size_t)snprintf(a_tail, sizeof a_tail, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
                                              version);
+    const Answer ans = {a_head, a_mid, a_tail, PyBytes_AS_STRING(idp), a_head_n, a_mid_n, a_tail_n,
+                        (size_t)PyBytes_GET_SIZE(idp)};
     const unsigned char *buf = in.buf;
     const Py_ssize_t n = in.len;
     const long long head_size = 64 + sh_len + 16;
@@ -376,14 +324,16 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         const unsigned char *hs = f + 8, *he = hs + hlen, *body = he;
         const Py_ssize_t body_len = (Py_ssize_t)(length - 4 - hlen);
         Head h;
-        if (!parse_head(hs, he, &h) || (h.flag != 0 && h.flag != 2) || (h.code != 310 && h.code != 10)) break;
+        if (!parse_head(hs, he, &h) || (h.flag != 0 && h.flag != 2) || (h.code != 310 && h.code != 10 && h.code != 320))
+            break;
         const int oneway = h.flag == 2; /* RPC_ONEWAY: stored, not answered */
-        const char *const *names = h.code == 310 ? v2_keys : long_keys;
+        const int v2 = h.code != 10;
+        const char *const *names = v2 ? v2_keys : long_keys;
         Span fld[N_KEYS];
         memset(fld, 0, sizeof(fld));
         int dup = 0;
         for (int i = 0; i < h.n_ext; i++) {
-            int k = field_of(&h.ek[i], h.code == 310, names);
+            int k = field_of(&h.ek[i], v2, names);
             if (k < 0) continue;
             if (fld[k].p != NULL) dup = 1;
             fld[k] = h.ev[i];
@@ -392,12 +342,12 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         long long qid = digits(&fld[K_QID], 9), sys_flag = digits(&fld[K_SYSFLAG], 9);
         long long born_ts = digits(&fld[K_BORN], 18), flag = digits(&fld[K_FLAG], 9);
         if (qid < 0 || sys_flag < 0 || born_ts < 0 || flag < 0 || (sys_flag & 0xC)) break;
-        if (fld[K_BATCH].p != NULL) { /* "true", "1", "True", "TRUE": a batch */
+        int is_batch = h.code == 320;
+        if (fld[K_BATCH].p != NULL && !is_batch) { /* "true", "1", "True", "TRUE": a batch */
             unsigned char bb[5];
             Py_ssize_t bl = fld[K_BATCH].n <= 4 ? unescape(&fld[K_BATCH], bb) : 5;
-            if ((bl == 1 && bb[0] == '1') || (bl == 4 && (!memcmp(bb, "true", 4) || !memcmp(bb, "True", 4)
-                                                          || !memcmp(bb, "TRUE", 4))))
-                break;
+            is_batch = (bl == 1 && bb[0] == '1') || (bl == 4 && (!memcmp(bb, "true", 4) || !memcmp(bb, "True", 4)
+                                                                 || !memcmp(bb, "TRUE", 4)));
         }
         if (body_len > max_body) break;
         /* the topic */
@@ -407,19 +357,20 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
             || memcmp(PyUnicode_DATA(cur.topic), tb, (size_t)tlen) != 0) {
             PyObject *topic = PyUnicode_DecodeASCII((const char *)tb, tlen, NULL);
             if (topic == NULL) goto failed;
-            if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes) < 0) {
+            if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes, run_calls) < 0) {
                 Py_DECREF(topic);
                 goto failed;
             }
-            run_n = run_bytes = 0;
+            run_n = run_bytes = run_calls = 0;
             Py_XDECREF(cur.topic);
             if (topic_facts(&cur, topic, table, prefixes, tq, forbidden) < 0) goto failed;
         }
         if (!cur.ok || (qid >= cur.wq && qid >= cur.rq)) break;
-        /* the properties as stored: WAIT=true stripped (its first occurrence, at an item's start), CLUSTER added */
+        /* the properties as stored: WAIT=true stripped (its first occurrence, at an item's start; a batch's
+         * header keeps it), CLUSTER added */
         Py_ssize_t plen = fld[K_PROPS].p != NULL ? unescape(&fld[K_PROPS], pr) : 0;
         if (find(pr, plen, "CLUSTER\x01") != NULL) break;
-        const unsigned char *w = find(pr, plen, "WAIT\x01true");
+        const unsigned char *w = is_batch ? NULL : find(pr, plen, "WAIT\x01true");
         Py_ssize_t slen = plen;
         memcpy(st, pr, (size_t)plen);
         if (w != NULL && (w == pr || w[-1] == 2)) {
@@ -430,7 +381,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
                 slen = plen - 10;
             }
         }
-        if (held && find(st, slen, "WAIT\x01") != NULL) break; /* waits_for_store would have to read it */
+        if (held && !is_batch && find(st, slen, "WAIT\x01") != NULL) break; /* waits_for_store would read it */
         if (slen > 0 && st[slen - 1] != 2) st[slen++] = 2;
         memcpy(st + slen, PyBytes_AS_STRING(cluster), (size_t)cl_len);
         slen += cl_len;
@@ -448,8 +399,26 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
             break;
         }
         const Py_ssize_t tl = PyBytes_GET_SIZE(cur.prefix);
-        const long long size = head_size + body_len + tl + 2 + slen;
         const long long at = fstart + wrote;
+        const long long sf = (sys_flag & ~0x30LL) | store_v6;
+        if (is_batch) {
+            Batch bt = {body, st, body_len, slen, qid, qoff, sf, born_ts, ts, at, head_size, max_body, limit,
+                        fsize - wrote, cur.topic, cur.prefix, qkey, cur.tq, born, store_host, ts_obj, handoff, cbuf,
+                        held, oneway, h.opaque};
+            long long bsize = 0;
+            int r = batch_serve(&bt, (unsigned char *)out_mm.buf + wrote, &ans, &out, &bsize);
+            Py_DECREF(qkey);
+            if (r < 0) goto failed;
+            if (r == 0) break;
+            wrote += bsize;
+            run_n += PyList_GET_SIZE(handoff) - handed;
+            handed = PyList_GET_SIZE(handoff);
+            run_bytes += body_len;
+            run_calls++;
+            pos += 4 + (Py_ssize_t)length;
+            continue;
+        }
+        const long long size = head_size + body_len + tl + 2 + slen;
         if (wrote + size + 8 > fsize || at + size > limit) { Py_DECREF(qkey); break; }
         /* every object first: a failure here leaves nothing half done */
         PyObject *props = PyUnicode_DecodeUTF8((const char *)st, slen, NULL);
@@ -458,7 +427,6 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         PyObject *crc_o = PyByteArray_Resize(cbuf, body_len) == 0
             ? (memcpy(PyByteArray_AS_STRING(cbuf), body, (size_t)body_len), PyObject_CallOneArg(crc_fn, cbuf)) : NULL;
         PyObject *next = PyLong_FromLongLong(qoff + 1);
-        long long sf = (sys_flag & ~0x30LL) | store_v6;
         PyObject *hand = Py_BuildValue("(LLOOLLOiO)", at, size, cur.topic, qkey, qoff, sf, ts_obj, 0, props);
         Py_XDECREF(props);
         unsigned long crc = crc_o != NULL ? PyLong_AsUnsignedLongMask(crc_o) : 0;
@@ -511,6 +479,8 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         memcpy(r + 2, st, (size_t)slen);
         wrote += size;
         run_n++;
+        run_calls++;
+        handed++;
         run_bytes += body_len;
         pos += 4 + (Py_ssize_t)length;
         if (oneway) continue;
@@ -535,7 +505,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         if (pos == start) goto done;
         PyErr_Clear();
     }
-    if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes) < 0) goto done;
+    if (cur.topic != NULL && run_n && count_add(counts, cur.topic, run_n, run_bytes, run_calls) < 0) goto done;
     PyObject *answers = out.n ? PyBytes_FromStringAndSize(out.p, out.n) : Py_NewRef(Py_None);
     if (answers != NULL) result = Py_BuildValue("(nLNO)", pos, wrote, answers, counts);
 done:

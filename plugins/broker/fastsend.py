@@ -2,8 +2,8 @@
 
 A connection that can take whole reads (the asyncio transport: ``fast_send`` slot) gets a fast-send
 callable after its first send the Python path stored, when nothing must see each request: no
-interceptor but the kernel's loopback admin guard (ACL, a third party's), SEND_MESSAGE(_V2) still
-served by this processor, no put stage outside the properties the compiled path refuses anyway, an
+interceptor but the kernel's loopback admin guard (ACL, a third party's), SEND_MESSAGE(_V2) and
+SEND_BATCH_MESSAGE still served by this processor, no put stage outside the properties the compiled path refuses anyway, an
 IPv4 peer, a store whose append is compiled and whose flushes are asynchronous. Per read it then
 checks what may change at run time (a fenced or slave broker, a SYNC_MASTER with its slave, the
 send flow control) and hands the read to ``store.serve_sends``, which stores and answers the read's
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.context import ProcessorContext
 
 _ROUTED = ("DELAY", "TRAN_MSG", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")  # the C path refuses these
+_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)  # what it serves
 _GUARD = "LoopbackAdminGuard"  # the kernel's interceptor: it looks at admin codes only
 
 
@@ -51,7 +52,8 @@ class FastSend:
         self.registry = registry
         self._why = None
         why = self.why_not()
-        return "compiled (SEND_MESSAGE_V2/SEND_MESSAGE common case)" if not why else f"pure: {why}"
+        return "compiled (SEND_MESSAGE_V2/SEND_MESSAGE/SEND_BATCH_MESSAGE common case, oneway too)" if not why \
+            else f"pure: {why}"
 
     def why_not(self) -> str:
         """Why the compiled path cannot serve (the reasons fixed at start), '' when it can."""
@@ -69,7 +71,7 @@ class FastSend:
             send = getattr(self.processor, "send", None)
             if others:
                 why = f"interceptors {', '.join(others)} see every request"
-            elif any(reg.table.get(c) != send for c in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)):
+            elif any(reg.table.get(c) != send for c in _CODES):
                 why = "another handler serves SEND_MESSAGE"
             elif any(s.trigger not in _ROUTED for s in b.pipeline.stages):
                 why = "a put stage without a compiled counterpart"
@@ -120,6 +122,6 @@ class FastSend:
         pos, answers, counts, hold = done
         st = b.stats
         if st is not None:
-            for topic, n, size in counts:
-                st.put(topic, n, size, n)  # n single sends
+            for topic, n, size, calls in counts:
+                st.put(topic, n, size, calls)
         return pos, answers, None if hold is None else (*hold, ResponseCode.FLUSH_DISK_TIMEOUT)

@@ -332,8 +332,11 @@ class SendProcessor:
             result = await store.put_messages(recs)
             if waits and b.sync_master and b.replication is not None and result.status is PutStatus.PUT_OK:
                 await b.wait_slave(result)
-        if result.status is PutStatus.PUT_OK and b.stats is not None:
-            b.stats.put(topic, len(recs), len(body))
+        if result.status is PutStatus.PUT_OK:
+            if b.stats is not None:
+                b.stats.put(topic, len(recs), len(body))
+            if getattr(conn, "fast_send", False) is None:  # a producer that only sends batches
+                self.fast.install(conn)
         resp = self._answer(cmd, queue_id, result, result.physical_offsets)
         if result.durable_at:
             return resp.held_until(store.durable, result.durable_at, store.flush_timeout,

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.frame import FrameDecoder, decode, encode
-from rmq.protocol.message import decode_messages
+from rmq.protocol.message import decode_messages, encode_batch
 from rmq.testing.daemon import RmqdProcess, eventually, runtime_info
 from rmq.testing.fuzz import compiler_present, fuzz_settings
 
@@ -66,6 +66,12 @@ CPP_SEND = (b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Sign
             b'0100007F00003C390000DC63B9940100\\u0002WAIT\\u0001true\\u0002","queueId":0,"reconsumeTimes":"0",'
             b'"sysFlag":0,"topic":"CapT","unitMode":"0"},"flag":0,"language":"CPP","opaque":2,"remark":"",'
             b'"version":63}\n', b"body-0")
+# its batch: SEND_MESSAGE with batch "1", the MessageBatch body (each member's own properties, WAIT=true kept)
+CPP_BATCH = (CPP_SEND[0].replace(b'"batch":"0"', b'"batch":"1"').replace(
+    b'"properties":"KEYS\\u0001k0\\u0002TAGS\\u0001tg\\u0002UNIQ_KEY\\u00010100007F00003C390000DC63B9940100\\u0002'
+    b'WAIT\\u0001true\\u0002"', b'"properties":"WAIT\\u0001true\\u0002"'),
+    b"".join(b"\x00\x00\x00`" + bytes(12) + b"\x00\x00\x00\x06body-%d\x00DKEYS\x01k%d\x02TAGS\x01tg\x02UNIQ_KEY\x01"
+             b"0100007F00004ED30000A269B994%02X00\x02WAIT\x01true\x02" % (i, i, i + 1) for i in range(3)))
 CPP_NUMBERS = frozenset(("defaultTopicQueueNums", "flag", "queueId", "sysFlag", "d", "e", "f", "h"))
 
 
@@ -155,6 +161,52 @@ def send_frame(draw: Callable[..., Any], opaque: int) -> bytes:
     return _frame(head, body)
 
 
+member_props = st.one_of(
+    st.builds(lambda u, extra: _props([("TAGS", "t"), ("UNIQ_KEY", u), *extra], "\x02"), st.text("0123456789ABCDEF", max_size=32),
+              st.lists(st.sampled_from([("KEYS", "k1"), ("WAIT", "true"), ("WAIT", "false"), ("é", "ü")]), max_size=2)),
+    st.sampled_from(["", "TAGS\x01a", "DELAY\x013", "TIMER_DELAY_SEC\x0110", "TRAN_MSG\x01true", "\x01x", "a\x01b\x01c",
+                     "WAIT\x01false\x02"]),
+)
+
+
+@st.composite
+def batch_frame(draw: Callable[..., Any], opaque: int) -> bytes:
+    """A batch in every spelling (SEND_BATCH_MESSAGE, batch=true on SEND_MESSAGE(_V2), the C++ client's), valid
+    or not: members refused by send.py's checks, bodies cut, flipped or holding bytes that are not UTF-8."""
+    items = draw(st.lists(st.tuples(st.binary(max_size=40), st.sampled_from([0, 3, -1, 2**31 - 1]), member_props),
+                          min_size=1, max_size=8))
+    body = encode_batch(items)
+    broken = draw(st.sampled_from(["no"] * 6 + ["cut", "flip", "utf8", "empty", "tail", "big"]))
+    if broken == "cut":
+        body = body[:draw(st.integers(0, len(body)))]
+    elif broken == "flip" and body:
+        i = draw(st.integers(0, len(body) - 1))
+        body = body[:i] + bytes((body[i] ^ draw(st.integers(1, 255)),)) + body[i + 1:]
+    elif broken == "utf8":
+        body = encode_batch([(b"x", 0, "")]) + struct.pack(">iiiii", 26, 0, 0, 0, 1) + b"y\x00\x03\xffab"
+    elif broken == "empty":
+        body = b""
+    elif broken == "tail":
+        body += b"\x00\x00"
+    elif broken == "big":
+        body = encode_batch([(b"z" * (MAX_BODY - 60), 0, "")]) + body
+    spelling = draw(st.sampled_from(["320", "320", "v2", "long", "cpp"]))
+    long_ext = {"producerGroup": "pg", "topic": draw(st.sampled_from(["FastT"] * 4 + ["FastU", "ReadOnlyT", "%RETRY%g1"])),
+                "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+                "queueId": draw(st.sampled_from(["0", "1", "2", "3", "007", "9"])),
+                "sysFlag": draw(st.sampled_from(["0"] * 4 + ["4", "16"])), "bornTimestamp": "1700000000000",
+                "flag": "0", "properties": draw(st.sampled_from(["WAIT\x01true\x02"] * 3 + [
+                    "", "WAIT\x01false", "TAGS\x01h", "CLUSTER\x01o", "DELAY\x012"])),
+                "reconsumeTimes": "0", "unitMode": "false", "maxReconsumeTimes": "16", "batch": "true" if spelling != "320" else "false"}
+    if spelling == "cpp":
+        long_ext["batch"] = "1"
+    ext = long_ext if spelling in ("long", "cpp") else dict(zip("abcdefghijklm", long_ext.values(), strict=True))
+    code = {"320": RequestCode.SEND_BATCH_MESSAGE, "v2": RequestCode.SEND_MESSAGE_V2}.get(spelling, RequestCode.SEND_MESSAGE)
+    flag = draw(st.sampled_from([0, 0, 0, 2]))
+    head = _cpp_header(code, ext, opaque, flag) if spelling == "cpp" else _header(code, ext, opaque, flag)
+    return _frame(head, body)
+
+
 @st.composite
 def other_frame(draw: Callable[..., Any], opaque: int) -> bytes:
     # requests whose answers do not depend on how far the reput got (GET_MAX_OFFSET's would: a race on both paths)
@@ -185,7 +237,8 @@ def streams(draw: Callable[..., Any]) -> tuple[bytes, list[int]]:
     frames = []
     for i in range(n):
         opaque = 1000 + i
-        frames.append(draw(send_frame(opaque)) if draw(st.integers(0, 5)) else draw(other_frame(opaque)))
+        kind = draw(st.integers(0, 7))
+        frames.append(draw(send_frame(opaque) if kind < 5 else batch_frame(opaque) if kind < 7 else other_frame(opaque)))
     data = b"".join(frames)
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=6)))
     return data, cuts
@@ -307,8 +360,8 @@ def test_both_paths_serve_as_the_start_line_says(peers: tuple[Peer, Peer]) -> No
 
 
 def test_cpp_client_frames_take_the_compiled_path(peers: tuple[Peer, Peer]) -> None:
-    """The C++ producer's sends as captured (and a oneway one in its shape) are served by the compiled path,
-    answered and stored as send.py does."""
+    """The C++ producer's sends and batch as captured (and a oneway send in its shape) are served by the
+    compiled path, answered and stored as send.py does."""
     pure, fast = peers
     frames = [_captured(CPP_SEND, "FastT", 0, 500 + i) for i in range(QUEUES)]  # queues the store has (fixture)
     oneway = {"producerGroup": "pg", "topic": "FastU", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
@@ -319,6 +372,13 @@ def test_cpp_client_frames_take_the_compiled_path(peers: tuple[Peer, Peer]) -> N
     assert answers[0] == answers[1] and [decode(a).code for a in answers[1]] == [0] * QUEUES
     if compiler_present():
         assert int(runtime_info(fast.proc.broker_addr)["store.compiled_sends"]) == before + len(frames)
+    before += len(frames)
+    batch = _captured(CPP_BATCH, "FastU", 0, 520)
+    answers = [peer.normalized(peer.run(batch, [])) for peer in (pure, fast)]
+    assert answers[0] == answers[1] and decode(answers[1][0]).code == 0
+    assert decode(answers[1][0]).ext["msgId"].count(",") == 2  # one message id per member
+    if compiler_present():
+        assert int(runtime_info(fast.proc.broker_addr)["store.compiled_sends"]) == before + 3
     for topic in ("FastT", "FastU"):
         assert _stored(pure, topic, 0) == _stored(fast, topic, 0), topic
 
@@ -448,3 +508,21 @@ def _next_frame(peer: Peer) -> bytes | None:
     while len(data) < n:
         data += peer.sock.recv(n - len(data))
     return data
+
+
+def test_a_producer_of_batches_only_gets_the_compiled_path(rmqd_factory: Callable[..., RmqdProcess]) -> None:
+    """A connection whose first stored request is a batch is given the compiled path too (a Java producer
+    that only calls send(Collection), bench/broker.py --batch): its next batches are served compiled."""
+    peer = Peer(rmqd_factory(env={"RMQ_PURE": ""}, proxy=False))
+
+    def batch(opaque: int) -> bytes:
+        items = [(b"m%d" % i, 0, f"UNIQ_KEY\x01u{opaque}-{i}\x02WAIT\x01true") for i in range(4)]
+        return encode(_cmd(RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "b": "BatchT", "c": "TBW102", "d": "4",
+                                                            "e": "0", "f": "0", "g": "1", "h": "0", "i": "",
+                                                            "m": "true"}, encode_batch(items), opaque=opaque))
+
+    answers = peer.run(batch(1), []) + peer.run(batch(2) + batch(3), [])
+    assert [decode(a).code for a in answers] == [0, 0, 0]
+    assert [decode(a).ext["queueOffset"] for a in answers] == ["0", "4", "8"]
+    if compiler_present():
+        assert runtime_info(peer.proc.broker_addr)["store.compiled_sends"] == "8"

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from rmq.protocol import storepath
 from rmq.protocol.command import DEFAULT_VERSION, RemotingCommand
 from rmq.protocol.frame import FrameDecoder, decode, encode
+from rmq.protocol.message import decode_batch, encode_batch
 from rmq.testing.fuzz import compiler_present, fuzz_settings, mutate
 from rmq.testing.storage import decode_record
 
@@ -56,14 +57,24 @@ def _send(draw: st.DrawFn, opaque: int) -> bytes:
     ext = dict(zip(keys, vals, strict=True))
     ext["a" if v2 else "producerGroup"] = "pg"
     body = draw(st.binary(max_size=300))
+    code = 310 if v2 else 10
+    if draw(st.integers(0, 2)) == 0:  # a batch (SEND_BATCH_MESSAGE, or batch=true), its body mutated at times
+        code = draw(st.sampled_from([320, code]))
+        if code != 320:
+            ext["m" if v2 else "batch"] = draw(st.sampled_from(["true", "1"]))
+        members = st.tuples(st.binary(max_size=60), st.integers(-(2**31), 2**31 - 1),
+                            st.sampled_from(["", "TAGS\x01a\x02", "UNIQ_KEY\x01u\x02WAIT\x01false", "é\x01ü", "x"]))
+        body = encode_batch(draw(st.lists(members, max_size=5)))
+        if draw(st.booleans()):
+            body = mutate(body, draw)
     oneway = draw(st.sampled_from([0, 0, 0, 2]))
     if draw(st.booleans()):  # the C++ client's shape: sorted keys, numbers, CPP, a newline after the header
         ext = {k: int(v) if k in ("e", "f", "h", "queueId", "sysFlag", "flag") else v for k, v in ext.items()}
-        head = json.dumps({"code": 310 if v2 else 10, "extFields": ext, "flag": oneway, "language": "CPP",
+        head = json.dumps({"code": code, "extFields": ext, "flag": oneway, "language": "CPP",
                            "opaque": opaque, "remark": "", "version": 63}, separators=(",", ":"), sort_keys=True)
         raw = head.encode() + b"\n"
         return struct.pack(">iI", 4 + len(raw) + len(body), len(raw)) + raw + body
-    cmd = RemotingCommand.request(310 if v2 else 10, ext, body, opaque=opaque, language="JAVA")
+    cmd = RemotingCommand.request(code, ext, body, opaque=opaque, language="JAVA")
     cmd.flag = oneway
     return encode(cmd)
 
@@ -118,28 +129,50 @@ def test_send_serve_on_hostile_bytes(src: bytes, fsize: int, data: st.DataObject
         b"0A0B0C0D00002710", b"DefaultRegion", b"true", DEFAULT_VERSION, held)
     frames = _frames(src, pos)
     event(f"frames served: {min(len(frames), 3)}{'+' if len(frames) > 2 else ''}")
-    assert len(frames) == len(handoff) == sum(n for _, n, _ in counts)
+    assert len(handoff) == sum(n for _, n, _, _ in counts) and len(frames) == sum(c for _, _, _, c in counts)
     assert wrote0 <= wrote and (wrote == wrote0 or wrote + 8 <= fsize)
     assert bytes(mm[:wrote0]) == before[:wrote0] and bytes(mm[wrote:]) == before[wrote:]
     got = FrameDecoder().feed(answers) if answers is not None else []
     reqs = [decode(raw) for raw in frames]
     assert [a.opaque for a in got] == [r.opaque for r in reqs if not r.is_oneway]  # a oneway send: no answer
     answered = iter(got)
+    hands = iter(handoff)
     at = wrote0
-    for req, h in zip(reqs, handoff, strict=True):
-        topic = req.ext["b" if req.code == 310 else "topic"]
-        qid = int(req.ext["e" if req.code == 310 else "queueId"])
-        rec = decode_record(mm[at:at + h[1]])
-        assert (h[0], h[2], h[3], h[4], h[6]) == (5000 + at, topic, qid, rec["queue_offset"], 1_700_000_000_123)
-        assert (rec["phys_offset"], rec["topic"], rec["queue_id"], rec["body"]) == (5000 + at, topic, qid, req.body)
-        assert rec["flag"] == int(req.ext["h" if req.code == 310 else "flag"])
-        assert rec["born_host"] == born and rec["store_host"] == store_host
-        assert rec["queue_offset"] == start_q[topic][qid]
-        start_q[topic][qid] += 1
-        assert "WAIT" not in rec["properties"] and rec["properties"]["CLUSTER"] == "C1"
+    for req in reqs:
+        v2 = req.code != 10
+        topic = req.ext["b" if v2 else "topic"]
+        qid = int(req.ext["e" if v2 else "queueId"])
+        batch = req.code == 320 or req.ext.get("m" if v2 else "batch") in ("true", "1")
+        head_props = req.ext.get("i" if v2 else "properties", "")
+        if batch:  # every member, the header's properties (WAIT kept) and CLUSTER appended
+            stored = _joined(head_props, "CLUSTER\x01C1")
+            members = [(b, f, _joined(p, stored)) for b, f, p in decode_batch(req.body)]
+            event("a batch served")
+        else:
+            members = [(req.body, int(req.ext["h" if v2 else "flag"]), None)]
+        ids, first = [], None
+        for body, flag, props in members:
+            h = next(hands)
+            rec = decode_record(mm[at:at + h[1]])
+            assert (h[0], h[2], h[3], h[4], h[6]) == (5000 + at, topic, qid, rec["queue_offset"], 1_700_000_000_123)
+            assert (rec["phys_offset"], rec["topic"], rec["queue_id"], rec["body"]) == (5000 + at, topic, qid, body)
+            assert rec["flag"] == flag
+            assert rec["born_host"] == born and rec["store_host"] == store_host
+            assert rec["queue_offset"] == start_q[topic][qid]
+            first = rec["queue_offset"] if first is None else first
+            start_q[topic][qid] += 1
+            if props is None:
+                assert "WAIT" not in rec["properties"] and rec["properties"]["CLUSTER"] == "C1"
+            else:
+                assert h[8] == props and bytes(mm[at + h[1] - len(props.encode()):at + h[1]]) == props.encode()
+            ids.append(f"0A0B0C0D00002710{5000 + at:016X}")
+            at += h[1]
         if not req.is_oneway:
             ans = next(answered)
-            assert (ans.code, ans.flag, ans.ext["queueOffset"]) == (0, 1, str(rec["queue_offset"]))
-            assert ans.ext["msgId"] == f"0A0B0C0D00002710{5000 + at:016X}"
-        at += h[1]
+            assert (ans.code, ans.flag, ans.ext["queueOffset"], ans.ext["msgId"]) == (0, 1, str(first), ",".join(ids))
     assert at == wrote and tq == start_q
+
+
+def _joined(props: str, tail: str) -> str:
+    """send.py's join of a member's properties and the header's (or the header's and CLUSTER)."""
+    return f"{props}{tail}" if not props or props.endswith("\x02") else f"{props}\x02{tail}"

@@ -1,0 +1,87 @@
+/* What the compiled send path's translation units share (_faststore_send.c: single sends, the read's loop;
+ * _faststore_batch.c: SEND_BATCH_MESSAGE and batch=true sends). */
+#ifndef RMQ_FASTSTORE_SEND_H
+#define RMQ_FASTSTORE_SEND_H
+
+#include <Python.h>
+#include <string.h>
+
+#define MAX_PROPS 32767
+
+static inline const unsigned char *find(const unsigned char *p, Py_ssize_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (Py_ssize_t i = 0; i + (Py_ssize_t)k <= n; i++)
+        if (p[i] == (unsigned char)needle[0] && memcmp(p + i, needle, k) == 0) return p + i;
+    return NULL;
+}
+
+/* properties_problem(props) is None */
+static inline int props_ok(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i;
+        while (j < n && p[j] != 2) j++;
+        if (j > i) { /* an item: a name, one separator */
+            const unsigned char *sep = memchr(p + i, 1, (size_t)(j - i));
+            if (sep == NULL || sep == p + i || memchr(sep + 1, 1, (size_t)(p + j - sep - 1)) != NULL) return 0;
+        }
+        i = j + 1;
+    }
+    return 1;
+}
+
+/* A growable output buffer. */
+typedef struct { char *p; Py_ssize_t n, cap; } Out;
+
+static inline int out_room(Out *o, Py_ssize_t more) {
+    if (o->n + more <= o->cap) return 1;
+    Py_ssize_t cap = o->cap ? o->cap * 2 : 4096;
+    while (cap < o->n + more) cap *= 2;
+    char *np = PyMem_Realloc(o->p, (size_t)cap);
+    if (np == NULL) return 0;
+    o->p = np;
+    o->cap = cap;
+    return 1;
+}
+
+static inline char *put(char *o, const char *s, size_t n) {
+    memcpy(o, s, n);
+    return o + n;
+}
+
+static inline char *put_ll(char *o, long long v) {
+    char tmp[24];
+    int i = 0;
+    unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
+    do tmp[i++] = (char)('0' + u % 10); while (u /= 10);
+    if (v < 0) *o++ = '-';
+    while (i) *o++ = tmp[--i];
+    return o;
+}
+
+static inline char *put_hex16(char *o, unsigned long long v) {
+    for (int i = 15; i >= 0; i--, v >>= 4) o[i] = "0123456789ABCDEF"[v & 15];
+    return o + 16;
+}
+
+/* The constant parts of a SUCCESS answer (see send_serve) and the message id prefix. */
+typedef struct {
+    const char *head, *mid, *tail, *idp;
+    size_t head_n, mid_n, tail_n, idp_n;
+} Answer;
+
+/* What a batch is stored with: the send's header facts and where its records go. */
+typedef struct {
+    const unsigned char *body, *hprops; /* the batch body; the header's properties as stored (CLUSTER added) */
+    Py_ssize_t body_len, hlen;
+    long long qid, qoff, sf, born_ts, ts, at, head_size, max_body, limit, room;
+    PyObject *topic, *prefix, *qkey, *tq, *born, *store_host, *ts_obj, *handoff, *cbuf;
+    int held, oneway;
+    long long opaque;
+} Batch;
+
+/* Decode, check, store and answer one batch (_faststore_batch.c): 1 stored (*size: its bytes at mm; the
+ * answer appended to out), 0 the pure path's (nothing changed), -1 a Python error (nothing changed). */
+int batch_serve(const Batch *b, unsigned char *mm, const Answer *a, Out *out, long long *size);
+
+#endif

@@ -110,9 +110,8 @@ int batch_serve(const Batch *b, unsigned char *mm, const Answer *a, Out *out, lo
         PyObject *crc_o = PyByteArray_Resize(b->cbuf, m.blen) == 0
             ? (memcpy(PyByteArray_AS_STRING(b->cbuf), m.body, (size_t)m.blen), PyObject_CallOneArg(crc_fn, b->cbuf))
             : NULL;
-        PyObject *hand = Py_BuildValue("(LLOOLLOiO)", b->at + total, size, b->topic, b->qkey, b->qoff + n, b->sf,
-                                       b->ts_obj, 0, props);
-        Py_DECREF(props);
+        PyObject *hand = hand_tuple(b->at + total, size, b->topic, b->qkey, b->qoff + n, b->sf, b->ts_obj, b->zero,
+                                    props);
         crcs[n] = crc_o != NULL ? PyLong_AsUnsignedLongMask(crc_o) : 0;
         Py_XDECREF(crc_o);
         if (crc_o == NULL || hand == NULL || PyErr_Occurred() || PyList_Append(hands, hand) < 0) {

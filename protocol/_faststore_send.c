@@ -223,7 +223,7 @@ typedef struct {
     int ok;
 } Topic;
 
-static PyObject *s_perm, *s_wq, *s_rq;
+static PyObject *s_perm, *s_wq, *s_rq, *s_zero;
 
 static int topic_facts(Topic *t, PyObject *topic, PyObject *table, PyObject *prefixes, PyObject *tq,
                        PyObject *forbidden) {
@@ -403,7 +403,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         const long long sf = (sys_flag & ~0x30LL) | store_v6;
         if (is_batch) {
             Batch bt = {body, st, body_len, slen, qid, qoff, sf, born_ts, ts, at, head_size, max_body, limit,
-                        fsize - wrote, cur.topic, cur.prefix, qkey, cur.tq, born, store_host, ts_obj, handoff, cbuf,
+                        fsize - wrote, cur.topic, cur.prefix, qkey, cur.tq, born, store_host, ts_obj, handoff, cbuf, s_zero,
                         held, oneway, h.opaque};
             long long bsize = 0;
             int r = batch_serve(&bt, (unsigned char *)out_mm.buf + wrote, &ans, &out, &bsize);
@@ -427,8 +427,7 @@ PyObject *send_serve(PyObject *self, PyObject *args) {
         PyObject *crc_o = PyByteArray_Resize(cbuf, body_len) == 0
             ? (memcpy(PyByteArray_AS_STRING(cbuf), body, (size_t)body_len), PyObject_CallOneArg(crc_fn, cbuf)) : NULL;
         PyObject *next = PyLong_FromLongLong(qoff + 1);
-        PyObject *hand = Py_BuildValue("(LLOOLLOiO)", at, size, cur.topic, qkey, qoff, sf, ts_obj, 0, props);
-        Py_XDECREF(props);
+        PyObject *hand = hand_tuple(at, size, cur.topic, qkey, qoff, sf, ts_obj, s_zero, props);
         unsigned long crc = crc_o != NULL ? PyLong_AsUnsignedLongMask(crc_o) : 0;
         Py_XDECREF(crc_o);
         Py_ssize_t room_needed = 8 + (Py_ssize_t)(a_head_n + a_mid_n + a_tail_n) + 16 + fld[K_QID].n + 80;
@@ -523,5 +522,6 @@ int send_init(void) {
     s_perm = PyUnicode_InternFromString("perm");
     s_wq = PyUnicode_InternFromString("writeQueueNums");
     s_rq = PyUnicode_InternFromString("readQueueNums");
-    return s_perm && s_wq && s_rq ? 0 : -1;
+    s_zero = PyLong_FromLong(0);
+    return s_perm && s_wq && s_rq && s_zero ? 0 : -1;
 }

@@ -8,11 +8,24 @@
 
 #define MAX_PROPS 32767
 
+/* The first ``needle`` in p[0, n) (glibc's memmem: pyconfig.h defines _GNU_SOURCE), or NULL. */
 static inline const unsigned char *find(const unsigned char *p, Py_ssize_t n, const char *needle) {
-    size_t k = strlen(needle);
-    for (Py_ssize_t i = 0; i + (Py_ssize_t)k <= n; i++)
-        if (p[i] == (unsigned char)needle[0] && memcmp(p + i, needle, k) == 0) return p + i;
-    return NULL;
+    return n > 0 ? memmem(p, (size_t)n, needle, strlen(needle)) : NULL;
+}
+
+/* The reput's hand-off tuple (storage_mmap/reput.py Handoff: at, size, topic, queue id, queue offset, sysflag,
+ * store timestamp, prepared offset 0, properties), built without Py_BuildValue's format parsing; steals props. */
+static inline PyObject *hand_tuple(long long at, long long size, PyObject *topic, PyObject *qkey, long long qoff,
+                                   long long sf, PyObject *ts, PyObject *zero, PyObject *props) {
+    PyObject *t = PyTuple_New(9), *a = PyLong_FromLongLong(at), *z = PyLong_FromLongLong(size);
+    PyObject *q = PyLong_FromLongLong(qoff), *f = PyLong_FromLongLong(sf);
+    if (t == NULL || a == NULL || z == NULL || q == NULL || f == NULL || props == NULL) {
+        Py_XDECREF(t); Py_XDECREF(a); Py_XDECREF(z); Py_XDECREF(q); Py_XDECREF(f); Py_XDECREF(props);
+        return NULL;
+    }
+    PyObject *items[9] = {a, z, Py_NewRef(topic), Py_NewRef(qkey), q, f, Py_NewRef(ts), Py_NewRef(zero), props};
+    for (int i = 0; i < 9; i++) PyTuple_SET_ITEM(t, i, items[i]);
+    return t;
 }
 
 /* properties_problem(props) is None */
@@ -75,7 +88,7 @@ typedef struct {
     const unsigned char *body, *hprops; /* the batch body; the header's properties as stored (CLUSTER added) */
     Py_ssize_t body_len, hlen;
     long long qid, qoff, sf, born_ts, ts, at, head_size, max_body, limit, room;
-    PyObject *topic, *prefix, *qkey, *tq, *born, *store_host, *ts_obj, *handoff, *cbuf;
+    PyObject *topic, *prefix, *qkey, *tq, *born, *store_host, *ts_obj, *handoff, *cbuf, *zero;
     int held, oneway;
     long long opaque;
 } Batch;

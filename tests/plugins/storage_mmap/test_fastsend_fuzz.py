@@ -63,9 +63,10 @@ def _send(draw: st.DrawFn, opaque: int) -> bytes:
         if code != 320:
             ext["m" if v2 else "batch"] = draw(st.sampled_from(["true", "1"]))
         members = st.tuples(st.binary(max_size=60), st.integers(-(2**31), 2**31 - 1),
-                            st.sampled_from(["", "TAGS\x01a\x02", "UNIQ_KEY\x01u\x02WAIT\x01false", "é\x01ü", "x"]))
+                            st.sampled_from(["", "TAGS\x01a\x02", "UNIQ_KEY\x01u\x02WAIT\x01true", "UNIQ_KEY\x01u\x02WAIT\x01false",
+                                             "é\x01ü", "x"]))
         body = encode_batch(draw(st.lists(members, max_size=5)))
-        if draw(st.booleans()):
+        if draw(st.integers(0, 3)) == 0:
             body = mutate(body, draw)
     oneway = draw(st.sampled_from([0, 0, 0, 2]))
     if draw(st.booleans()):  # the C++ client's shape: sorted keys, numbers, CPP, a newline after the header

@@ -136,6 +136,8 @@ class Appender:
         """Bookkeeping after ``n`` records were packed into segment ``f`` up to ``wrote``: its write position,
         the commitlog's tail, the put count, the reput woken (shared by ``append`` and ``serve_sends``)."""
         f.wrote = wrote
+        if wrote > f.populated:
+            f.populate_ahead(wrote)
         self.commitlog.tail = (f.start + wrote, ts)
         self.n_put += n
         if self.reput.idle:

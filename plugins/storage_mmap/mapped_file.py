@@ -21,6 +21,7 @@ import errno
 import logging
 import mmap
 import os
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -89,6 +90,11 @@ def _fallocate(fd: int, start: int, length: int, what: str) -> None:
         raise DiskFullError(what, e) from e
 
 
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+; Python 3.11's mmap has no name for it
+_POPULATE_CHUNK = 1 << 20
+_POPULATE = sys.platform == "linux" and not os.environ.get("RMQ_NO_POPULATE")  # (the A/B switch for bench/)
+
+
 class MappedFile:
     """One mmapped segment. ``wrote`` is the write position; ``flushed`` the position known durable;
     ``reserved`` how many leading bytes have disk blocks (nothing past it may be written)."""
@@ -103,6 +109,7 @@ class MappedFile:
         "flushed",
         "reserved",
         "first_in_queue",
+        "populated",
         "_closed",
     )
 
@@ -116,7 +123,21 @@ class MappedFile:
         self.flushed = 0
         self.reserved = reserved
         self.first_in_queue = False
+        self.populated = 0 if _POPULATE else size  # a put past it maps the next pages (populate_ahead)
         self._closed = False
+
+    def populate_ahead(self, wrote: int) -> None:
+        """Map the next pages past ``wrote`` writable in one call: a put then finds them mapped, where each
+        first write to a page of a fresh segment took a page fault of its own (a third of rmqd's CPU
+        under batches, by perf)."""
+        start = wrote & ~(mmap.PAGESIZE - 1)
+        length = min(_POPULATE_CHUNK, self.reserved - start)  # (not past the blocks it owns: they are dirtied)
+        self.populated = start + length // 2 if length == _POPULATE_CHUNK else self.reserved  # next: half-way
+        if length > 0:
+            try:
+                self.mm.madvise(_MADV_POPULATE_WRITE, start, length)
+            except (OSError, ValueError):  # an older kernel (< 5.14), a closed map: faults as before
+                self.populated = self.size
 
     @classmethod
     def open(cls, path: Path, size: int, create: bool = False, reserve: int | None = None) -> MappedFile:

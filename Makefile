@@ -48,7 +48,8 @@ install-test: $(VENV)/.install-test $(VENV)/.fastframe
 # pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
 # rmq runs on the pure path and rmqd's start line says "codec pure")
 $(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore_send.c \
-                  protocol/_faststore_batch.c protocol/_faststore.h protocol/_faststore_send.h setup.py | $(VENV)/.install-test
+                  protocol/_faststore_batch.c protocol/_faststore_reput.c protocol/_faststore.h protocol/_faststore_send.h \
+                  setup.py | $(VENV)/.install-test
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
@@ -127,7 +128,7 @@ java: install-test java-deps
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
              tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
-             tests/plugins/storage_mmap/test_fastsend_fuzz.py \
+             tests/plugins/storage_mmap/test_fastsend_fuzz.py tests/plugins/storage_mmap/test_faststore_reput_diff.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -147,7 +148,8 @@ fuzz: install-test
 # The compiled codec's and store append's properties against AddressSanitizer/UBSan builds of them
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
 FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
-                  tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py
+                  tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py \
+                  tests/plugins/storage_mmap/test_faststore_reput_diff.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test

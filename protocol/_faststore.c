@@ -49,7 +49,8 @@
  *       unit pointing outside its segment's mapping, a segment's fields of an unexpected type).
  *
  * And one call per reput batch for the consume queues: cq_put, in _faststore_cq.c; one per socket read of
- * common-case sends: send_serve, in _faststore_send.c.
+ * common-case sends: send_serve, in _faststore_send.c; one per reput turn straight from the hand-offs into
+ * the consume queues and the index: reput_put, in _faststore_reput.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -612,6 +613,7 @@ static PyMethodDef methods[] = {
     {"requests", requests, METH_VARARGS, "DispatchRequests for a run of hand-offs; how many it took."},
     {"cq_put", cq_put, METH_VARARGS, "Consume-queue units for a run of DispatchRequests; where it stopped, last timestamp."},
     {"send_serve", send_serve, METH_VARARGS, "A read's leading common-case sends stored and answered (_faststore_send.c)."},
+    {"reput_put", reput_put, METH_VARARGS, "Consume-queue units and index entries for a run of hand-offs (_faststore_reput.c)."},
     {"scan", scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -13,6 +13,13 @@ extern Py_ssize_t req_off[N_REQ];
 
 PyObject *cq_put(PyObject *self, PyObject *args);
 int cq_init(void);
+/* The queues whose ``files`` one call has read already (the property maps a parked queue: once per call). */
+#define SEEN 16
+typedef struct { PyObject *cq, *files; } Seen;
+void seen_clear(Seen *seen, int n);
+/* One unit into consume queue ``cq``: 1 done (or a replay ignored), 0 the pure path decides, -1 error. */
+int cq_put_one(PyObject *cq, long long phys, long long size, long long tags, long long qoff, Seen *seen, int *nseen);
+PyObject *reput_put(PyObject *self, PyObject *args); /* _faststore_reput.c */
 PyObject *send_serve(PyObject *self, PyObject *args); /* _faststore_send.c */
 int send_init(void);
 extern PyObject *crc_fn; /* bytes -> int: the pure path's crc32 (configure()) */

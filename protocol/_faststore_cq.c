@@ -76,10 +76,7 @@ static int write_unit(PyObject *f, long long phys, long long size, long long tag
 
 /* The queues' ``files`` lists met in one call: the property (which maps a parked queue and marks it used)
  * runs once per queue and call, as often as the pure loop would need it to have any effect. */
-#define SEEN 16
-typedef struct { PyObject *cq, *files; } Seen;
-
-static void seen_clear(Seen *seen, int n) {
+void seen_clear(Seen *seen, int n) {
     for (int k = 0; k < n; k++) {
         Py_DECREF(seen[k].cq);
         Py_DECREF(seen[k].files);
@@ -88,7 +85,7 @@ static void seen_clear(Seen *seen, int n) {
 
 /* ConsumeQueue.put for the common case: 1 done (written, or a replay ignored), 0 the pure path decides,
  * -1 error (from the queue's ``files``, which maps a parked queue: raised as the pure path would). */
-static int put_one(PyObject *cq, long long phys, long long size, long long tags, long long qoff, Seen *seen, int *nseen) {
+int cq_put_one(PyObject *cq, long long phys, long long size, long long tags, long long qoff, Seen *seen, int *nseen) {
     long long max_phys, end;
     if (!attr_ll(cq, cq_attr[A_MAX_PHYS], &max_phys) || __builtin_add_overflow(phys, size, &end)) return 0;
     if (end <= max_phys) return 1;
@@ -162,7 +159,7 @@ PyObject *cq_put(PyObject *self, PyObject *args) {
         }
         Py_INCREF(r);
         Py_INCREF(cq);
-        int rc = put_one(cq, phys, size, tags, qoff, seen, &nseen);
+        int rc = cq_put_one(cq, phys, size, tags, qoff, seen, &nseen);
         Py_DECREF(cq);
         if (rc == 1) Py_SETREF(last_ts, Py_NewRef(ts));
         Py_DECREF(r);

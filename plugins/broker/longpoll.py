@@ -111,7 +111,12 @@ class PullHoldService:
 
 
 class ArrivalNotifier:
-    """The long-poll ``CommitLogDispatcher``: cheap when nobody waits (one dict truthiness test)."""
+    """The long-poll ``CommitLogDispatcher``: cheap when nobody waits (one dict truthiness test).
+
+    ``lazy_requests``: it reads a batch only while a pull waits, so the store may hand it batches that
+    build their requests on first use (the mmap store's direct reput path)."""
+
+    lazy_requests = True
 
     def __init__(self, hold: PullHoldService) -> None:
         self.hold = hold

@@ -106,7 +106,10 @@ class DivergedError(Exception):
 
 class DataNotifier:
     """Wakes master writers when the store has new bytes; a ``CommitLogDispatcher`` (one call per
-    reput batch, nothing per message) that costs one attribute test while no writer sleeps."""
+    reput batch, nothing per message) that costs one attribute test while no writer sleeps. It never
+    reads the requests (``lazy_requests``: the store need not build them for it)."""
+
+    lazy_requests = True
 
     def __init__(self) -> None:
         self._event: Any = None

@@ -7,7 +7,10 @@ to the store's own dispatchers (consume queues, index) and then the attached one
 Records appended by this process arrive as :class:`Handoff` tuples (the values the put
 just packed), so the loop does not re-parse bytes it has just written; anything else
 (recovery replay, a hand-off out of step) is parsed from the mapping. A test checks
-that both paths produce identical requests.
+that both paths produce identical requests. When the compiled store serves and no attached
+dispatcher needs request lists, the hand-offs go straight into the consume queues and the
+index instead (reput_direct: no request objects; attached dispatchers with a true
+``lazy_requests`` attribute get batches built on first use).
 
 Controller mode (RocketMQ 5's ``getReputEndOffset``): ``bound`` is the confirm offset, and
 records at or beyond it are not dispatched, so no consumer (pull, POP, gRPC, lite pull, a
@@ -38,6 +41,7 @@ import anyio.lowlevel
 from rmq.kernel import DispatchRequest, RateLimitedLog
 from rmq.plugins.storage_mmap.codec import SCHEDULE_TOPIC, message_tags_code, parse_for_dispatch
 from rmq.plugins.storage_mmap.mapped_file import full_remark
+from rmq.plugins.storage_mmap.reput_direct import DirectReput
 from rmq.plugins.storage_mmap.scan import resync
 from rmq.protocol import storepath
 from rmq.protocol.common import MAGIC_BLANK, Prop, decode_properties, tags_code
@@ -103,6 +107,7 @@ class ReputService:
         self._batch = store.options.dispatch_batch
         self._levels = store.config.delay_levels_ms()
         self.fast: Any = storepath.FAST  # the compiled request builder, None on the pure path
+        self.direct = DirectReput(self)  # hand-offs straight into queues and index, when it may serve
         self.n_handoff = self.n_parsed = 0
 
     def start(self) -> None:
@@ -234,8 +239,17 @@ class ReputService:
         offset = self.offset
         if offset < cl.min_offset:
             offset = cl.min_offset
-        if self.handoff:
-            reqs, end = self._handoff_requests(offset, self.end())
+        take = self._handoff_take(offset, self.end()) if self.handoff else None
+        if take:
+            if take[0][0] == offset and self.direct.usable():
+                done = self.direct.run(take, offset)
+                if done:
+                    del self.handoff[:done]
+                    self.n_handoff += done
+                    self.offset = take[done - 1][0] + take[done - 1][1]
+                    return
+            del self.handoff[: len(take)]
+            reqs, end = self._handoff_requests(take, offset)
             if reqs:
                 self.n_handoff += len(reqs)
                 await self._dispatch(reqs)
@@ -273,23 +287,26 @@ class ReputService:
         else:
             self.offset = f.start + pos
 
-    def _handoff_requests(self, offset: int, limit: int) -> tuple[list[Any], int]:
-        """Requests for the handed-off records starting at ``offset`` and ending by ``limit`` (none if
-        they do not start there)."""
+    def _handoff_take(self, offset: int, limit: int) -> list[Any]:
+        """The hand-offs this turn may dispatch: starting at ``offset`` (or the next segment after its
+        end-of-file blank) and ending by ``limit``; empty when they do not start there. Left in the list."""
         items = self.handoff
-        fsize = self.store.commitlog.file_size
         if items[0][0] < offset:  # already dispatched by the parser
             del items[: bisect.bisect_left(items, offset, key=_first)]
             if not items:
-                return [], offset
-        if items[0][0] != offset and not self._rolled(offset, items[0][0], fsize):
-            return [], offset
+                return []
+        if items[0][0] != offset and not self._rolled(offset, items[0][0], self.store.commitlog.file_size):
+            return []
         take = items[: self._batch]
         if take[-1][0] + take[-1][1] > limit:  # held back by the confirm offset: only what ends by it
             take = take[: bisect.bisect_right(take, limit, key=_record_end)]
-            if not take:
-                return [], offset
-        del items[: len(take)]
+        return take
+
+    def _handoff_requests(self, take: list[Any], offset: int) -> tuple[list[Any], int]:
+        """Requests for the hand-offs ``take`` (taken off the list) starting at ``offset``, and where
+        they end; a hand-off out of step ends them and drops the rest of the list (parsed instead)."""
+        items = self.handoff
+        fsize = self.store.commitlog.file_size
         reqs: list[Any] = []
         add = reqs.append
         decode, tags, req, levels = decode_properties, tags_code, DispatchRequest, self._levels

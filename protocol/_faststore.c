@@ -303,21 +303,8 @@ fail:
 /* Java's String.hashCode of a str, over its UTF-16 code units; 0 when it has a lone surrogate (the pure
  * path cannot encode it either, and takes over). */
 static int java_hash(PyObject *key, int32_t *out) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
-    int kind = PyUnicode_KIND(key);
-    const void *data = PyUnicode_DATA(key);
     uint32_t h = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0xD800 && c <= 0xDFFF) return 0;
-        if (c > 0xFFFF) {
-            c -= 0x10000;
-            h = 31 * h + (0xD800 + (c >> 10));
-            h = 31 * h + (0xDC00 + (c & 0x3FF));
-        } else {
-            h = 31 * h + c;
-        }
-    }
+    if (!java_hash_on(PyUnicode_KIND(key), PyUnicode_DATA(key), 0, PyUnicode_GET_LENGTH(key), &h)) return 0;
     *out = (int32_t)h;
     return 1;
 }

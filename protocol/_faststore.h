@@ -34,6 +34,25 @@ static inline void wr_i64(unsigned char *p, int64_t v) {
     for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)u; u >>= 8; }
 }
 
+/* Java's String.hashCode continued over code points [a, b) of a str's data, as UTF-16 units (a code point
+ * past the BMP as its surrogate pair); 0 at a lone surrogate code point (the pure path decides those). */
+static inline int java_hash_on(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint32_t *h) {
+    uint32_t x = *h;
+    for (Py_ssize_t i = a; i < b; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF) return 0;
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            x = 31 * x + (0xD800 + (c >> 10));
+            x = 31 * x + (0xDC00 + (c & 0x3FF));
+        } else {
+            x = 31 * x + c;
+        }
+    }
+    *h = x;
+    return 1;
+}
+
 /* An exact int within [lo, hi] into *out; 0 when it is anything else (no exception left set). */
 static inline int int_in(PyObject *o, long long lo, long long hi, long long *out) {
     if (!PyLong_CheckExact(o)) return 0;

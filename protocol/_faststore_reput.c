@@ -74,22 +74,9 @@ static void read_props(const Str *s, Py_ssize_t n, Span *tags, Span *keys, Span 
     }
 }
 
-/* Java's String.hashCode continued over s[a:b] (UTF-16 units); 0 at a lone surrogate code point. */
-static int hash_on(const Str *s, Py_ssize_t a, Py_ssize_t b, uint32_t *h) {
-    uint32_t x = *h;
-    for (Py_ssize_t i = a; i < b; i++) {
-        Py_UCS4 c = ch(s, i);
-        if (c >= 0xD800 && c <= 0xDFFF) return 0;
-        if (c > 0xFFFF) {
-            c -= 0x10000;
-            x = 31 * x + (0xD800 + (c >> 10));
-            x = 31 * x + (0xDC00 + (c & 0x3FF));
-        } else {
-            x = 31 * x + c;
-        }
-    }
-    *h = x;
-    return 1;
+/* Java's String.hashCode continued over s[a:b]; 0 at a lone surrogate. */
+static inline int hash_on(const Str *s, Py_ssize_t a, Py_ssize_t b, uint32_t *h) {
+    return java_hash_on(s->kind, s->data, a, b, h);
 }
 
 static inline int32_t slot_hash(uint32_t h) {

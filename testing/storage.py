@@ -32,11 +32,13 @@ import anyio
 import pytest
 
 from rmq.kernel.hookspecs.storage import MessageStore
+from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import DispatchRequest, GetStatus, MessageRecord, PutStatus
 from rmq.kernel.watermark import Watermark
 from rmq.protocol.common import java_hash
 
-__all__ = ["SMALL_STORE", "MessageStoreContract", "RecordingDispatcher", "attach_from_hooks", "decode_record"]
+__all__ = ["SMALL_STORE", "DispatcherPlugin", "MessageStoreContract", "RecordingDispatcher", "attach_from_hooks",
+           "decode_record"]
 
 #: broker settings for a store small enough that a test rolls segments and fills index files quickly
 SMALL_STORE: Mapping[str, int] = {
@@ -136,6 +138,17 @@ class RecordingDispatcher:
     def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
         self.batches += 1
         self.requests.extend(requests)
+
+
+class DispatcherPlugin:
+    """A plugin contributing ``dispatchers`` to every store through the kernel hook, as a third party's would."""
+
+    def __init__(self, *dispatchers: Any) -> None:
+        self.dispatchers = list(dispatchers)
+
+    @hookimpl
+    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
+        return list(self.dispatchers)
 
 
 class _CodeFilter:

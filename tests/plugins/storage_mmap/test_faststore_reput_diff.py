@@ -23,14 +23,13 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.kernel.markers import hookimpl
 from rmq.kernel.model import MessageRecord
 from rmq.plugins.storage_mmap import MmapMessageStore
 from rmq.plugins.storage_mmap.append import make_appender
 from rmq.plugins.storage_mmap.index import index_file_size
 from rmq.protocol import storepath
 from rmq.testing.fuzz import compiler_present, fuzz_settings
-from rmq.testing.storage import RecordingDispatcher
+from rmq.testing.storage import DispatcherPlugin, RecordingDispatcher
 
 from .conftest import open_store
 from .test_faststore_diff import V4, _files
@@ -241,15 +240,6 @@ class _LazyRecorder(RecordingDispatcher):
     lazy_requests = True
 
 
-class _Attach:
-    def __init__(self, d: Any) -> None:
-        self.d = d
-
-    @hookimpl
-    def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-        return [self.d]
-
-
 def test_attached_dispatchers_get_the_requests_of_the_regular_path(tmp_path: Path) -> None:
     """A lazy attached dispatcher gets, beside the direct path, the very requests the pure path builds; a
     third party's (no ``lazy_requests``) keeps the regular path and gets them too."""
@@ -258,9 +248,9 @@ def test_attached_dispatchers_get_the_requests_of_the_regular_path(tmp_path: Pat
 
     async def main() -> None:
         async with (
-            open_store(tmp_path / "pure", _Attach(ref), **SMALL_INDEX) as pure,
-            open_store(tmp_path / "lazy", _Attach(lazy), **SMALL_INDEX) as a,
-            open_store(tmp_path / "plain", _Attach(plain), **SMALL_INDEX) as b,
+            open_store(tmp_path / "pure", DispatcherPlugin(ref), **SMALL_INDEX) as pure,
+            open_store(tmp_path / "lazy", DispatcherPlugin(lazy), **SMALL_INDEX) as a,
+            open_store(tmp_path / "plain", DispatcherPlugin(plain), **SMALL_INDEX) as b,
         ):
             stores = (pure, a, b)
             for s, fast in zip(stores, (None, FAST, FAST), strict=True):

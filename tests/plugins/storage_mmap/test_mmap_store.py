@@ -21,7 +21,7 @@ from rmq.kernel.model import GetStatus, MessageRecord, PutStatus
 from rmq.plugins.storage_mmap import MmapMessageStore, MmapStoragePlugin, StoreError
 from rmq.protocol.common import java_hash
 from rmq.protocol.message import decode_message
-from rmq.testing.storage import RecordingDispatcher, decode_record
+from rmq.testing.storage import DispatcherPlugin, RecordingDispatcher, decode_record
 
 SEG = 64 * 1024
 CQ_UNITS = 100
@@ -330,14 +330,7 @@ async def test_replay_rebuilds_lost_consume_queue_and_index(
     (tmp_path / "checkpoint").write_bytes(bytes(4096))
     _crash_copy(tmp_path)
     rec_d = RecordingDispatcher()
-    from rmq.kernel.markers import hookimpl
-
-    class P:
-        @hookimpl
-        def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-            return [rec_d]
-
-    async with store_factory(tmp_path, P()) as store:  # aenter returns only once dispatch caught up
+    async with store_factory(tmp_path, DispatcherPlugin(rec_d)) as store:  # aenter returns only once dispatch caught up
         assert [store.get_max_offset("T", q) for q in (0, 1)] == [150, 150]
         assert len(store.query_by_key("T", "key123", 5, 0, 2**62)) == 1
         assert [r.commit_log_offset for r in rec_d.requests] == [r.wrote_offset for r in results]
@@ -454,14 +447,7 @@ async def test_reput_hands_batches_not_single_records(
     tmp_path: Path, store_factory: Callable[..., Any]
 ) -> None:
     rd = RecordingDispatcher()
-    from rmq.kernel.markers import hookimpl
-
-    class P:
-        @hookimpl
-        def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-            return [rd]
-
-    async with store_factory(tmp_path, P()) as store:
+    async with store_factory(tmp_path, DispatcherPlugin(rd)) as store:
         for i in range(500):  # no await yields here: dispatch runs after, in batches
             await store.put_message(rec(i, size=10))
         await store.wait_dispatched()
@@ -542,20 +528,9 @@ async def test_live_dispatch_equals_replayed_dispatch(
     tmp_path: Path, store_factory: Callable[..., Any]
 ) -> None:
     """Live puts are dispatched from the put hand-off, a replay parses the bytes: same requests."""
-    from rmq.kernel.markers import hookimpl
-
     live, replay = RecordingDispatcher(), RecordingDispatcher()
-
-    class P:
-        def __init__(self, d: RecordingDispatcher) -> None:
-            self.d = d
-
-        @hookimpl
-        def rmq_dispatch_make_dispatchers(self, kernel: Any, store: Any) -> list[Any]:
-            return [self.d]
-
     born6 = bytes(range(16)) + (7).to_bytes(4, "big")
-    async with store_factory(tmp_path, P(live)) as store:
+    async with store_factory(tmp_path, DispatcherPlugin(live)) as store:
         for i in range(400):
             kind = i % 7
             if kind == 0:
@@ -578,7 +553,7 @@ async def test_live_dispatch_equals_replayed_dispatch(
     shutil.rmtree(tmp_path / "consumequeue")
     (tmp_path / "checkpoint").write_bytes(bytes(4096))
     _crash_copy(tmp_path)
-    async with store_factory(tmp_path, P(replay)) as store:
+    async with store_factory(tmp_path, DispatcherPlugin(replay)) as store:
         assert store.stats()["dispatched_from_parse"] == len(replay.requests)
     assert len(live.requests) > 600 and replay.requests == live.requests
 

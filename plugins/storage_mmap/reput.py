@@ -248,6 +248,7 @@ class ReputService:
                     self.n_handoff += done
                     self.offset = take[done - 1][0] + take[done - 1][1]
                     return
+                take = take[:1]  # (a reserve chunk, a roll, a new queue...): that record alone, then direct again
             del self.handoff[: len(take)]
             reqs, end = self._handoff_requests(take, offset)
             if reqs:

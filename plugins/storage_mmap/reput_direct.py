@@ -10,9 +10,9 @@ regular path would have, on first use. Any other attached dispatcher (a third pa
 kernel hook) keeps the regular path: it gets the request lists as always.
 
 What the compiled call does not take (a new queue, a file roll of a consume queue or of the index, a
-delayed message, a lone surrogate, anything outside the common case) stays in the hand-off list, and
-the regular path dispatches it (on the same turn when it is the first record, else on the next), its
-``ConsumeQueue.put`` and ``IndexFile.put_many`` being the reference. A failure of the call (a parked queue that cannot be mapped) also leaves the turn to the
+delayed message, a lone surrogate, a queue file's next reserve chunk, anything outside the common case)
+stays in the hand-off list, and the regular path dispatches that record alone (on the same turn when it
+is the first, else on the next), its ``ConsumeQueue.put`` and ``IndexFile.put_many`` being the reference. A failure of the call (a parked queue that cannot be mapped) also leaves the turn to the
 regular path, whose retries and duplicate guards (a replay of what landed is skipped) then hold.
 """
 

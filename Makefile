@@ -47,9 +47,8 @@ install-test: $(VENV)/.install-test $(VENV)/.fastframe
 
 # pip's editable install builds the extension next to its source (setup.py, optional: without a compiler
 # rmq runs on the pure path and rmqd's start line says "codec pure")
-$(VENV)/.fastframe: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore_send.c \
-                  protocol/_faststore_batch.c protocol/_faststore_reput.c protocol/_faststore.h protocol/_faststore_send.h \
-                  setup.py | $(VENV)/.install-test
+FAST_SOURCES = $(wildcard protocol/_fast*.c protocol/_fast*.h)
+$(VENV)/.fastframe: $(FAST_SOURCES) setup.py | $(VENV)/.install-test
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
@@ -129,6 +128,7 @@ FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
              tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
              tests/plugins/storage_mmap/test_fastsend_fuzz.py tests/plugins/storage_mmap/test_faststore_reput_diff.py \
+             tests/plugins/storage_mmap/test_fastpull_fuzz.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -149,7 +149,7 @@ fuzz: install-test
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
 FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
                   tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py \
-                  tests/plugins/storage_mmap/test_faststore_reput_diff.py
+                  tests/plugins/storage_mmap/test_faststore_reput_diff.py tests/plugins/storage_mmap/test_fastpull_fuzz.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test
@@ -167,8 +167,7 @@ fuzz-asan: install-test
 FUZZ_INPUTS ?= 10000000
 FUZZ_JOBS ?= 2
 ASAN_DIR = $(VENV)/fuzz-asan
-$(ASAN_DIR)/.built: protocol/_fastframe.c protocol/_faststore.c protocol/_faststore_cq.c protocol/_faststore_send.c \
-                    protocol/_faststore.h | $(VENV)/.install-test
+$(ASAN_DIR)/.built: $(FAST_SOURCES) | $(VENV)/.install-test
 	mkdir -p $(ASAN_DIR)
 	for m in _fastframe _faststore; do gcc -shared -fPIC -std=c11 -O1 -g -fsanitize=address,undefined \
 		-fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$(PY_INCLUDE) protocol/$$m*.c \

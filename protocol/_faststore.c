@@ -38,15 +38,8 @@
  *       at a schedule-topic record with a DELAY property, and at anything outside the common case:
  *       the reput's pure loop decides those.
  *
- * And one call per pull over the consume-queue units it may scan:
- *
- *   scan(units, files, first_idx, fsize, offset, max_count, max_bytes, match_tags)
- *       -> (scanned, messages, queue_offsets, total, removing) or None
- *       the loop of the mmap store's StoreReader._scan: each 20-byte unit (offset, size, tags code)
- *       is matched against ``match_tags`` (None: everything), and the record it points at is copied
- *       out of the commitlog segment (``files``, MappedFile objects) that holds it, within the
- *       segment's written bytes. None, with nothing done, for anything the pure loop must decide (a
- *       unit pointing outside its segment's mapping, a segment's fields of an unexpected type).
+ * And per pull one call over the consume-queue units it may scan: scan (the records as bytes objects) or
+ * pull_join (tag codes, the records in one body), in _faststore_pull.c.
  *
  * And one call per reput batch for the consume queues: cq_put, in _faststore_cq.c; one per socket read of
  * common-case sends: send_serve, in _faststore_send.c; one per reput turn straight from the hand-offs into
@@ -479,94 +472,6 @@ static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssiz
     return 0;
 }
 
-static PyObject *s_start = NULL, *s_wrote = NULL, *s_mm = NULL;
-
-
-static inline long long floor_div(long long a, long long b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-
-static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer units;
-    PyObject *files, *match;
-    long long first_idx, fsize, offset, max_count, max_bytes;
-    if (!PyArg_ParseTuple(args, "y*O!LLLLLO", &units, &PyList_Type, &files, &first_idx, &fsize, &offset, &max_count,
-                          &max_bytes, &match))
-        return NULL;
-    PyObject *msgs = PyList_New(0), *qoffs = PyList_New(0), *result = NULL;
-    Py_buffer seg = {0};
-    PyObject *seg_file = NULL; /* the segment whose buffer ``seg`` holds */
-    long long seg_start = 0, seg_wrote = 0;
-    if (msgs == NULL || qoffs == NULL) goto done;
-    if (fsize <= 0 || units.len % 20 != 0) { /* the pure loop's own error */
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    const unsigned char *u = units.buf;
-    Py_ssize_t nunits = units.len / 20, nfiles = PyList_GET_SIZE(files), i = 0, n = 0;
-    long long total = 0, skip_below = INT64_MIN;
-    int skip_all = 0; /* skip_below past INT64_MAX: a unit in the last representable segment (a corrupt unit) */
-    int removing = 0, bail = 0;
-    for (; i < nunits; i++) {
-        const unsigned char *e = u + i * 20;
-        long long phys = (long long)(((uint64_t)(uint32_t)rd_i32(e) << 32) | (uint32_t)rd_i32(e + 4));
-        long long size = rd_i32(e + 8);
-        long long tags = (long long)(((uint64_t)(uint32_t)rd_i32(e + 12) << 32) | (uint32_t)rd_i32(e + 16));
-        if (skip_all || phys < skip_below) continue;
-        if (n && (n >= max_count || total + size > max_bytes)) break;
-        if (match != Py_None) {
-            PyObject *t = PyLong_FromLongLong(tags);
-            PyObject *r = t == NULL ? NULL : PyObject_CallOneArg(match, t);
-            Py_XDECREF(t);
-            if (r == NULL) goto done;
-            int yes = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (yes < 0) goto done;
-            if (!yes) continue;
-        }
-        long long fi = floor_div(phys, fsize) - first_idx;
-        PyObject *f = fi >= 0 && fi < nfiles ? PyList_GET_ITEM(files, fi) : NULL;
-        if (f != NULL && f != seg_file) {
-            if (seg_file != NULL) PyBuffer_Release(&seg);
-            seg_file = NULL;
-            PyObject *mm = PyObject_GetAttr(f, s_mm);
-            int got = mm != NULL && attr_ll(f, s_start, &seg_start) && attr_ll(f, s_wrote, &seg_wrote)
-                      && PyObject_GetBuffer(mm, &seg, PyBUF_SIMPLE) == 0;
-            Py_XDECREF(mm);
-            if (!got) { PyErr_Clear(); bail = 1; break; }
-            seg_file = f;
-        }
-        long long p = f != NULL ? phys - seg_start : 0;
-        if (f == NULL || p + size > seg_wrote) {
-            if (size == 0x7FFFFFFF && phys == 0) continue; /* a hole's filler unit */
-            if (!n) removing = 1;
-            long long seg_no = floor_div(phys, fsize);
-            if (seg_no >= INT64_MAX / fsize) skip_all = 1; /* the next segment's start is past INT64_MAX */
-            else skip_below = (seg_no + 1) * fsize;
-            continue;
-        }
-        if (p < 0 || size < 0 || p + size > seg.len) { bail = 1; break; } /* the pure loop's own slicing rules */
-        PyObject *rec = PyBytes_FromStringAndSize((const char *)seg.buf + p, (Py_ssize_t)size);
-        PyObject *q = rec == NULL ? NULL : PyLong_FromLongLong(offset + i);
-        int bad = q == NULL || PyList_Append(msgs, rec) < 0 || PyList_Append(qoffs, q) < 0;
-        Py_XDECREF(rec);
-        Py_XDECREF(q);
-        if (bad) goto done;
-        n++;
-        total += size;
-        skip_below = INT64_MIN;
-        skip_all = 0;
-    }
-    if (bail)
-        result = Py_NewRef(Py_None);
-    else
-        result = Py_BuildValue("(nOOLO)", i, msgs, qoffs, total, removing ? Py_True : Py_False);
-done:
-    if (seg_file != NULL) PyBuffer_Release(&seg);
-    PyBuffer_Release(&units);
-    Py_XDECREF(msgs);
-    Py_XDECREF(qoffs);
-    return result;
-}
-
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *fn, *type, *rtype;
     int m;
@@ -601,7 +506,8 @@ static PyMethodDef methods[] = {
     {"cq_put", cq_put, METH_VARARGS, "Consume-queue units for a run of DispatchRequests; where it stopped, last timestamp."},
     {"send_serve", send_serve, METH_VARARGS, "A read's leading common-case sends stored and answered (_faststore_send.c)."},
     {"reput_put", reput_put, METH_VARARGS, "Consume-queue units and index entries for a run of hand-offs (_faststore_reput.c)."},
-    {"scan", scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
+    {"scan", pull_scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
+    {"pull_join", pull_join, METH_VARARGS, "A pull's records by tag codes in one body (_faststore_pull.c), or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -614,10 +520,7 @@ PyMODINIT_FUNC PyInit__faststore(void) {
     k_uniq = PyUnicode_InternFromString("UNIQ_KEY");
     k_delay = PyUnicode_InternFromString("DELAY");
     schedule = PyUnicode_InternFromString("SCHEDULE_TOPIC_XXXX");
-    s_start = PyUnicode_InternFromString("start");
-    s_wrote = PyUnicode_InternFromString("wrote");
-    s_mm = PyUnicode_InternFromString("mm");
-    if (cq_init() < 0 || send_init() < 0) return NULL;
-    if (!s_start || !s_wrote || !s_mm || !sep_prop || !k_tags || !k_keys || !k_uniq || !k_delay || !schedule) return NULL;
+    if (cq_init() < 0 || send_init() < 0 || pull_init() < 0) return NULL;
+    if (!sep_prop || !k_tags || !k_keys || !k_uniq || !k_delay || !schedule) return NULL;
     return PyModule_Create(&module);
 }

@@ -22,6 +22,9 @@ int cq_put_one(PyObject *cq, long long phys, long long size, long long tags, lon
 PyObject *reput_put(PyObject *self, PyObject *args); /* _faststore_reput.c */
 PyObject *send_serve(PyObject *self, PyObject *args); /* _faststore_send.c */
 int send_init(void);
+PyObject *pull_scan(PyObject *self, PyObject *args); /* _faststore_pull.c */
+PyObject *pull_join(PyObject *self, PyObject *args);
+int pull_init(void);
 extern PyObject *crc_fn; /* bytes -> int: the pure path's crc32 (configure()) */
 extern int32_t magic;
 

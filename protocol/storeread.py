@@ -98,6 +98,16 @@ class StoreReads:
     ) -> GetResult:
         """See ``MessageStore.get_messages``: an offset outside the queue gets RocketMQ's status and the
         offset to go on from; one inside is the store's ``_pull``."""
+        bounds = self._bounded(topic, queue_id, offset)
+        if isinstance(bounds, GetResult):
+            return bounds
+        queue, offset, mn, mx = bounds
+        result = self._pull(queue, offset, max_count, message_filter, max_bytes, mn, mx)
+        self._found(len(result.messages))
+        return result
+
+    def _bounded(self, topic: str, queue_id: int, offset: int) -> GetResult | tuple[Any, int, int, int]:
+        """A pull's queue, offset and the queue's bounds; for an offset outside them, the answer."""
         self.n_get += 1
         bounds = self._queue_bounds(topic, queue_id)
         if bounds is None:
@@ -111,11 +121,12 @@ class StoreReads:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, mn, mx)
         if offset > mx:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, mn if mn == 0 else mx, mn, mx)
-        result = self._pull(queue, offset, max_count, message_filter, max_bytes, mn, mx)
-        if result.messages:
-            self.n_found += len(result.messages)
+        return queue, offset, mn, mx
+
+    def _found(self, count: int) -> None:
+        if count:
+            self.n_found += count
             self.n_hit += 1
-        return result
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         bounds = self._queue_bounds(topic, queue_id)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
+from rmq.plugins.filters.tag import TagFilter
 from rmq.protocol.access import SUB, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
@@ -23,7 +25,7 @@ from rmq.protocol.names import OFFSET_MOVED_EVENT, printable
 from rmq.protocol.record import PHYSICAL_OFFSET
 
 if TYPE_CHECKING:
-    from rmq.kernel import Connection
+    from rmq.kernel import Connection, MessageFilter
     from rmq.plugins.broker.context import ProcessorContext
 
 log = logging.getLogger("rmq.broker")
@@ -44,15 +46,40 @@ LITE_PULL_MESSAGE = 361
 _STATUS_NAMES = {s: s.name for s in GetStatus} | {GetStatus.NO_MATCHED_LOGIC_QUEUE: "NO_MESSAGE_IN_QUEUE"}
 
 
+_NOT_TAGS = frozenset({-1})  # a filter the compiled walk cannot match by hash codes alone
+
+
+def _tag_codes(f: MessageFilter | None) -> frozenset[int] | None:
+    """The hash codes a filter matches by (None: everything), or _NOT_TAGS: only its own code decides."""
+    if f is None:
+        return None
+    if type(f) is TagFilter:
+        return None if f.subscribe_all else f.code_set
+    return _NOT_TAGS
+
+
 class PullProcessor:
-    def _lagging(self, last: bytes) -> bool:
+    def _lagging(self, last: bytes | int) -> bool:
         """RocketMQ's suggestPullingFromSlave: the consumer reads further back than memory holds."""
-        (phys,) = _Q.unpack_from(last, PHYSICAL_OFFSET)
+        phys = last if isinstance(last, int) else _Q.unpack_from(last, PHYSICAL_OFFSET)[0]
         return self.ctx.store.max_phy_offset - phys > self.in_memory_bytes
 
     def __init__(self, ctx: ProcessorContext) -> None:
         self.in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
         self.ctx = ctx
+        self.join: Any = None  # the store's get_joined when the compiled walk serves (decide)
+
+    def decide(self) -> str:
+        """What serves pulls' store reads, for the broker's start line: the store's compiled walk (TAG hash
+        codes or no filter: the records copied into one body, no Python object per message) or get_messages."""
+        store = self.ctx.store
+        self.join = None
+        if os.environ.get("RMQ_PURE_PULL"):
+            return "pure: RMQ_PURE_PULL set"
+        if getattr(store, "get_joined", None) is None or getattr(store, "fast_join", None) is None:
+            return f"pure: store {type(store).__name__} has no compiled pull walk"
+        self.join = store.get_joined
+        return "compiled (TAG / no filter: one body from the mapped records)"
 
     def register(self, registry: object, owner: str) -> None:
         access = topic("topic", SUB, group="consumerGroup")
@@ -133,11 +160,16 @@ class PullProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
 
         store = b.store
-        res = store.get_messages(
-            group, topic, queue_id, offset,
-            max_nums if max_nums < cfg.maxTransferCountOnMessageInMemory else cfg.maxTransferCountOnMessageInMemory,
-            mfilter, cfg.maxTransferBytesOnMessageInMemory,
-        )
+        count = max_nums if max_nums < cfg.maxTransferCountOnMessageInMemory else cfg.maxTransferCountOnMessageInMemory
+        codes = _NOT_TAGS if self.join is None else _tag_codes(mfilter)
+        body: bytes | None = None
+        if codes is _NOT_TAGS:
+            res = store.get_messages(group, topic, queue_id, offset, count, mfilter, cfg.maxTransferBytesOnMessageInMemory)
+            n = len(res.messages)
+            last: bytes | int = res.messages[-1] if n else -1
+        else:
+            res, body, n, last = self.join(topic, queue_id, offset, count, mfilter, codes,
+                                           cfg.maxTransferBytesOnMessageInMemory)
         status = res.status
         if status is FOUND:
             code = ResponseCode.SUCCESS
@@ -178,7 +210,7 @@ class PullProcessor:
         suggest = "0"
         if cfg.slaveReadEnable:
             suggest = str(sg.brokerId)
-            if status is FOUND and res.messages and self._lagging(res.messages[-1]):
+            if status is FOUND and n and self._lagging(last):
                 suggest = str(sg.whichBrokerWhenConsumeSlowly)
         resp = cmd.response(code, _STATUS_NAMES[status], {  # the GetMessageStatus name, as 4.9's remark
             "suggestWhichBrokerId": suggest,
@@ -187,8 +219,8 @@ class PullProcessor:
             "maxOffset": str(res.max_offset),
         })
         if code == 0:
-            resp.body = body = b"".join(res.messages)
+            resp.body = body = b"".join(res.messages) if body is None else body
             st = b.stats
             if st is not None:
-                st.got(topic, group, len(res.messages), len(body))
+                st.got(topic, group, n, len(body))
         return resp

@@ -8,12 +8,14 @@ Missing, expired or corrupt data reads as RocketMQ's statuses, never as an excep
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import GetResult, GetStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, record_properties, store_timestamp_at
 from rmq.plugins.storage_mmap.consume_queue import INT_MAX, UNIT, UNIT_SIZE
 from rmq.protocol import storepath
+from rmq.protocol.record import PHYSICAL_OFFSET
 from rmq.protocol.storeread import StoreReads, pull_scan_units
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from rmq.roles import BrokerConfig
 
 _MIN = -(1 << 63)
+_Q = struct.Struct(">q")
 
 
 class StoreReader(StoreReads):
@@ -36,6 +39,8 @@ class StoreReader(StoreReads):
     cqs: ConsumeQueueTable
     index: IndexService | None
     fast_scan: Any = storepath.FAST.scan if storepath.FAST is not None else None  # None: the pure loop
+    fast_join: Any = storepath.FAST.pull_join if storepath.FAST is not None else None  # None: the pure loop
+    n_joined = 0  # pulls get_joined served through fast_join
 
     def _queue_bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, int, int] | None:
         cq = self.cqs.get(topic, queue_id)
@@ -44,29 +49,71 @@ class StoreReader(StoreReads):
     def _pull(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None,
               max_bytes: int, mn: int, mx: int) -> GetResult:
         """Then the mapped queues are trimmed (none is in use now)."""
-        result = self._scan(cq, offset, max_count, message_filter, max_bytes, mn, mx)
+        try:
+            return self._scan(cq, offset, max_count, message_filter, max_bytes, mn, mx)
+        finally:
+            self._trim()
+
+    def _trim(self) -> None:
         cqs = self.cqs
         if len(cqs.mapped) > cqs.max_mapped:
             cqs.trim()
-        return result
+
+    def get_joined(self, topic: str, queue_id: int, offset: int, max_count: int,
+                   message_filter: MessageFilter | None, codes: frozenset[int] | None,
+                   max_bytes: int) -> tuple[GetResult, bytes, int, int]:
+        """``get_messages`` with the records found in one body: (the result without its messages, the body,
+        how many records, the last one's PHYSICAL_OFFSET or -1). ``codes`` are ``message_filter``'s TAG hash
+        codes (None: it matches everything), which the compiled walk (``pull_join``) matches without a
+        Python object per message; the pure loop serves where that walk is absent or declines."""
+        bounds = self._bounded(topic, queue_id, offset)
+        if isinstance(bounds, GetResult):
+            return bounds, b"", 0, -1
+        cq, offset, mn, mx = bounds
+        fast = self.fast_join
+        try:
+            scope = self._units(cq, offset, max_count)
+            got = None if fast is None or isinstance(scope, int) else fast(*scope, offset, max_count, max_bytes, codes)
+        finally:
+            self._trim()
+        if isinstance(scope, int):
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, scope, mn, mx), b"", 0, -1
+        if got is None:
+            res = self._pull(cq, offset, max_count, message_filter, max_bytes, mn, mx)
+            msgs, res.messages = res.messages, []
+            self._found(len(msgs))
+            last = _Q.unpack_from(msgs[-1], PHYSICAL_OFFSET)[0] if msgs else -1
+            return res, b"".join(msgs), len(msgs), last
+        i, body, n, total, removing, last = got
+        self.n_joined += 1
+        self._found(n)
+        status = GetStatus.FOUND if n else GetStatus.MESSAGE_WAS_REMOVING if removing else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, offset + i, mn, mx, total_size=total), body, n, last
+
+    def _units(self, cq: ConsumeQueue, offset: int, max_count: int) -> int | tuple[Any, list[Any], int, int]:
+        """The consume-queue units a pull from ``offset`` may scan and the commitlog's segments (files, the
+        first one's index, segment size); for an offset in no mapped queue file, where to go on from."""
+        sl = cq.slice(offset)
+        if sl is None:
+            return cq.roll_next_file(offset)
+        cqf, pos, wpos = sl
+        files = self.commitlog.files
+        fsize = self.commitlog.file_size
+        units = cqf.mm[pos : min(wpos, pos + pull_scan_units(max_count) * UNIT_SIZE)]
+        return units, files, files[0].start // fsize if files else 0, fsize
 
     def _scan(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None,
               max_bytes: int, mn: int, mx: int) -> GetResult:
-        sl = cq.slice(offset)
-        if sl is None:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), mn, mx)
-        cqf, pos, wpos = sl
-        units = cqf.mm[pos : min(wpos, pos + pull_scan_units(max_count) * UNIT_SIZE)]
+        scope = self._units(cq, offset, max_count)
+        if isinstance(scope, int):
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, scope, mn, mx)
+        units, files, first_idx, fsize = scope
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[bytes] = []
         qoffs: list[int] = []
         total = 0
         i = 0
         skip_below = _MIN
-        cl = self.commitlog
-        files = cl.files
-        fsize = cl.file_size
-        first_idx = files[0].start // fsize if files else 0
         nfiles = len(files)
         match_tags = message_filter.match_tags_code if message_filter is not None else None
         need_props = message_filter is not None and message_filter.needs_properties

@@ -421,6 +421,7 @@ class MmapMessageStore(StoreReader, ReplicaLogMixin, StoreAdminMixin, WriterAtta
             "put_bytes": cl.max_offset - self._start_offset,
             "put_failures": self.appender.n_failed,
             "gets": self.n_get,
+            "compiled_pulls": self.n_joined,  # of them, walked by the compiled pull_join
             "get_messages": self.n_found,
             "found_gets": self.n_hit,
             "min_phy_offset": cl.min_offset,

@@ -1,0 +1,191 @@
+"""The compiled pull walk (``_faststore.pull_join`` behind pull.py's ``decide``) against the pure path.
+
+One rmqd stores a few hundred messages (tags TagA/TagB/TagC or none, bodies up to 3 KiB, four queues of
+one topic and one of another), stops, and its store is copied: the copy serves an ``RMQ_PURE=1`` rmqd
+(get_messages' pure loop, a bytes object per record), the original the compiled one again, so both
+hold the same bytes. Both get the same pull streams on one raw connection each -- offsets in range, at
+the end, past it, negative; max counts 0 to 100; TAG subscriptions of one, two or unknown tags,
+subscribe-all, SQL92 (refused: property filters are off), the group's heartbeat subscription instead of
+the pull's own; commit offsets; unknown topics, groups and queue ids; headers with fields missing or
+not numbers -- and must answer every pull alike, byte for byte (compared by opaque), and end with the
+same consumer offsets, store get counters and per-group get statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmq.protocol.codes import RequestCode
+from rmq.protocol.frame import decode, encode
+from rmq.testing.daemon import RmqdProcess, eventually, runtime_info
+from rmq.testing.fuzz import compiler_present, fuzz_settings
+
+from .test_fastsend_diff import Peer, _admin, _cmd
+
+pytestmark = pytest.mark.integration
+
+TOPICS = {"PullT": 4, "PullU": 1}
+TAGS = ["TagA", "TagB", "TagC", None]
+GROUPS = ["g1", "g2", "hb", "nosuchgroup"]
+# slaveReadEnable with no memory for messages: every found pull but one of the last record suggests the
+# group's whichBrokerWhenConsumeSlowly (the lagging test reads the last record's PHYSICAL_OFFSET)
+CONF = {"autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": False, "transactionTimeOut": 86_400_000,
+        "transactionCheckInterval": 86_400_000, "slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 0}
+
+
+def _store_messages(peer: Peer) -> None:
+    for i, (topic, queues) in enumerate(TOPICS.items()):
+        r = _admin(peer, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, 10 + i)
+        assert r.code == 0, r
+    for group in GROUPS[:3]:  # known groups (nosuchgroup stays unknown: no auto-creation, see CONF)
+        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeBroadcastEnable": True,
+                           "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1})
+        r = _admin_body(peer, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body.encode())
+        assert r.code == 0, r
+    frames = []
+    for i in range(300):
+        topic = "PullT" if i % 7 else "PullU"
+        tag = TAGS[i * 5 % 4]
+        props = ("" if tag is None else f"TAGS\x01{tag}\x02") + f"KEYS\x01k{i}\x02WAIT\x01true"
+        frames.append(encode(_cmd(RequestCode.SEND_MESSAGE_V2, {
+            "a": "pg", "b": topic, "e": str(i % TOPICS[topic]), "f": "0", "g": "1700000000000", "h": "0",
+            "i": props}, bytes([65 + i % 26]) * (1 + i * 37 % 3000), opaque=100 + i)))
+    answers = peer.run(b"".join(frames), [])
+    assert [decode(a).code for a in answers] == [0] * len(frames)
+    eventually(lambda: all(_admin(peer, RequestCode.GET_MAX_OFFSET, {"topic": "PullT", "queueId": str(q)}, 16)
+                           .ext["offset"] != "0" for q in range(4)), 30, "the messages dispatched")
+
+
+def _admin_body(peer: Peer, code: int, body: bytes) -> Any:
+    """One request with a body and its answer (``_admin``'s, for requests that carry JSON)."""
+    answers = peer.run(encode(_cmd(code, {}, body, opaque=17)), [])
+    assert len(answers) == 1, answers
+    return decode(answers[0])
+
+
+def _heartbeat(peer: Peer) -> None:
+    """Group ``hb`` subscribes to PullT by TagA || TagC (its pulls without the SUBSCRIPTION flag use it)."""
+    body = {"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "hb", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False, "subscriptionDataSet": [{
+            "topic": "PullT", "subString": "TagA || TagC", "tagsSet": ["TagA", "TagC"], "codeSet": [],
+            "subVersion": 5, "expressionType": "TAG", "classFilterMode": False}]}]}
+    r = _admin_body(peer, RequestCode.HEART_BEAT, json.dumps(body).encode())
+    assert r.code == 0, r
+
+
+@pytest.fixture(scope="module")
+def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Peer]]:
+    """(pure, compiled) over the same store bytes."""
+    fast_dir, pure_dir = tmp_path_factory.mktemp("fastpull"), tmp_path_factory.mktemp("purepull")
+    procs: list[RmqdProcess] = []
+    try:
+        fast = RmqdProcess(fast_dir, broker_conf=CONF, env={"RMQ_PURE": ""}, proxy=False)
+        procs.append(fast)
+        _store_messages(Peer(fast.start()))
+        fast.stop()
+        shutil.copytree(fast_dir / "store", pure_dir / "store")
+        pure = RmqdProcess(pure_dir, broker_conf=CONF, env={"RMQ_PURE": "1"}, proxy=False)
+        procs.append(pure)
+        pair = (Peer(pure.start()), Peer(fast.start()))
+        for peer in pair:
+            _heartbeat(peer)
+        yield pair
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_both_paths_serve_as_the_start_line_says(peers: tuple[Peer, Peer]) -> None:
+    pure, fast = peers
+    assert any("pull path: pure: store MmapMessageStore has no compiled pull walk" in line
+               for line in pure.proc.log_lines()), pure.proc.log_tail()
+    if compiler_present():
+        assert any("pull path: compiled" in line for line in fast.proc.log_lines()), fast.proc.log_tail()
+
+
+@st.composite
+def pull_frame(draw: Callable[..., Any], opaque: int) -> bytes:
+    topic = draw(st.sampled_from(["PullT", "PullT", "PullU", "NoSuchT"]))
+    ext: dict[str, str] = {
+        "consumerGroup": draw(st.sampled_from(GROUPS)), "topic": topic,
+        "queueId": str(draw(st.sampled_from([0, 1, 2, 3, 0, 4, -1]))),
+        "queueOffset": str(draw(st.one_of(st.integers(0, 80), st.sampled_from([-1, 0, 10**6])))),
+        "maxMsgNums": str(draw(st.sampled_from([32, 32, 1, 3, 0, 100]))),
+        # SUBSCRIPTION (4) mostly, COMMIT_OFFSET (1), SUSPEND (2) without a wait
+        "sysFlag": str(draw(st.sampled_from([4, 4, 5, 6, 7, 0, 1]))),
+        "commitOffset": str(draw(st.sampled_from([0, 5, 17, -1]))), "suspendTimeoutMillis": "0",
+        "subscription": draw(st.sampled_from(["*", "TagA", "TagA || TagB", "TagC||NoTag", "NoTag", "", "a > 1"])),
+        "subVersion": str(draw(st.sampled_from([0, 5, 9]))),
+    }
+    if ext["subscription"] == "a > 1":
+        ext["expressionType"] = "SQL92"
+    for k in draw(st.lists(st.sampled_from(["queueOffset", "maxMsgNums", "sysFlag", "queueId"]), max_size=1)):
+        if draw(st.booleans()):
+            ext.pop(k)
+        else:
+            ext[k] = "x1"
+    code = draw(st.sampled_from([RequestCode.PULL_MESSAGE] * 5 + [361]))  # and LITE_PULL_MESSAGE
+    return encode(_cmd(code, ext, opaque=opaque))
+
+
+@st.composite
+def streams(draw: Callable[..., Any]) -> tuple[bytes, list[int]]:
+    frames = [draw(pull_frame(1000 + i)) for i in range(draw(st.integers(1, 12)))]
+    data = b"".join(frames)
+    return data, sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
+
+
+def _offsets(peer: Peer) -> list[str]:
+    out = []
+    for group in GROUPS:
+        for topic, queues in TOPICS.items():
+            for q in range(queues):
+                r = _admin(peer, RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                                     "queueId": str(q)}, 18)
+                out.append(f"{group} {topic} {q}: {r.code} {r.ext}")
+    return out
+
+
+def _gets(peer: Peer) -> dict[str, Any]:
+    """The store's counters of gets that found messages and each group's GROUP_GET_NUMS / GROUP_GET_SIZE
+    live totals (all gets, "gets", also count the background services' polls by the clock)."""
+    info = runtime_info(peer.proc.broker_addr)
+    out: dict[str, Any] = {k: info[f"store.{k}"] for k in ("get_messages", "found_gets")}
+    for group in GROUPS:
+        for name in ("GROUP_GET_NUMS", "GROUP_GET_SIZE"):
+            r = _admin(peer, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": f"PullT@{group}"}, 19)
+            out[f"{name} {group}"] = (r.code, json.loads(r.body)["statsDay"]["sum"] if r.code == 0 else None)
+    return out
+
+
+def test_compiled_and_pure_pulls_agree(peers: tuple[Peer, Peer]) -> None:
+    pure, fast = peers
+
+    @settings(fuzz_settings(60), deadline=None, suppress_health_check=list(HealthCheck))
+    @given(streams())
+    def same_answers(stream: tuple[bytes, list[int]]) -> None:
+        data, cuts = stream
+        a = sorted(pure.normalized(pure.run(data, cuts)), key=lambda raw: decode(raw).opaque)
+        b = sorted(fast.normalized(fast.run(data, cuts)), key=lambda raw: decode(raw).opaque)
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert x == y, (decode(x), decode(y))
+
+    same_answers()
+    assert _offsets(pure) == _offsets(fast)
+    assert runtime_info(pure.proc.broker_addr)["store.compiled_pulls"] == "0"
+    if compiler_present():
+        assert int(runtime_info(fast.proc.broker_addr)["store.compiled_pulls"]) > 0
+    for peer in peers:  # the statistics' series start at their first 1 s sample
+        eventually(lambda p=peer: _gets(p)["GROUP_GET_NUMS g1"][0] == 0 or None, 30, "g1's get statistics")
+    assert _gets(pure) == _gets(fast)

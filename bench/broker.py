@@ -2,6 +2,7 @@
 
     python bench/broker.py [--messages N] [--size BYTES] [--inflight K] [--flush async|sync|both] [--batch B]
     python bench/broker.py --workers W [--messages N] [--flush ...]   aggregate capacity of [broker] workers = W
+    python bench/broker.py --pull [--runs R] [--drains D] [--messages N] [--size B]   CPU per pulled message
 
 For each flush mode (ASYNC_FLUSH, SYNC_FLUSH) it starts a fresh rmqd (namesrv +
 broker, mmap store in a temp dir) and prints:
@@ -130,7 +131,7 @@ async def throughput(addr: str, n: int, size: int, inflight: int, batch: int = 0
     return n / dt, n * size / dt / 1e6
 
 
-async def consume(addr: str) -> tuple[float, int]:
+async def consume(addr: str, subscription: str = "*") -> tuple[float, int]:
     """Pull every queue of the topic from offset 0 to its end (one puller per queue, 32 per pull)."""
     total = 0
     async with TcpRemotingClient(RemotingConfig(name="bench-consume")) as client:
@@ -141,7 +142,7 @@ async def consume(addr: str) -> tuple[float, int]:
                 r = await client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
                     "consumerGroup": "bench_drain", "topic": TOPIC, "queueId": str(q), "queueOffset": str(offset),
                     "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
-                    "subscription": "*", "subVersion": "0", "expressionType": "TAG"}), 30)
+                    "subscription": subscription, "subVersion": "0", "expressionType": "TAG"}), 30)
                 if r.code != 0:
                     return
                 offset = int(r.ext["nextBeginOffset"])
@@ -227,6 +228,55 @@ async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, An
     wake = await wake_latency(addr, args.wake_count, args.size)
     return {"tput": tput, "mbps": mbps, "cpu_us": cpu / (args.messages + QUEUES) * 1e6, "cpu_share": cpu / wall,
             "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
+
+
+async def pull_cpu(addr: str, args: argparse.Namespace, pid: int) -> dict[str, Any]:
+    """``--pull``: store the messages (single sends, tag TagA), wait until the reput dispatched them all, then
+    drain the queues ``--drains`` times with each subscription (subscribe-all, then TAG ``TagA``): rate and rmqd
+    CPU per message (/proc's CPU figure moves in 10 ms ticks: drain enough for a few hundred of them)."""
+    await throughput(addr, args.messages, args.size, args.inflight)
+    async with TcpRemotingClient(RemotingConfig(name="bench-offsets")) as client:
+        async def stored() -> int:
+            total = 0
+            for q in range(QUEUES):
+                r = await client.invoke(addr, RemotingCommand.request(
+                    RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}), 10)
+                total += int(r.ext["offset"])
+            return total
+
+        want = args.messages + QUEUES  # and the warm-up sends
+        for _ in range(1200):  # the reput dispatches them in a moment; a minute at most
+            if await stored() >= want:
+                break
+            await anyio.sleep(0.1)
+    out: dict[str, Any] = {}
+    for sub in ("*", "TagA"):
+        cpu0, t0, n = process_cpu(pid), time.perf_counter(), 0
+        for _ in range(args.drains):
+            n += (await consume(addr, sub))[1]
+        out[sub] = (n / (time.perf_counter() - t0), n, (process_cpu(pid) - cpu0) / max(n, 1) * 1e6)
+    return out
+
+
+def main_pull(args: argparse.Namespace) -> None:
+    """``--pull``: the compiled pull walk against RMQ_PURE_PULL=1 (everything else compiled alike), alternated."""
+    print(f"rmqd pull bench: {args.messages} x {args.size} B stored, drained by 8 pullers (32 per pull), "
+          f"{args.runs} alternated runs, {os.cpu_count()} CPUs")
+    for run in range(args.runs):
+        for path, env in (("compiled", {}), ("pure", {"RMQ_PURE_PULL": "1"})):
+            with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
+                proc = RmqdProcess(Path(tmp), env=env, proxy=False, broker_conf={
+                    "flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+                proc.start(120)
+                try:
+                    assert proc.proc is not None
+                    r = anyio.run(pull_cpu, proc.broker_addr, args, proc.proc.pid, backend="asyncio",
+                                  backend_options={} if args.no_uvloop else {"use_uvloop": True})
+                finally:
+                    proc.stop()
+            for sub, (rate, n, cpu) in r.items():
+                print(f"  run {run + 1} {path:<8} subscription {sub:<4}  {rate:>9,.0f} msg/s  rmqd CPU {cpu:5.2f} µs/msg"
+                      f"  ({n} messages)")
 
 
 def _drive(addr: str, n: int, size: int, inflight: int, batch: int, start_at: float, uvloop: bool) -> dict[str, Any]:
@@ -328,7 +378,13 @@ def main() -> None:
     p.add_argument("--no-uvloop", action="store_true", help="client event loop: plain asyncio")
     p.add_argument("--workers", type=int, default=0,
                    help="measure produce capacity of [broker] workers = 1 and = WORKERS (one driver per worker)")
+    p.add_argument("--pull", action="store_true", help="rmqd CPU per pulled message, compiled pull walk vs pure")
+    p.add_argument("--runs", type=int, default=2, help="with --pull: alternated runs of each path")
+    p.add_argument("--drains", type=int, default=5, help="with --pull: drains of all messages per subscription")
     args = p.parse_args()
+    if args.pull:
+        main_pull(args)
+        return
     modes = ["ASYNC_FLUSH", "SYNC_FLUSH"] if args.flush == "both" else [f"{args.flush.upper()}_FLUSH"]
     if args.workers:
         if args.batch:

@@ -272,8 +272,9 @@ done:
 }
 
 int pull_init(void) {
-    s_start = PyUnicode_InternFromString("start");
-    s_wrote = PyUnicode_InternFromString("wrote");
-    s_mm = PyUnicode_InternFromString("mm");
-    return s_start && s_wrote && s_mm ? 0 : -1;
+    PyObject **slots[] = {&s_start, &s_wrote, &s_mm}; /* MappedFile's attributes the walk reads */
+    const char *names[] = {"start", "wrote", "mm"};
+    for (int k = 0; k < 3; k++)
+        if ((*slots[k] = PyUnicode_InternFromString(names[k])) == NULL) return -1;
+    return 0;
 }

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
-from rmq.plugins.filters.tag import TagFilter
 from rmq.protocol.access import SUB, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
@@ -50,12 +49,9 @@ _NOT_TAGS = frozenset({-1})  # a filter the compiled walk cannot match by hash c
 
 
 def _tag_codes(f: MessageFilter | None) -> frozenset[int] | None:
-    """The hash codes a filter matches by (None: everything), or _NOT_TAGS: only its own code decides."""
-    if f is None:
-        return None
-    if type(f) is TagFilter:
-        return None if f.subscribe_all else f.code_set
-    return _NOT_TAGS
+    """The hash codes a filter matches by (None: everything), or _NOT_TAGS: only its own code decides (a
+    filter plugin declares a compiled counterpart with ``compiled_codes``, as the TAG filter does)."""
+    return None if f is None else getattr(f, "compiled_codes", _NOT_TAGS)
 
 
 class PullProcessor:

@@ -66,6 +66,12 @@ class TagFilter:
         # stored codes are sign-extended int32s; anything wider is compared on its low 32 bits
         return not _INT_MIN <= tags_code <= _INT_MAX and _to_int32(tags_code) in self.code_set
 
+    @property
+    def compiled_codes(self) -> frozenset[int] | None:
+        """This filter for a compiled matcher (the mmap store's pull walk): None matches everything, else
+        ``match_tags_code`` is membership in these codes of a tags code, or of its low 32 bits when wider."""
+        return None if self.subscribe_all else self.code_set
+
     def match_tag(self, tag: str | None) -> bool:
         """Client stage: the exact decision on the message's ``TAGS`` value (None = no tags)."""
         return self.subscribe_all or (tag is not None and tag in self.tags)

@@ -12,7 +12,7 @@ import logging
 import os
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
@@ -63,18 +63,18 @@ class PullProcessor:
     def __init__(self, ctx: ProcessorContext) -> None:
         self.in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
         self.ctx = ctx
-        self.join: Any = None  # the store's get_joined when the compiled walk serves (decide)
+        self.compiled = False  # the store's get_joined serves TAG / unfiltered pulls (decide)
 
     def decide(self) -> str:
         """What serves pulls' store reads, for the broker's start line: the store's compiled walk (TAG hash
         codes or no filter: the records copied into one body, no Python object per message) or get_messages."""
         store = self.ctx.store
-        self.join = None
+        self.compiled = False
         if os.environ.get("RMQ_PURE_PULL"):
             return "pure: RMQ_PURE_PULL set"
         if getattr(store, "get_joined", None) is None or getattr(store, "fast_join", None) is None:
             return f"pure: store {type(store).__name__} has no compiled pull walk"
-        self.join = store.get_joined
+        self.compiled = True
         return "compiled (TAG / no filter: one body from the mapped records)"
 
     def register(self, registry: object, owner: str) -> None:
@@ -157,15 +157,15 @@ class PullProcessor:
 
         store = b.store
         count = max_nums if max_nums < cfg.maxTransferCountOnMessageInMemory else cfg.maxTransferCountOnMessageInMemory
-        codes = _NOT_TAGS if self.join is None else _tag_codes(mfilter)
+        codes = _tag_codes(mfilter) if self.compiled else _NOT_TAGS
         body: bytes | None = None
         if codes is _NOT_TAGS:
             res = store.get_messages(group, topic, queue_id, offset, count, mfilter, cfg.maxTransferBytesOnMessageInMemory)
             n = len(res.messages)
             last: bytes | int = res.messages[-1] if n else -1
         else:
-            res, body, n, last = self.join(topic, queue_id, offset, count, mfilter, codes,
-                                           cfg.maxTransferBytesOnMessageInMemory)
+            res, body, n, last = store.get_joined(topic, queue_id, offset, count, mfilter, codes,  # type: ignore[attr-defined]
+                                                  cfg.maxTransferBytesOnMessageInMemory)
         status = res.status
         if status is FOUND:
             code = ResponseCode.SUCCESS

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
+import types
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -472,6 +473,7 @@ class _Reader:
         from rmq.plugins.storage_mmap.reads import StoreReader
 
         self.scan = StoreReader._scan
+        self._units = types.MethodType(StoreReader._units, self)  # (the scope step _scan calls)
         self.units = units
         self.commitlog = self
         self.files, self.file_size = files, 4096

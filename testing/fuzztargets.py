@@ -540,6 +540,49 @@ class Scan(Target):
             raise Breach(f"compiled scan {res[1]!r:.300} != pure {res[0]!r:.300}")
 
 
+class PullJoin(Scan):
+    """_faststore.pull_join: the same units and segments, TAG codes matched in C, the records in one body;
+    compared with the pure scan under the TAG filter on every input."""
+
+    name = "pull_join"
+
+    def args(self, data: bytes) -> tuple[Any, ...]:
+        from rmq.plugins.filters.tag import TagFilter
+
+        units, first, count, limit, odd = super().args(data)
+        flt = None
+        if odd is not None:  # codes as the units carry them: small, negative, 32-bit edges (and wider ones)
+            flt = TagFilter("a")
+            flt.code_set = frozenset((1, 2) if data[0] & 128 else (0, -1, 0x7FFFFFFF, -(1 << 31)))
+        return units, first, count, limit, flt
+
+    def run(self, data: bytes) -> Any:
+        units, first, count, limit, flt = self.args(data)
+        codes = flt.compiled_codes if flt is not None else None
+        got = self.fast.pull_join(units, self.files, first, 4096, 0, count, limit, codes)
+        if got is None:
+            return None
+        i, body, n, total, removing, last = got
+        if not (0 <= i <= len(units) // 20 and 0 <= n <= count and total == len(body) and (n > 0 or total == 0)):
+            raise Breach(f"pull_join returned {i}, {n} messages, {total} bytes, body of {len(body)}")
+        return min(n, 3), removing, i == len(units) // 20
+
+    def check(self, data: bytes) -> None:
+        units, first, count, limit, flt = self.args(data)
+        if len(units) % 20:
+            return
+        reader = _Reader(self.files[first:], units)
+        pure = reader.scan(reader, reader, 0, count, flt, limit, 0, 0)
+        got = self.fast.pull_join(units, self.files[first:], first, 4096, 0, count, limit,
+                                  flt.compiled_codes if flt is not None else None)
+        if got is None:
+            return
+        i, body, n, total, removing, _ = got
+        if (pure.next_begin_offset, b"".join(map(bytes, pure.messages)), len(pure.messages), pure.total_size) != (
+                i, bytes(body), n, total):
+            raise Breach(f"pull_join {got!r:.300} != pure {pure!r:.300}")
+
+
 class _CQ:
     def __init__(self, files: list[_MF]) -> None:
         self.max_phys = 0
@@ -625,7 +668,7 @@ class IndexPut(Target):
 
 _ALL: tuple[tuple[type[Target], str], ...] = (
     (Split, "codec"), (EncodeParts, "codec"), (SendServe, "store"), (MeasurePack, "store"), (Requests, "store"),
-    (Scan, "store"), (CqPut, "store"), (IndexPut, "store"))
+    (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"))
 
 
 def target_names() -> list[str]:

@@ -259,8 +259,9 @@ def _e2e_producer_process(args: argparse.Namespace, go: Any, result: Any) -> Non
             await anyio.to_thread.run_sync(go.wait)
             await _paced_sends(producer, args, args.warmup, _WARM, on_sent)
             result.put(("measuring", 0, 0))
+            cpu = time.process_time()
             sent = await _paced_sends(producer, args, args.duration, _MEASURED, on_sent)
-            result.put(("done", sent, failed))
+            result.put(("done", sent, failed, time.process_time() - cpu))
 
     opts = {"use_uvloop": True} if not args.no_uvloop and importlib.util.find_spec("uvloop") else {}
     anyio.run(run, backend="asyncio", backend_options=opts)
@@ -299,28 +300,41 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
         await anyio.sleep(0.5)
         async with anyio.create_task_group() as tg:
             if args.split:
-                sent, elapsed = await _e2e_split(args, stats, tg)
+                sent, elapsed, producer_cpu, cpu = await _e2e_split(args, stats, tg)
             else:
                 async with Producer(args.group + "_p", args.namesrv, credentials=_creds(args)) as producer:
                     await producer.send(Message(args.topic, _TS.pack(time.monotonic_ns()) + _WARM))
                     await _paced_sends(producer, args, args.warmup, _WARM, on_sent)
                     tg.start_soon(_reporter, stats, "e2e", args.quiet)
                     t_start = time.perf_counter()
+                    cpu = time.process_time()
                     sent = await _paced_sends(producer, args, args.duration, _MEASURED, on_sent)
                     elapsed = min(time.perf_counter() - t_start, args.duration)
+                    producer_cpu = 0.0
             with anyio.move_on_after(max(5.0, args.duration)):
                 while received + stats.failed + stats.total_failed < sent:  # noqa: ASYNC110 - bounded drain
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
+            cpu = time.process_time() - cpu
     stats.close("e2e", args.quiet)
     how = "producer in its own process" if args.split else "producer and consumer in one process"
     missing = sent - received - stats.total_failed
     print(stats.summary(f"end-to-end latency at {args.rate}/s target ({sent} sent, {how})", elapsed)
-          + (f"; {missing} not received" if missing else ""))
+          + (f"; {missing} not received" if missing else "") + _cpu_line(args.split, sent, cpu, producer_cpu))
     return stats
 
 
-async def _e2e_split(args: argparse.Namespace, stats: Stats, tg: Any) -> tuple[int, float]:
+def _cpu_line(split: bool, sent: int, cpu: float, producer_cpu: float) -> str:
+    """CPU per measured message of the client processes (from the first measured send until the last
+    arrived): a figure that holds on a loaded machine, where the latencies only say it was loaded."""
+    per = 1e6 / max(sent, 1)
+    if split:
+        return f"; CPU per message: consumer process {cpu * per:.1f} µs, producer process {producer_cpu * per:.1f} µs"
+    return f"; CPU per message (producer + consumer, one process): {cpu * per:.1f} µs"
+
+
+async def _e2e_split(args: argparse.Namespace, stats: Stats, tg: Any) -> tuple[int, float, float, float]:
+    """(sent, seconds measured, the producer process's CPU seconds, this process's CPU clock at the start)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -328,7 +342,7 @@ async def _e2e_split(args: argparse.Namespace, stats: Stats, tg: Any) -> tuple[i
     child = ctx.Process(target=_e2e_producer_process, args=(args, go, result), daemon=True)
     child.start()
     try:
-        async def next_state(expect: str, timeout: float) -> tuple[str, int, int]:
+        async def next_state(expect: str, timeout: float) -> tuple[Any, ...]:
             with anyio.fail_after(timeout):
                 got = await anyio.to_thread.run_sync(result.get)
             if got[0] != expect:
@@ -340,10 +354,11 @@ async def _e2e_split(args: argparse.Namespace, stats: Stats, tg: Any) -> tuple[i
         await next_state("measuring", args.warmup + 30)
         tg.start_soon(_reporter, stats, "e2e", args.quiet)
         t_start = time.perf_counter()
-        _, sent, failed = await next_state("done", args.duration + 60)
+        cpu = time.process_time()
+        _, sent, failed, producer_cpu = await next_state("done", args.duration + 60)
         elapsed = min(time.perf_counter() - t_start, args.duration)
         stats.fail(failed)
-        return sent, elapsed
+        return sent, elapsed, producer_cpu, cpu
     finally:
         await anyio.to_thread.run_sync(child.join, 10)
         if child.is_alive():

@@ -219,13 +219,36 @@ async def run_consumer(args: argparse.Namespace) -> Stats:
 
 
 _WARM, _MEASURED = b"w", b"m"  # byte 8 of an e2e body: only measured messages are counted
+_E2E_HEAD = struct.Struct(">qcq")  # an e2e body: monotonic send time (ns), the mark, wall-clock send time (ns)
+
+
+class Stages:
+    """Where an e2e message's time went, on the wall clock the broker stamps (ms resolution):
+    send → stored (the producer's send, the network, the put) and stored → listener (the reput,
+    the long-poll wake, the pull answer, decode, the hand-off to the listener)."""
+
+    def __init__(self) -> None:
+        self.to_store: list[float] = []
+        self.to_listener: list[float] = []
+
+    def record(self, sent_wall_ns: int, store_ms: int, now_wall_ns: int) -> None:
+        self.to_store.append(store_ms - sent_wall_ns / 1e6)
+        self.to_listener.append(now_wall_ns / 1e6 - store_ms)
+
+    def line(self) -> str:
+        def one(vals: list[float]) -> str:
+            v = sorted(vals)
+            return f"avg {sum(v) / max(len(v), 1):.2f} p50 {Stats.pct(v, 50):.2f} p99 {Stats.pct(v, 99):.2f}"
+
+        return (f"== stages (ms, the broker's store time has ms resolution): send→stored {one(self.to_store)}; "
+                f"stored→listener {one(self.to_listener)}")
 
 
 async def _paced_sends(producer: Producer, args: argparse.Namespace, seconds: float, mark: bytes,
                        on_sent: Any) -> int:
     """Send at ``args.rate`` for ``seconds`` (send time and ``mark`` in the body); returns how many."""
-    tail = mark + b"p" * max(0, args.size - 9)
-    clock = time.monotonic_ns
+    tail = b"p" * max(0, args.size - _E2E_HEAD.size)
+    clock, wall, head = time.monotonic_ns, time.time_ns, _E2E_HEAD.pack
     t_start = time.perf_counter()
     stop = t_start + seconds
     sent = 0
@@ -235,7 +258,7 @@ async def _paced_sends(producer: Producer, args: argparse.Namespace, seconds: fl
             break
         due = int((now - t_start) * args.rate)
         while sent < due:
-            await producer.send_async(Message(args.topic, _TS.pack(clock()) + tail), on_sent)
+            await producer.send_async(Message(args.topic, head(clock(), mark, wall()) + tail), on_sent)
             sent += 1
         await anyio.sleep(0.001)
     await producer.wait_async_sends()
@@ -277,6 +300,7 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
     """
     await _ensure_topic(args.namesrv, args.topic, args.queues, _creds(args))
     stats = Stats()
+    stages = Stages()
     received = 0
 
     async def listener(msg: Any) -> None:
@@ -284,7 +308,9 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
         body = msg.body
         if body[8:9] == _MEASURED:
             received += 1
-            stats.record((time.monotonic_ns() - _TS.unpack_from(body, 0)[0]) / 1e6)
+            sent, _, sent_wall = _E2E_HEAD.unpack_from(body, 0)
+            stats.record((time.monotonic_ns() - sent) / 1e6)
+            stages.record(sent_wall, msg.store_timestamp, time.time_ns())
 
     def on_sent(_result: Any, exc: BaseException | None) -> None:
         if exc is not None:
@@ -321,6 +347,7 @@ async def run_e2e(args: argparse.Namespace) -> Stats:
     missing = sent - received - stats.total_failed
     print(stats.summary(f"end-to-end latency at {args.rate}/s target ({sent} sent, {how})", elapsed)
           + (f"; {missing} not received" if missing else "") + _cpu_line(args.split, sent, cpu, producer_cpu))
+    print(stages.line())
     return stats
 
 

@@ -98,3 +98,8 @@ def test_bench_e2e_counts_only_measured_messages(ns: str, name: str, capsys: pyt
         # second is not this test's business (a 2-core CI host once sent 8)
         assert 1 <= sent <= 310 and got == sent, out
         assert "failed 0" in out and "not received" not in out
+        # the client's CPU per message (each process's), and each message's time split at the broker's store stamp
+        cpu = re.findall(r"(consumer process|producer process|one process\)):? ([\d.]+) µs", out)
+        assert [w for w, _ in cpu] == (["consumer process", "producer process"] if extra else ["one process)"]), out
+        assert all(float(v) > 0 for _, v in cpu), out
+        assert re.search(r"== stages .*send→stored avg -?[\d.]+ p50 .*; stored→listener avg -?[\d.]+ p50", out), out

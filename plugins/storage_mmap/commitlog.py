@@ -149,6 +149,8 @@ class CommitLog(MappedFileQueue):
         )
         if problem:
             raise StoreError(problem)
+        if self.files and not self.files[-1].full:
+            self.files[-1].readahead(False)  # the tail is written again (see MappedFile.readahead)
 
     # the put path reads these per record: the base class's properties themselves, no extra call
     min_offset = MappedFileQueue.start_offset
@@ -164,6 +166,7 @@ class CommitLog(MappedFileQueue):
         except OSError:
             pass  # creating the file below reports the problem
         mf = self._prealloc.take(self._path(start), self.file_size)
+        mf.readahead(False)  # (an adopted file was opened for reading)
         try:
             mf.reserve(mf.size)  # a no-op for a file created here; an adopted one may lack blocks
         except DiskFullError:
@@ -204,6 +207,7 @@ class CommitLog(MappedFileQueue):
             self._roll_failed = False
             BLANK.pack_into(f.mm, f.wrote, remaining, MAGIC_BLANK)
             f.wrote = f.size
+            f.readahead(True)
             self.tail = (f.end, self.tail[1])
             self.files.append(nxt)
             f = nxt

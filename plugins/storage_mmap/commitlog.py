@@ -149,8 +149,6 @@ class CommitLog(MappedFileQueue):
         )
         if problem:
             raise StoreError(problem)
-        if self.files and not self.files[-1].full:
-            self.files[-1].readahead(False)  # the tail is written again (see MappedFile.readahead)
 
     # the put path reads these per record: the base class's properties themselves, no extra call
     min_offset = MappedFileQueue.start_offset
@@ -400,6 +398,8 @@ class CommitLog(MappedFileQueue):
         if f is not None:
             pos = end - f.start
             f.wrote = f.flushed = pos
+            if pos < f.size:
+                f.readahead(False)  # the tail is written again (see MappedFile.readahead)
             cut += _stale_extent(f, pos, span, zero=True)
         if cut > 0 and dirty and on_cut is not None:
             where = f.path if f is not None else self.dir

@@ -135,6 +135,7 @@ class MappedFileQueue:
             pos = offset - f.start
             zero_from(f, pos)
             f.wrote = pos
+            f.readahead(False)  # written again from here (see MappedFile.readahead)
             f.flushed = min(f.flushed, pos)
 
     def delete_first(self) -> MappedFile:

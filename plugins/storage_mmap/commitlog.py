@@ -164,7 +164,7 @@ class CommitLog(MappedFileQueue):
         except OSError:
             pass  # creating the file below reports the problem
         mf = self._prealloc.take(self._path(start), self.file_size)
-        mf.readahead(False)  # (an adopted file was opened for reading)
+        mf.readahead(False)  # every segment this log writes (see MappedFile.readahead)
         try:
             mf.reserve(mf.size)  # a no-op for a file created here; an adopted one may lack blocks
         except DiskFullError:

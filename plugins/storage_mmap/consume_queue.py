@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from rmq.kernel import RateLimitedLog
 from rmq.plugins.storage_mmap.file_queue import has_data
-from rmq.plugins.storage_mmap.lazy_queue import _FILES, LazyFileQueue, no_readahead
+from rmq.plugins.storage_mmap.lazy_queue import _FILES, LazyFileQueue
 from rmq.plugins.storage_mmap.mapped_file import MappedFile
 from rmq.plugins.storage_mmap.scan import MIN_RECORD
 
@@ -95,7 +95,7 @@ class ConsumeQueue(LazyFileQueue):
         self.parked = [(int(p.name), p, self.file_size, self.file_size, 0, False) for p in good]
 
     def _new_file(self, start: int) -> MappedFile:
-        return no_readahead(self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size)))
+        return self.open_new(start, reserve=min(RESERVE_CHUNK, self.file_size)).readahead(False)
 
     @property
     def max_offset(self) -> int:

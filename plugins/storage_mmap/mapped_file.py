@@ -139,14 +139,16 @@ class MappedFile:
             except (OSError, ValueError):  # an older kernel (< 5.14), a closed map: faults as before
                 self.populated = self.size
 
-    def readahead(self, on: bool) -> None:
-        """Off while the segment is written: a write fault then maps one page, where readahead's large
-        folios made each flush write a whole folio for a 1 KiB record (measured: SYNC_FLUSH dirtied
-        1.65 GB/s for 4 MB/s of messages, and send latency doubled). On again once it is full, for reads."""
+    def readahead(self, on: bool) -> MappedFile:
+        """Off for a file being written: a write fault then maps one page, where readahead's large folios
+        made each flush write a whole folio for a 1 KiB record (measured: SYNC_FLUSH dirtied 1.65 GB/s for
+        4 MB/s of messages) and filled megabytes of page cache with a sparse queue file's zeros (3 ms and
+        6 MB a queue at start-up). On again for a full commitlog segment, for reads."""
         try:
             self.mm.madvise(mmap.MADV_NORMAL if on else mmap.MADV_RANDOM)
-        except (OSError, ValueError):  # a closed map; a platform without madvise
+        except (AttributeError, OSError, ValueError):  # a platform without madvise; a closed map
             pass
+        return self
 
     @classmethod
     def open(cls, path: Path, size: int, create: bool = False, reserve: int | None = None) -> MappedFile:
@@ -287,7 +289,6 @@ class Preallocator:
         except DiskFullError as e:
             _limited.warning("prealloc", "pre-allocation of the next commitlog segment failed: %s", e.remark)
             raise
-        mf.readahead(False)
         return mf
 
     def adopt(self, mf: MappedFile) -> None:
@@ -312,9 +313,7 @@ class Preallocator:
                 pass  # try once more here: space may have been freed since
             except Exception as e:
                 log.warning("pre-allocation of %s failed (%s); creating synchronously", path, e)
-        mf = MappedFile.open(path, size, create=True, reserve=size if self._reserve else None)
-        mf.readahead(False)
-        return mf
+        return MappedFile.open(path, size, create=True, reserve=size if self._reserve else None)
 
     def discard_after(self, start: int) -> None:
         """Delete pre-created segments that would start after ``start`` (the log was cut shorter: a

@@ -71,14 +71,20 @@ def batch_cmd(body: bytes, queue_id: int, uniq: UniqIdGenerator, count: int) -> 
     return cmd
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by ``pid`` (Linux /proc; 0.0 elsewhere)."""
+def process_times(pid: int) -> tuple[float, float]:
+    """CPU seconds (user, system) used so far by ``pid`` (Linux /proc; zeros elsewhere)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return 0.0, 0.0
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid``."""
+    return sum(process_times(pid))
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -220,14 +226,15 @@ async def wake_latency(addr: str, n: int, size: int) -> list[float]:
 
 
 async def run_all(addr: str, args: argparse.Namespace, pid: int) -> dict[str, Any]:
-    cpu0, t0 = process_cpu(pid), time.perf_counter()
+    (u0, s0), t0 = process_times(pid), time.perf_counter()
     tput, mbps = await throughput(addr, args.messages, args.size, args.inflight, args.batch)
-    cpu, wall = process_cpu(pid) - cpu0, time.perf_counter() - t0
+    (u1, s1), wall = process_times(pid), time.perf_counter() - t0
+    cpu, sys_share = (u1 - u0) + (s1 - s0), (s1 - s0) / max((u1 - u0) + (s1 - s0), 1e-9)
     ctput, consumed = await consume(addr)
     lat = await sync_latency(addr, args.latency_count, args.size)
     wake = await wake_latency(addr, args.wake_count, args.size)
     return {"tput": tput, "mbps": mbps, "cpu_us": cpu / (args.messages + QUEUES) * 1e6, "cpu_share": cpu / wall,
-            "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
+            "sys_share": sys_share, "ctput": ctput, "consumed": consumed, "lat": lat, "wake": wake}
 
 
 async def pull_cpu(addr: str, args: argparse.Namespace, pid: int) -> dict[str, Any]:
@@ -409,7 +416,7 @@ def main() -> None:
                 proc.stop()
         print(f"{mode}:")
         print(f"  produce           {r['tput']:>10,.0f} msg/s  ({r['mbps']:.1f} MB/s; rmqd CPU {r['cpu_us']:.1f} µs/msg, "
-              f"{r['cpu_share'] * 100:.0f}% of a core)")
+              f"{r['cpu_share'] * 100:.0f}% of a core, {r['sys_share'] * 100:.0f}% of it in the kernel)")
         print(f"  consume (pull)    {r['ctput']:>10,.0f} msg/s  ({r['consumed']} messages, 8 queues, 32 per pull)")
         print(f"  sync send         p50 {statistics.median(r['lat']):7.0f} µs   p99 {pct(r['lat'], 0.99):7.0f} µs")
         print(f"  long-poll wake    p50 {statistics.median(r['wake']) / 1000:7.2f} ms   "

@@ -671,8 +671,15 @@ _ALL: tuple[tuple[type[Target], str], ...] = (
     (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"))
 
 
+def _all() -> tuple[tuple[type[Target], str], ...]:
+    """The targets here and those in the modules beside this one (which import from it: loaded late)."""
+    from rmq.testing.fuzztargets_reput import ReputPut
+
+    return (*_ALL, (ReputPut, "store"))
+
+
 def target_names() -> list[str]:
-    return [cls.name for cls, _ in _ALL]
+    return [cls.name for cls, _ in _all()]
 
 
 def make_targets(only: list[str] | None = None) -> list[Target]:
@@ -685,4 +692,4 @@ def make_targets(only: list[str] | None = None) -> list[Target]:
     unknown = set(only or ()) - set(target_names())
     if unknown:
         raise ValueError(f"no fuzz target {sorted(unknown)}; there are {target_names()}")
-    return [cls(codec if kind == "codec" else store) for cls, kind in _ALL if not only or cls.name in only]
+    return [cls(codec if kind == "codec" else store) for cls, kind in _all() if not only or cls.name in only]

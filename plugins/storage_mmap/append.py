@@ -140,8 +140,7 @@ class Appender:
             f.populate_ahead(wrote)
         self.commitlog.tail = (f.start + wrote, ts)
         self.n_put += n
-        if self.reput.idle:
-            self.reput.wake()
+        self.reput.put_done()
 
     def append(
         self, batch: Sequence[MessageRecord], measured: Sequence[Measured] | None = None, total: int = 0
@@ -210,10 +209,12 @@ class Appender:
             self.n_failed += 1
             what = "a record field" if n == 1 else "a batch member's field"
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"{what} is out of range: {failed}")
-        self._stored(f, pos + total, n, ts)
         if n == 1:
+            self._stored(f, pos + total, n, ts)
             return PutResult(_OK, phys, total, qoff, 1, ts)
-        return PutResult(_OK, phys, total, qoff, n, ts, [h[0] for h in self.handoff[handed:]])
+        offsets = [h[0] for h in self.handoff[handed:]]  # before _stored: it may dispatch them
+        self._stored(f, pos + total, n, ts)
+        return PutResult(_OK, phys, total, qoff, n, ts, offsets)
 
     def _write(self, mm: Any, pos: int, total: int, batch: Sequence[MessageRecord], measured: Any, phys: int,
                topic: str, qid: int, qoff: int, step: int, ts: int) -> struct.error | None:

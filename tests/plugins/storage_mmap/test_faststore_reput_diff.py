@@ -274,3 +274,39 @@ def test_attached_dispatchers_get_the_requests_of_the_regular_path(tmp_path: Pat
         assert _derived(tmp_path / "lazy") == _derived(tmp_path / "pure") == _derived(tmp_path / "plain")
 
     anyio.run(main)
+
+
+def test_a_sleeping_reput_dispatches_on_the_puts_stack(tmp_path: Path) -> None:
+    """A put while the reput sleeps is dispatched before ``append`` returns on the direct path (no task
+    step); the pure path, a confirm offset or a new queue leave it to the reput's loop, woken."""
+    assert FAST is not None or not compiler_present()
+
+    async def main() -> None:
+        async with open_store(tmp_path / "fast", **SMALL_INDEX) as fast, open_store(tmp_path / "pure", **SMALL_INDEX) as pure:
+            _serve(fast, FAST)
+            _serve(pure, None)
+            m = MessageRecord("TopicA", 0, b"x", properties="KEYS\x01k\x02", born_host=V4, store_timestamp=1700000000000)
+            for s in (fast, pure):
+                s.appender.append([m])  # a new queue: the loop's
+                await s.wait_dispatched()
+                for _ in range(1000):  # the loop goes to sleep in a turn or two
+                    if s.reput.idle:
+                        break
+                    await anyio.lowlevel.checkpoint()
+                assert s.reput.idle
+            for s in (fast, pure):  # no await from here to the checks: nobody else runs
+                s.appender.append([m])
+            assert fast.reput.offset == fast.commitlog.max_offset and not fast.reput.handoff and fast.reput.idle
+            assert (pure.reput.offset < pure.commitlog.max_offset and pure.reput.handoff) or FAST is None
+            assert not pure.reput.idle
+            fast.reput.set_bound(fast.reput.offset)  # controller mode: dispatch held at the confirm offset
+            for s in (fast, pure):
+                s.appender.append([m])
+            assert fast.reput.handoff and not fast.reput.idle
+            fast.reput.set_bound(None)
+            for s in (fast, pure):
+                await s.wait_dispatched()
+                assert s.reput.offset == s.commitlog.max_offset
+            assert _derived(tmp_path / "fast") == _derived(tmp_path / "pure")
+
+    anyio.run(main)

@@ -34,6 +34,7 @@ from rmq.plugins.remoting_tcp.core import WRITE_HIGH_WATER, ConnectionCore, addr
 from rmq.protocol.command import HeldAnswer, RemotingClosedError, RemotingCommand
 from rmq.protocol.frame import FrameDecoder
 from rmq.protocol.names import printable
+from rmq.protocol.session import WAITING
 
 if TYPE_CHECKING:
     from rmq.kernel import RequestHandler
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 # 500-message batch takes a few ms, and a peer pipelining dozens would otherwise stall every
 # other peer for a sizeable part of waitTimeMillsInSendQueue (200 ms), tripping flow control.
 TURN_BUDGET = 0.005
+_NEVER = float("inf")
 
 
 def _wake(fut: asyncio.Future[None] | None) -> None:
@@ -174,6 +176,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._split = False  # the last request served suspended: a task per request (see _serve_many)
         self._held: Any = None  # the watermark a held answer of the requests being served waits on
         self._idle_handle: asyncio.TimerHandle | None = None
+        self._expiry: asyncio.TimerHandle | None = None  # the one timer of this connection's request deadlines
+        self._expiry_at = _NEVER  # the deadline it is armed for
         self._done = self._loop.create_future()
         self.write_through = False  # requests written at once (the client side), not gathered per turn
         # the compiled send path (a handler's, see plugins/broker/fastsend.py): None not given (yet), False never
@@ -186,7 +190,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         woken: asyncio.Future[None] = self._loop.create_future()
         now = time.monotonic()
         pending, head, body = self._session.send_request(cmd, timeout, now, woken)
-        timer = self._loop.call_later(max(timeout, 0), self._expire_at, now + timeout)
+        if pending.deadline < self._expiry_at:  # the connection's one timer, armed for the earliest deadline
+            self._arm_expiry(pending.deadline, max(timeout, 0.0))
         try:
             if self.write_through:
                 self._write_now(head, body)
@@ -194,8 +199,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
                 self._queue(head, body)
             await woken
         finally:
-            timer.cancel()
-            self._session.discard(pending)  # cancelled or failed: a late response is dropped
+            if pending.state is WAITING:
+                self._session.discard(pending)  # cancelled or failed: a late response is dropped
         return self._outcome(pending, cmd, timeout)
 
     async def aclose(self) -> None:
@@ -374,6 +379,9 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         if self._idle_handle is not None:
             self._idle_handle.cancel()
             self._idle_handle = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self._wbuf = []
         self._transport = None
         if not self._done.done():
@@ -449,18 +457,28 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             if settle is not None:
                 settle()
 
-    def _expire(self) -> None:
-        for pending in self._session.expire(time.monotonic()):
-            _wake(pending.token)
+    def _arm_expiry(self, deadline: float, delay: float) -> None:
+        """(Re-)arm the connection's one expiry timer: a timer per request cost a ``TimerHandle``, a heap push
+        and a cancel on every send; the session already keeps the deadlines in a heap."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = deadline
+        self._expiry = self._loop.call_later(delay, self._expire_due)
 
-    def _expire_at(self, deadline: float) -> None:
-        """A request's timer: uvloop may fire up to a millisecond early (it rounds to ms), so an
-        early call re-arms itself rather than leave the request waiting for no other wake-up."""
+    def _expire_due(self) -> None:
+        """The earliest deadline came: fail what is due, re-arm for the next live one. uvloop may fire up to
+        a millisecond early (it rounds to ms): the deadline fired for, still pending, gets a millisecond more
+        rather than be left waiting for no other wake-up."""
+        fired_for = self._expiry_at
+        self._expiry = None
+        self._expiry_at = _NEVER
         now = time.monotonic()
-        if now < deadline:
-            self._loop.call_later(deadline - now + 0.001, self._expire_at, deadline)
-            return
-        self._expire()
+        session = self._session
+        for pending in session.expire(now):
+            _wake(pending.token)
+        nxt = session.next_deadline  # after expire(): a live request's (stale entries above it are gone)
+        if nxt is not None and not self._closed:
+            self._arm_expiry(nxt, nxt - now + (0.001 if nxt <= fired_for else 0.0))
 
     def _idle_check(self) -> None:
         self._idle_handle = None

@@ -1,5 +1,5 @@
-"""A client connection's request deadlines (one timer per connection, not one per request), on asyncio
-and uvloop."""
+"""A client connection's request deadlines (one timer per connection, not one per request) and its
+request writes (a burst issued in one loop turn leaves in fewer writes), on asyncio and uvloop."""
 
 from __future__ import annotations
 
@@ -64,3 +64,34 @@ async def test_timeouts_fire_in_deadline_order_whatever_the_order_sent() -> None
             for name, timeout in (("short", 0.25), ("middle", 0.6), ("long", 1.2)):
                 assert timeout <= took[name] < timeout + SLACK, (name, took)
             assert conn._session.pending == 0  # noqa: SLF001
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_requests_leaves_in_fewer_writes_each_answered_once() -> None:
+    """Requests issued in one loop turn: the first is written at once, the rest join one write at the
+    turn's end; every one gets its own answer."""
+    with anyio.fail_after(20):
+        async with serving() as srv, client() as c:
+            conn = await c.connection(f"127.0.0.1:{srv.port}")
+            transport = conn._transport  # noqa: SLF001
+            writes = {"n": 0}
+            real_write = transport.write
+
+            def counting_write(data: bytes) -> None:
+                writes["n"] += 1
+                real_write(data)
+
+            conn._transport = type("Counting", (), {  # noqa: SLF001 - a view of the real transport
+                "write": staticmethod(counting_write), "is_closing": transport.is_closing,
+                "__getattr__": lambda _self, name: getattr(transport, name)})()
+            echoed: dict[int, str] = {}
+
+            async def one(i: int) -> None:
+                echoed[i] = (await conn.send_request(req(id=str(i)), 5.0)).ext["echo"]
+
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(one, i)
+            assert echoed == {i: str(i) for i in range(50)}
+            assert 0 < writes["n"] < 50
+            conn._transport = transport  # noqa: SLF001

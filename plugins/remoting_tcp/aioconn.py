@@ -179,7 +179,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._expiry: asyncio.TimerHandle | None = None  # the one timer of this connection's request deadlines
         self._expiry_at = _NEVER  # the deadline it is armed for
         self._done = self._loop.create_future()
-        self.write_through = False  # requests written at once (the client side), not gathered per turn
+        self.write_through = False  # the client side: a turn's first request written at once (see _write_now)
         # the compiled send path (a handler's, see plugins/broker/fastsend.py): None not given (yet), False never
         self.fast_send: Any = None
 

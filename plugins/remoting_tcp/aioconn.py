@@ -167,6 +167,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
+        self._wrote = False  # a request was written through since the last read (see _write_now)
         self._paused = False
         self._tasks: dict[int, asyncio.Task[None]] = {}  # request tasks, cancelled on close
         # tasks created whose requests have not begun: a request runs to its first suspension when its task
@@ -256,11 +257,11 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._queue(head, body)
 
     def _write_now(self, head: bytes, body: bytes) -> None:
-        """A client's request: the first of a loop turn leaves at once (no added latency for a lone
-        request; requests spread over time keep the broker and the client working side by side), the
-        ones issued after it in the same turn are gathered into one write at the turn's end (one
-        syscall for a burst of sends rather than one each)."""
-        if self._flush_scheduled:  # a frame already left or is queued this turn: join the turn's write
+        """A client's request: the first since the last read leaves at once (no added latency for a
+        lone request, nor a callback: requests spread over time keep the broker and the client working
+        side by side), later ones join the loop turn's one write (one syscall for a burst of sends
+        rather than one each)."""
+        if self._flush_scheduled or self._wrote:  # a frame already left since the last read: join the turn's write
             self._queue(head, body)
             return
         transport = self._transport
@@ -272,8 +273,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             self._fail(f"write failed: {exc!r}")
             raise RemotingClosedError(f"write to {self.peer} failed: {exc!r}") from None
         self._last_activity = time.monotonic()
-        self._flush_scheduled = True
-        self._loop.call_soon(self._flush)
+        self._wrote = True
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -330,6 +330,7 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_activity = time.monotonic()
+        self._wrote = False
         try:
             if self.fast_send and not self._unstarted and not self._closed:
                 data = self._serve_fast(data)  # type: ignore[assignment]

@@ -13,7 +13,8 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-
 _SOURCES = {
     "_fastframe": ["protocol/_fastframe.c"],
     "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c", "protocol/_faststore_send.c",
-                   "protocol/_faststore_batch.c", "protocol/_faststore_reput.c", "protocol/_faststore_pull.c"],
+                   "protocol/_faststore_batch.c", "protocol/_faststore_reput.c", "protocol/_faststore_pull.c",
+                   "protocol/_faststore_pullreq.c"],
 }
 
 setup(

@@ -507,6 +507,7 @@ static PyMethodDef methods[] = {
     {"send_serve", send_serve, METH_VARARGS, "A read's leading common-case sends stored and answered (_faststore_send.c)."},
     {"reput_put", reput_put, METH_VARARGS, "Consume-queue units and index entries for a run of hand-offs (_faststore_reput.c)."},
     {"scan", pull_scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
+    {"pull_decode", pull_decode, METH_VARARGS, "A PULL_MESSAGE request's fields in its common shape (_faststore_pullreq.c), or None."},
     {"pull_join", pull_join, METH_VARARGS, "A pull's records by tag codes in one body (_faststore_pull.c), or None."},
     {NULL, NULL, 0, NULL},
 };

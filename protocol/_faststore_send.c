@@ -35,9 +35,6 @@
 #include "_faststore.h"
 #include "_faststore_send.h"
 
-#define MAX_EXT 24
-
-typedef struct { const unsigned char *p; Py_ssize_t n; int esc; } Span; /* a JSON string's raw content */
 
 /* The fields of a send request the fast path reads, by SendKeys position. */
 enum { K_TOPIC, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_BATCH, N_KEYS };
@@ -58,13 +55,6 @@ static int field_of(const Span *k, int v2, const char *const *names) {
             return i;
     return -1;
 }
-
-typedef struct {
-    long long code, opaque, flag;
-    int has_code, has_opaque, has_flag;
-    int n_ext;
-    Span ek[MAX_EXT], ev[MAX_EXT];
-} Head;
 
 /* A JSON string at *pp (after its opening quote) up to its closing quote, within end: its raw span;
  * escapes are checked (only the ones json accepts, \u to ASCII), raw bytes must be printable ASCII.
@@ -102,7 +92,7 @@ static int scan_str(const unsigned char **pp, const unsigned char *end, Span *ou
 }
 
 /* The decoded bytes of a span into buf (room for sp->n bytes: decoding never grows); its length. */
-static Py_ssize_t unescape(const Span *sp, unsigned char *buf) {
+Py_ssize_t unescape(const Span *sp, unsigned char *buf) {
     if (!sp->esc) {
         memcpy(buf, sp->p, (size_t)sp->n);
         return sp->n;
@@ -151,7 +141,7 @@ static int key_is(const Span *k, const char *name) {
 }
 
 /* The header [p, end) in the plain shape; 0 when anything is otherwise (the pure decoder decides). */
-static int parse_head(const unsigned char *p, const unsigned char *end, Head *h) {
+int parse_head(const unsigned char *p, const unsigned char *end, Head *h) {
     memset(h, 0, sizeof(*h));
     int seen = 0; /* bit per top-level key */
     if (p >= end || *p++ != '{') return 0;

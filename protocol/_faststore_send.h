@@ -7,6 +7,22 @@
 #include <string.h>
 
 #define MAX_PROPS 32767
+#define MAX_EXT 24
+
+typedef struct { const unsigned char *p; Py_ssize_t n; int esc; } Span; /* a JSON string's raw content */
+
+/* A request header in the plain JSON shape (parse_head): its top-level numbers and its extFields' spans. */
+typedef struct {
+    long long code, opaque, flag;
+    int has_code, has_opaque, has_flag;
+    int n_ext;
+    Span ek[MAX_EXT], ev[MAX_EXT];
+} Head;
+
+/* The header [p, end) in the plain shape the clients write (_faststore_send.c); 0 when anything is otherwise. */
+int parse_head(const unsigned char *p, const unsigned char *end, Head *h);
+/* A span's decoded bytes into buf (room for sp->n bytes); their length. */
+Py_ssize_t unescape(const Span *sp, unsigned char *buf);
 
 /* The first ``needle`` in p[0, n) (glibc's memmem: pyconfig.h defines _GNU_SOURCE), or NULL. */
 static inline const unsigned char *find(const unsigned char *p, Py_ssize_t n, const char *needle) {

@@ -325,6 +325,8 @@ class AdminProcessor(TableProcessor):
             "pullHeld": str(b.hold.held),
         }
         table.update(self._runtime_extra())
+        pulls = getattr(b, "pull_processor", None)  # pulls decoded and answered per read (fastpull), not per task
+        table["compiledPullRequests"] = str(pulls.fast.served if pulls is not None else 0)
         stats = getattr(b, "stats", None)
         if stats is not None:  # RocketMQ's keys: putTps, getTransferedTps, msgPutTotalTodayNow...
             table.update(stats.runtime())

@@ -492,7 +492,7 @@ class BrokerController:
             log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s; send path: %s; pull path: %s",
                      cfg.brokerName, cfg.brokerRole, cfg.brokerClusterName, self.broker_addr,
                      ";".join(addrs) or "(none)", self.send_processor.fast.decide(registry),
-                     self.pull_processor.decide())
+                     self.pull_processor.decide(registry))
             yield self
             log.info("broker %s shutting down", cfg.brokerName)
             self.hold.wake_all()

@@ -1,7 +1,7 @@
 """The compiled send path's broker half (issue #30): which connections it serves, and its per-read bookkeeping.
 
 A connection that can take whole reads (the asyncio transport: ``fast_send`` slot) gets a fast-send
-callable after its first send the Python path stored, when nothing must see each request: no
+half (``fastpull.FastReads.send``) after its first send the Python path stored, when nothing must see each request: no
 interceptor but the kernel's loopback admin guard (ACL, a third party's), SEND_MESSAGE(_V2) and
 SEND_BATCH_MESSAGE still served by this processor, no put stage outside the properties the compiled path refuses anyway, an
 IPv4 peer, a store whose append is compiled and whose flushes are asynchronous. Per read it then
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from rmq.plugins.broker.fastpull import attach, wants
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import DEFAULT_VERSION
@@ -90,23 +91,23 @@ class FastSend:
         return cluster, _plain(b.msg_id_prefix), _plain(b.config.regionId), _plain(b.trace_on), DEFAULT_VERSION
 
     def install(self, conn: Connection) -> None:
-        """Give ``conn`` its fast-send callable (a connection that supports it, an IPv4 peer)."""
-        if self.why_not():
+        """Give ``conn`` its fast-send half (a connection that supports it, an IPv4 peer)."""
+        if self.why_not() or not wants(conn, "send"):
             return
         born = self.ctx.born_host(conn)
         if len(born) != 8:
-            conn.fast_send = False  # type: ignore[attr-defined]
+            attach(conn, "send", False)
             return
         answer = self._answer_parts()
         serve = self.serve
 
-        def fast_send(src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
-            return serve(src, max_frame, born, answer)
+        def fast_send(src: Any, pos: int, max_frame: int) -> tuple[int, bytes | None, Any]:
+            return serve(src, pos, max_frame, born, answer)
 
-        conn.fast_send = fast_send  # type: ignore[attr-defined]
+        attach(conn, "send", fast_send)
 
-    def serve(self, src: Any, max_frame: int, born: bytes, answer: tuple[Any, ...]) -> tuple[int, bytes | None, Any]:
-        """One read: where the compiled path stopped in ``src``, its answers and, under SYNC_FLUSH, what they wait
+    def serve(self, src: Any, pos: int, max_frame: int, born: bytes, answer: tuple[Any, ...]) -> tuple[int, bytes | None, Any]:
+        """One read from ``pos``: where the compiled path stopped in ``src``, its answers and, under SYNC_FLUSH, what they wait
         for: (watermark, offset, timeout, late code), as a ``HeldAnswer``'s (what send.py checks per request that
         may change at run time is checked here per read)."""
         b = self.ctx
@@ -114,11 +115,11 @@ class FastSend:
         cfg = b.config
         if (not b.accepts_writes or b.is_slave or (b.sync_master and b.replication is not None)  # type: ignore[attr-defined]
                 or proc.flow.stalled() or proc.inflight >= cfg.sendThreadPoolQueueCapacity):
-            return 0, None, None
-        done = b.store.serve_sends(src, 0, max_frame, b.topics.table, NOT_ALLOWED_SEND, born,  # type: ignore[attr-defined]
+            return pos, None, None
+        done = b.store.serve_sends(src, pos, max_frame, b.topics.table, NOT_ALLOWED_SEND, born,  # type: ignore[attr-defined]
                                    cfg.maxMessageSize, answer)
         if done is None:
-            return 0, None, None
+            return pos, None, None
         pos, answers, counts, hold = done
         st = b.stats
         if st is not None:

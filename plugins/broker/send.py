@@ -14,6 +14,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import MessageRecord, PutResult, PutStatus, RateLimitedLog
+from rmq.plugins.broker.fastpull import wants
 from rmq.plugins.broker.fastsend import FastSend
 from rmq.plugins.broker.flowcontrol import SendFlowControl
 from rmq.plugins.broker.topics import NOT_ALLOWED_SEND, TopicConfig
@@ -233,7 +234,7 @@ class SendProcessor:
             }
             if extra:
                 fields.update(extra)
-            if getattr(conn, "fast_send", False) is None:
+            if wants(conn, "send"):
                 self.fast.install(conn)
             if result.durable_at:
                 return cmd.response(0, None, fields).held_until(
@@ -335,7 +336,7 @@ class SendProcessor:
         if result.status is PutStatus.PUT_OK:
             if b.stats is not None:
                 b.stats.put(topic, len(recs), len(body))
-            if getattr(conn, "fast_send", False) is None:  # a producer that only sends batches
+            if wants(conn, "send"):  # a producer that only sends batches
                 self.fast.install(conn)
         resp = self._answer(cmd, queue_id, result, result.physical_offsets)
         if result.durable_at:

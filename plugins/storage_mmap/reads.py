@@ -8,12 +8,14 @@ Missing, expired or corrupt data reads as RocketMQ's statuses, never as an excep
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import GetResult, GetStatus
 from rmq.plugins.storage_mmap.codec import RECORD_OVERHEAD, record_properties, store_timestamp_at
 from rmq.plugins.storage_mmap.consume_queue import INT_MAX, UNIT, UNIT_SIZE
 from rmq.protocol import storepath
+from rmq.protocol.record import PHYSICAL_OFFSET
 from rmq.protocol.storeread import StoreReads, pull_scan_units
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from rmq.roles import BrokerConfig
 
 _MIN = -(1 << 63)
+_PHYS = struct.Struct(">q")
 
 
 class StoreReader(StoreReads):
@@ -58,9 +61,9 @@ class StoreReader(StoreReads):
 
     def get_joined(self, topic: str, queue_id: int, offset: int, max_count: int,
                    message_filter: MessageFilter | None, codes: frozenset[int] | None,
-                   max_bytes: int) -> tuple[GetResult, bytes, int, int | bytes]:
+                   max_bytes: int) -> tuple[GetResult, bytes, int, int]:
         """``get_messages`` with the records found in one body: (the result without its messages, the body,
-        how many records, the last one's PHYSICAL_OFFSET -- or that record, from the pure loop -- or -1).
+        how many records, the last one's PHYSICAL_OFFSET or -1).
         ``codes`` are ``message_filter``'s TAG hash codes (None: it matches everything), which the compiled
         walk (``pull_join``) matches without a Python object per message; the pure loop serves where that
         walk is absent or declines."""
@@ -80,7 +83,7 @@ class StoreReader(StoreReads):
             res = self._pull(cq, offset, max_count, message_filter, max_bytes, mn, mx)
             msgs, res.messages = res.messages, []
             self._found(len(msgs))
-            return res, b"".join(msgs), len(msgs), msgs[-1] if msgs else -1
+            return res, b"".join(msgs), len(msgs), _PHYS.unpack_from(msgs[-1], PHYSICAL_OFFSET)[0] if msgs else -1
         i, body, n, total, removing, last = got
         self.n_joined += 1
         self._found(n)

@@ -1,4 +1,5 @@
-"""The compiled pull walk (``_faststore.pull_join`` behind pull.py's ``decide``) against the pure path.
+"""Compiled pulls (the walk ``_faststore.pull_join`` behind pull.py's ``decide``, the per-read requests of
+``fastpull``: ``_faststore.pull_decode``) against the pure path.
 
 One rmqd stores a few hundred messages (tags TagA/TagB/TagC or none, bodies up to 3 KiB, four queues of
 one topic and one of another), stops, and its store is copied: the copy serves an ``RMQ_PURE=1`` rmqd
@@ -7,13 +8,17 @@ hold the same bytes. Both get the same pull streams on one raw connection each -
 the end, past it, negative; max counts 0 to 100; TAG subscriptions of one, two or unknown tags,
 subscribe-all, SQL92 (refused: property filters are off), the group's heartbeat subscription instead of
 the pull's own; commit offsets; unknown topics, groups and queue ids; headers with fields missing or
-not numbers -- and must answer every pull alike, byte for byte (compared by opaque), and end with the
+not numbers; the C++ client's header shape (JSON numbers, ACL fields, a newline) and hostile ones (spaces,
+duplicate or escaped keys, non-ASCII, other top-level keys, a body, oneway); pulls that suspend (long polls
+of a few milliseconds); sends between them in one read; frames cut anywhere, or at every byte -- and must
+answer every pull alike, byte for byte (compared by opaque), and end with the
 same consumer offsets, store get counters and per-group get statistics.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -28,11 +33,11 @@ from rmq.protocol.frame import decode, encode
 from rmq.testing.daemon import RmqdProcess, eventually, runtime_info
 from rmq.testing.fuzz import compiler_present, fuzz_settings
 
-from .test_fastsend_diff import Peer, _admin, _cmd
+from .test_fastsend_diff import Peer, _admin, _cmd, _frame, _header
 
 pytestmark = pytest.mark.integration
 
-TOPICS = {"PullT": 4, "PullU": 1}
+TOPICS = {"PullT": 4, "PullU": 1, "SendT": 2}  # SendT: sends between the pulls (not pulled: the reput races them)
 TAGS = ["TagA", "TagB", "TagC", None]
 GROUPS = ["g1", "g2", "hb", "nosuchgroup"]
 # slaveReadEnable with no memory for messages: every found pull but one of the last record suggests the
@@ -54,7 +59,7 @@ def _store_messages(peer: Peer) -> None:
         assert r.code == 0, r
     frames = []
     for i in range(300):
-        topic = "PullT" if i % 7 else "PullU"
+        topic = "PullT" if i % 7 else "PullU"  # (SendT stays empty here)
         tag = TAGS[i * 5 % 4]
         props = ("" if tag is None else f"TAGS\x01{tag}\x02") + f"KEYS\x01k{i}\x02WAIT\x01true"
         frames.append(encode(_cmd(RequestCode.SEND_MESSAGE_V2, {
@@ -99,6 +104,7 @@ def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Peer
         pair = (Peer(pure.start()), Peer(fast.start()))
         for peer in pair:
             _heartbeat(peer)
+            peer.prefix = f"7F000001{peer.port:08X}"  # the message ids' broker address (sends to SendT)
         yield pair
 
 
@@ -115,31 +121,75 @@ def test_the_start_line_says_which_path_serves_pulls(peers: tuple[Peer, Peer]) -
 @st.composite
 def pull_frame(draw: Callable[..., Any], opaque: int) -> bytes:
     topic = draw(st.sampled_from(["PullT", "PullT", "PullU", "NoSuchT"]))
+    suspend = draw(st.sampled_from(["0", "0", "0", "15", "40"]))  # a long poll of a few ms: held, then answered
     ext: dict[str, str] = {
         "consumerGroup": draw(st.sampled_from(GROUPS)), "topic": topic,
         "queueId": str(draw(st.sampled_from([0, 1, 2, 3, 0, 4, -1]))),
         "queueOffset": str(draw(st.one_of(st.integers(0, 80), st.sampled_from([-1, 0, 10**6])))),
         "maxMsgNums": str(draw(st.sampled_from([32, 32, 1, 3, 0, 100]))),
-        # SUBSCRIPTION (4) mostly, COMMIT_OFFSET (1), SUSPEND (2) without a wait
-        "sysFlag": str(draw(st.sampled_from([4, 4, 5, 6, 7, 0, 1]))),
-        "commitOffset": str(draw(st.sampled_from([0, 5, 17, -1]))), "suspendTimeoutMillis": "0",
+        # SUBSCRIPTION (4) mostly, COMMIT_OFFSET (1), SUSPEND (2)
+        "sysFlag": str(draw(st.sampled_from([4, 4, 5, 6, 7, 0, 1, 2, 3]))),
+        "commitOffset": str(draw(st.sampled_from([0, 5, 17, -1]))), "suspendTimeoutMillis": suspend,
         "subscription": draw(st.sampled_from(["*", "TagA", "TagA || TagB", "TagC||NoTag", "NoTag", "", "a > 1"])),
         "subVersion": str(draw(st.sampled_from([0, 5, 9]))),
     }
     if ext["subscription"] == "a > 1":
         ext["expressionType"] = "SQL92"
-    for k in draw(st.lists(st.sampled_from(["queueOffset", "maxMsgNums", "sysFlag", "queueId"]), max_size=1)):
-        if draw(st.booleans()):
+    for k in draw(st.lists(st.sampled_from(["queueOffset", "maxMsgNums", "sysFlag", "queueId", "commitOffset",
+                                            "suspendTimeoutMillis", "subVersion", "consumerGroup"]), max_size=1)):
+        how = draw(st.sampled_from(["drop", "x1", "", "+3", "007", "-0", "99999999999", "9" * 20]))
+        if how == "drop":
             ext.pop(k)
         else:
-            ext[k] = "x1"
+            ext[k] = how
     code = draw(st.sampled_from([RequestCode.PULL_MESSAGE] * 5 + [361]))  # and LITE_PULL_MESSAGE
-    return encode(_cmd(code, ext, opaque=opaque))
+    shape = draw(st.sampled_from(["rmq"] * 6 + ["java"] * 3 + ["cpp"] * 3 + [
+        "oneway", "space", "dupkey", "escape", "unicode", "extra", "body", "bignum", "numkey"]))
+    if shape == "rmq":
+        return encode(_cmd(code, ext, opaque=opaque))
+    if shape == "cpp" or shape == "bignum":
+        return _frame(_cpp_pull(code, ext, opaque, shape == "bignum"))
+    top: dict[str, Any] = {"extra": {"other": 1}, "body": {}}.get(shape, {})
+    head = _header(code, ext, opaque, 2 if shape == "oneway" else 0, **top)
+    if shape == "space":
+        head = head.replace(b",", b", ", 1)
+    elif shape == "dupkey":
+        head = head.replace(b'"extFields":{', b'"extFields":{"topic":"PullU",')
+    elif shape == "escape":
+        head = head.replace(b'"topic":"PullT"', b'"topic":"Pull\\u0054"').replace(b'"consumerGroup"', b'"consumer\\u0047roup"')
+    elif shape == "unicode":
+        head = head.replace(b'"subscription":"', '"subscription":"é||'.encode())
+    elif shape == "numkey":
+        head = head.replace(b'"maxMsgNums":"', b'"maxMsgNums":7,"x":"')
+    return _frame(head, b"body" if shape == "body" else b"")
+
+
+_CPP_NUMBERS = frozenset(("queueId", "maxMsgNums", "sysFlag"))
+
+
+def _cpp_pull(code: int, ext: dict[str, str], opaque: int, big: bool = False) -> bytes:
+    """A pull header in the C++ client's shape: its int fields as JSON numbers (``big``: queueOffset too, past a
+    Java int), its ACL fields, "language":"CPP", an empty remark and a newline."""
+    ext = {k: int(v) if k in _CPP_NUMBERS and re.fullmatch(r"-?(0|[1-9][0-9]{0,8})", v) else v for k, v in ext.items()}
+    if big:
+        ext["queueOffset"] = 4294967296  # type: ignore[assignment]
+    ext.update({"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "krJQ75CNiuMQmieI+kuoT7R8fFc="})
+    h = {"code": code, "extFields": ext, "flag": 0, "language": "CPP", "opaque": opaque, "remark": "", "version": 63}
+    return json.dumps(h, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+
+
+@st.composite
+def send_frame(draw: Callable[..., Any], opaque: int) -> bytes:
+    """A common-case send to SendT (served by the compiled send path) between the pulls of a read."""
+    ext = {"a": "pg", "b": "SendT", "e": str(draw(st.integers(0, 1))), "f": "0", "g": "1700000000000", "h": "0",
+           "i": "TAGS\x01TagA\x02WAIT\x01true"}
+    return encode(_cmd(RequestCode.SEND_MESSAGE_V2, ext, draw(st.binary(min_size=1, max_size=40)), opaque=opaque))
 
 
 @st.composite
 def streams(draw: Callable[..., Any]) -> tuple[bytes, list[int]]:
-    frames = [draw(pull_frame(1000 + i)) for i in range(draw(st.integers(1, 12)))]
+    n = draw(st.integers(1, 12))
+    frames = [draw(send_frame(1000 + i) if draw(st.integers(0, 5)) == 0 else pull_frame(1000 + i)) for i in range(n)]
     data = b"".join(frames)
     return data, sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
 
@@ -183,10 +233,19 @@ def test_compiled_and_pure_pulls_agree(peers: tuple[Peer, Peer]) -> None:
         assert not diff, diff[0]
 
     same(given(streams())(check))()
+    # cut at every byte: a read of one byte or a few, each frame completed across reads
+    check((b"".join([encode(_cmd(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g1", "topic": "PullT", "queueId": "1", "queueOffset": str(i), "maxMsgNums": "4",
+        "sysFlag": "5", "commitOffset": str(i), "subscription": "TagA || TagB"}, opaque=5000 + i)) for i in range(4)]
+        + [_frame(_cpp_pull(RequestCode.PULL_MESSAGE, {"consumerGroup": "g2", "topic": "PullU", "queueId": "0",
+                                                       "queueOffset": "3", "maxMsgNums": "2", "sysFlag": "4"}, 5010))]),
+           list(range(1, 1500))))
     assert _offsets(pure) == _offsets(fast)
-    assert runtime_info(pure.proc.broker_addr)["store.compiled_pulls"] == "0"
+    pure_info, fast_info = runtime_info(pure.proc.broker_addr), runtime_info(fast.proc.broker_addr)
+    assert pure_info["store.compiled_pulls"] == "0" and pure_info["compiledPullRequests"] == "0"
     if compiler_present():
-        assert int(runtime_info(fast.proc.broker_addr)["store.compiled_pulls"]) > 0
+        assert int(fast_info["store.compiled_pulls"]) > 0
+        assert int(fast_info["compiledPullRequests"]) > 0
 
     def same_gets() -> bool | None:  # a group's statistics series starts at its first 1 s sample
         want = _gets(pure)

@@ -1,0 +1,161 @@
+"""Per-request compiled pulls (issue #30): a read's PULL_MESSAGEs served without a RemotingCommand or a task.
+
+A connection that takes whole reads (the asyncio transport's ``fast_send`` slot) gets a ``FastReads`` after
+its first send or pull the Python path served: per read it serves the leading common-case sends
+(``fastsend.FastSend``, one compiled call) and pulls, alternately, until a frame neither serves; that frame
+and all after it take the Python path, as before. A pull is decoded by ``_faststore.pull_decode`` (the
+plain JSON shape the Java, C++ and rmq clients write) into its fields; ``PullProcessor.plan`` -- the one
+place that decides, shared with the Python path -- refuses it or reads the store (the compiled walk's one
+body); an answer that needs nothing awaited is encoded at once. A pull that would suspend (long polling),
+move its offset (the OFFSET_MOVED_EVENT is stored, awaited) or fail is left, untouched, to the Python path,
+which decides it again from the start: nothing was changed (the reads that hand a pull over found nothing).
+Static reasons (interceptors that see every request, another PULL_MESSAGE handler, RMQ_PURE_PULL, no
+compiled walk or decoder) keep every pull on the Python path; a slave, whose offsets and answers differ,
+too, checked per read. tests/plugins/broker/test_fastpull_diff.py compares both paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rmq.protocol import storepath
+from rmq.protocol.codes import RequestCode, ResponseCode
+from rmq.protocol.command import RemotingCommand
+from rmq.protocol.common import PullFlag
+from rmq.protocol.frame import encode_parts
+
+if TYPE_CHECKING:
+    from rmq.kernel import Connection
+    from rmq.plugins.broker.context import ProcessorContext
+    from rmq.plugins.broker.pull import PullProcessor
+
+_MOVED, COMMIT_OFFSET = ResponseCode.PULL_OFFSET_MOVED, PullFlag.COMMIT_OFFSET
+_PULLS = (RequestCode.PULL_MESSAGE, 361)  # and LITE_PULL_MESSAGE, served alike
+_GUARD = "LoopbackAdminGuard"  # the kernel's interceptor: it looks at admin codes only
+_DECODE: Any = getattr(storepath.FAST, "pull_decode", None)
+
+
+class FastReads:
+    """A connection's compiled serving of whole reads (the transport calls it as ``fast_send(src, max_frame)``):
+    ``send(src, pos, max_frame)`` and ``pull(src, pos, max_frame)`` each serve the leading frames of their
+    kind from ``pos``; None: not decided yet, False: never on this connection."""
+
+    __slots__ = ("send", "pull")
+
+    def __init__(self) -> None:
+        self.send: Any = None
+        self.pull: Any = None
+
+    def __call__(self, src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
+        send, pull = self.send, self.pull
+        pos = 0
+        parts: list[bytes] = []
+        while True:
+            start = pos
+            if send:
+                pos, answers, hold = send(src, pos, max_frame)
+                if answers is not None:
+                    parts.append(answers)
+                if hold is not None:  # SYNC_FLUSH: the read's answers wait for one flush; the rest, the Python path's
+                    return pos, b"".join(parts), hold
+            if pull:
+                pos, answers = pull(src, pos, max_frame)
+                if answers is not None:
+                    parts.append(answers)
+            if pos == start or not (send and pull):  # one kind only: it took all it could at once
+                break
+        return pos, (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None, None
+
+
+def attach(conn: Connection, kind: str, serve: Any) -> None:
+    """Give ``conn`` its ``send`` or ``pull`` half (``serve``, or False: never); a TLS connection (False) keeps none."""
+    reads = getattr(conn, "fast_send", False)
+    if reads is False:
+        return
+    if reads is None:
+        reads = conn.fast_send = FastReads()  # type: ignore[attr-defined]
+    setattr(reads, kind, serve)
+
+
+def wants(conn: Connection, kind: str) -> bool:
+    """Whether ``conn`` can take a compiled ``kind`` half it has not been given (nor refused) yet."""
+    reads = getattr(conn, "fast_send", False)
+    return reads is None or (type(reads) is FastReads and getattr(reads, kind) is None)
+
+
+class FastPull:
+    """Decides whether per-request compiled pulls serve, and serves a read's leading pulls."""
+
+    def __init__(self, ctx: ProcessorContext, processor: PullProcessor) -> None:
+        self.ctx = ctx
+        self.processor = processor
+        self.why = "not started"
+        self.served = 0  # pulls answered per read
+
+    def decide(self, registry: Any) -> str:
+        """'' when per-request pulls are compiled, else why not (the start line's)."""
+        proc = self.processor
+        others = [type(i).__name__ for i in registry.interceptors if type(i).__name__ != _GUARD]
+        if not proc.compiled:
+            why = "the store walk is pure"
+        elif _DECODE is None:
+            why = "no compiled request decoder"
+        elif others:
+            why = f"interceptors {', '.join(others)} see every request"
+        elif any(registry.table.get(c) != proc.pull for c in _PULLS):
+            why = "another handler serves PULL_MESSAGE"
+        else:
+            why = ""
+        self.why = why
+        return why
+
+    def install(self, conn: Connection) -> None:
+        """Give ``conn`` its per-request pull half (a connection that takes whole reads)."""
+        if self.why or not wants(conn, "pull"):
+            return
+        addr = conn.remote_addr[0]
+        serve = self.serve
+
+        def pull(src: Any, pos: int, max_frame: int) -> tuple[int, bytes | None]:
+            return serve(src, pos, max_frame, addr)
+
+        attach(conn, "pull", pull)
+
+    def serve(self, src: Any, pos: int, max_frame: int, addr: str) -> tuple[int, bytes | None]:
+        """The pulls from ``pos`` on that need nothing awaited: where they end, their answers."""
+        b = self.ctx
+        if b.is_slave:
+            return pos, None
+        proc = self.processor
+        plan, finish, suspends, commit = proc.plan, proc.finish, proc.suspends, proc.commit
+        out: list[bytes] = []
+        while True:
+            f = _DECODE(src, pos, max_frame)
+            if f is None:
+                break
+            end, opaque, group, topic, qid, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub, etype, sub_v = f
+            try:
+                p = plan(addr, group, topic, qid, offset, max_nums, sys_flag, etype, sub, sub_v)
+                if type(p) is tuple:
+                    answer = _answer(opaque, p[0], p[1], None, b"")
+                else:
+                    if p.code == _MOVED or suspends(p, sys_flag, suspend_ms):
+                        break
+                    if sys_flag & COMMIT_OFFSET:  # a master's (checked per read)
+                        commit(group, topic, qid, commit_offset)
+                    answer = _answer(opaque, *finish(p, group, topic))
+            except Exception:  # noqa: BLE001 - the Python path answers it (its error response), nothing changed
+                break
+            out.append(answer)
+            pos = end
+        if not out:
+            return pos, None
+        self.served += len(out)
+        return pos, b"".join(out)
+
+
+def _answer(opaque: int, code: int, remark: str, fields: dict[str, str] | None, body: bytes) -> bytes:
+    """The answer frame, as the Python path's ``cmd.response(...)`` is written."""
+    r = RemotingCommand(code, language="JAVA", opaque=opaque, flag=1, remark=remark, ext=fields, body=body)
+    head, body = encode_parts(r)
+    return head + body if body else head

@@ -128,7 +128,7 @@ FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
              tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
              tests/plugins/storage_mmap/test_fastsend_fuzz.py tests/plugins/storage_mmap/test_faststore_reput_diff.py \
-             tests/plugins/storage_mmap/test_fastpull_fuzz.py \
+             tests/plugins/storage_mmap/test_fastpull_fuzz.py tests/protocol/test_pulldecode_diff.py \
              tests/protocol/test_fuzz_messages.py tests/protocol/test_javaprops.py tests/plugins/grpc_proxy/test_receipt_fuzz.py \
              tests/plugins/grpc_proxy/test_port_fuzz.py \
              tests/plugins/replication/test_frames.py \
@@ -149,7 +149,8 @@ fuzz: install-test
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
 FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
                   tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py \
-                  tests/plugins/storage_mmap/test_faststore_reput_diff.py tests/plugins/storage_mmap/test_fastpull_fuzz.py
+                  tests/plugins/storage_mmap/test_faststore_reput_diff.py tests/plugins/storage_mmap/test_fastpull_fuzz.py \
+                  tests/protocol/test_pulldecode_diff.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test

@@ -266,11 +266,13 @@ async def pull_cpu(addr: str, args: argparse.Namespace, pid: int) -> dict[str, A
 
 
 def main_pull(args: argparse.Namespace) -> None:
-    """``--pull``: the compiled pull walk against RMQ_PURE_PULL=1 (everything else compiled alike), alternated."""
+    """``--pull``: compiled pulls (the walk, the requests decoded and answered per read) against the compiled walk
+    with a task per request (RMQ_PURE_PULL_REQUESTS=1) and RMQ_PURE_PULL=1 (everything else compiled alike),
+    alternated."""
     print(f"rmqd pull bench: {args.messages} x {args.size} B stored, drained by 8 pullers (32 per pull), "
           f"{args.runs} alternated runs, {os.cpu_count()} CPUs")
     for run in range(args.runs):
-        for path, env in (("compiled", {}), ("pure", {"RMQ_PURE_PULL": "1"})):
+        for path, env in (("compiled", {}), ("per-task", {"RMQ_PURE_PULL_REQUESTS": "1"}), ("pure", {"RMQ_PURE_PULL": "1"})):
             with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
                 proc = RmqdProcess(Path(tmp), env=env, proxy=False, broker_conf={
                     "flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": 256 * 1024 * 1024})
@@ -282,7 +284,7 @@ def main_pull(args: argparse.Namespace) -> None:
                 finally:
                     proc.stop()
             for sub, (rate, n, cpu) in r.items():
-                print(f"  run {run + 1} {path:<8} subscription {sub:<4}  {rate:>9,.0f} msg/s  rmqd CPU {cpu:5.2f} µs/msg"
+                print(f"  run {run + 1} {path:<9} subscription {sub:<4}  {rate:>9,.0f} msg/s  rmqd CPU {cpu:5.2f} µs/msg"
                       f"  ({n} messages)")
 
 

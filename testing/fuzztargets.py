@@ -23,6 +23,7 @@ from rmq.protocol import storepath
 from rmq.protocol.command import DEFAULT_VERSION, FrameError, RemotingCommand, UndecodableCommand
 from rmq.protocol.common import decode_properties, tags_code
 from rmq.testing.fuzzdrive import Breach, Target
+from rmq.testing.fuzztargets_pull import PullDecode
 from rmq.testing.storage import decode_record
 
 __all__ = ["make_targets", "target_names"]
@@ -668,7 +669,7 @@ class IndexPut(Target):
 
 _ALL: tuple[tuple[type[Target], str], ...] = (
     (Split, "codec"), (EncodeParts, "codec"), (SendServe, "store"), (MeasurePack, "store"), (Requests, "store"),
-    (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"))
+    (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"), (PullDecode, "store"))
 
 
 def _all() -> tuple[tuple[type[Target], str], ...]:

@@ -9,18 +9,20 @@ place that decides, shared with the Python path -- refuses it or reads the store
 body); an answer that needs nothing awaited is encoded at once. A pull that would suspend (long polling),
 move its offset (the OFFSET_MOVED_EVENT is stored, awaited) or fail is left, untouched, to the Python path,
 which decides it again from the start: nothing was changed (the reads that hand a pull over found nothing).
-Static reasons (interceptors that see every request, another PULL_MESSAGE handler, RMQ_PURE_PULL, no
-compiled walk or decoder) keep every pull on the Python path; a slave, whose offsets and answers differ,
+Static reasons (interceptors that see every request, another PULL_MESSAGE handler, RMQ_PURE_PULL or
+RMQ_PURE_PULL_REQUESTS, no compiled walk or decoder) keep every pull on the Python path; a slave, whose offsets and answers differ,
 too, checked per read. tests/plugins/broker/test_fastpull_diff.py compares both paths.
 """
 
 from __future__ import annotations
 
+import os
+import struct
 from typing import TYPE_CHECKING, Any
 
 from rmq.protocol import storepath
 from rmq.protocol.codes import RequestCode, ResponseCode
-from rmq.protocol.command import RemotingCommand
+from rmq.protocol.command import DEFAULT_VERSION, RemotingCommand
 from rmq.protocol.common import PullFlag
 from rmq.protocol.frame import encode_parts
 
@@ -38,7 +40,8 @@ _DECODE: Any = getattr(storepath.FAST, "pull_decode", None)
 class FastReads:
     """A connection's compiled serving of whole reads (the transport calls it as ``fast_send(src, max_frame)``):
     ``send(src, pos, max_frame)`` and ``pull(src, pos, max_frame)`` each serve the leading frames of their
-    kind from ``pos``; None: not decided yet, False: never on this connection."""
+    kind from ``pos`` (the answers: one bytes object, a list of pieces); None: not decided yet, False: never on
+    this connection. The read's answers are joined once."""
 
     __slots__ = ("send", "pull")
 
@@ -59,9 +62,9 @@ class FastReads:
                 if hold is not None:  # SYNC_FLUSH: the read's answers wait for one flush; the rest, the Python path's
                     return pos, b"".join(parts), hold
             if pull:
-                pos, answers = pull(src, pos, max_frame)
-                if answers is not None:
-                    parts.append(answers)
+                pos, frames = pull(src, pos, max_frame)
+                if frames is not None:
+                    parts += frames
             if pos == start or not (send and pull):  # one kind only: it took all it could at once
                 break
         return pos, (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None, None
@@ -98,6 +101,8 @@ class FastPull:
         others = [type(i).__name__ for i in registry.interceptors if type(i).__name__ != _GUARD]
         if not proc.compiled:
             why = "the store walk is pure"
+        elif os.environ.get("RMQ_PURE_PULL_REQUESTS"):  # the compiled walk without it: bench/broker.py's baseline
+            why = "RMQ_PURE_PULL_REQUESTS set"
         elif _DECODE is None:
             why = "no compiled request decoder"
         elif others:
@@ -116,19 +121,20 @@ class FastPull:
         addr = conn.remote_addr[0]
         serve = self.serve
 
-        def pull(src: Any, pos: int, max_frame: int) -> tuple[int, bytes | None]:
+        def pull(src: Any, pos: int, max_frame: int) -> tuple[int, list[bytes] | None]:
             return serve(src, pos, max_frame, addr)
 
         attach(conn, "pull", pull)
 
-    def serve(self, src: Any, pos: int, max_frame: int, addr: str) -> tuple[int, bytes | None]:
-        """The pulls from ``pos`` on that need nothing awaited: where they end, their answers."""
+    def serve(self, src: Any, pos: int, max_frame: int, addr: str) -> tuple[int, list[bytes] | None]:
+        """The pulls from ``pos`` on that need nothing awaited: where they end, their answers' pieces."""
         b = self.ctx
         if b.is_slave:
             return pos, None
         proc = self.processor
         plan, finish, suspends, commit = proc.plan, proc.finish, proc.suspends, proc.commit
         out: list[bytes] = []
+        n = 0
         while True:
             f = _DECODE(src, pos, max_frame)
             if f is None:
@@ -137,25 +143,41 @@ class FastPull:
             try:
                 p = plan(addr, group, topic, qid, offset, max_nums, sys_flag, etype, sub, sub_v)
                 if type(p) is tuple:
-                    answer = _answer(opaque, p[0], p[1], None, b"")
+                    head, body = _answer(opaque, p[0], p[1], None, b"")
                 else:
                     if p.code == _MOVED or suspends(p, sys_flag, suspend_ms):
                         break
                     if sys_flag & COMMIT_OFFSET:  # a master's (checked per read)
                         commit(group, topic, qid, commit_offset)
-                    answer = _answer(opaque, *finish(p, group, topic))
+                    head, body = _status_answer(opaque, *finish(p, group, topic))
             except Exception:  # noqa: BLE001 - the Python path answers it (its error response), nothing changed
                 break
-            out.append(answer)
+            out.append(head)
+            if body:
+                out.append(body)
+            n += 1
             pos = end
-        if not out:
+        if not n:
             return pos, None
-        self.served += len(out)
-        return pos, b"".join(out)
+        self.served += n
+        return pos, out
 
 
-def _answer(opaque: int, code: int, remark: str, fields: dict[str, str] | None, body: bytes) -> bytes:
-    """The answer frame, as the Python path's ``cmd.response(...)`` is written."""
-    r = RemotingCommand(code, language="JAVA", opaque=opaque, flag=1, remark=remark, ext=fields, body=body)
-    head, body = encode_parts(r)
-    return head + body if body else head
+_PREFIX = struct.Struct(">iI")
+_STATUS = (b'{"code":%d,"extFields":{"suggestWhichBrokerId":"%s","nextBeginOffset":"%s","minOffset":"%s",'
+           b'"maxOffset":"%s"},"flag":1,"language":"JAVA","opaque":%d,"remark":"%s",'
+           b'"serializeTypeCurrentRPC":"JSON","version":' + str(DEFAULT_VERSION).encode() + b"}")
+
+
+def _status_answer(opaque: int, code: int, remark: str, fields: dict[str, str], body: bytes) -> tuple[bytes, bytes]:
+    """``_answer`` of a pull's status answer (PullProcessor.finish: its remark a status name, its fields
+    numbers, none needing a JSON escape), by one template (the differential test holds it to ``_answer``)."""
+    head = _STATUS % (code, fields["suggestWhichBrokerId"].encode(), fields["nextBeginOffset"].encode(),
+                      fields["minOffset"].encode(), fields["maxOffset"].encode(), opaque, remark.encode())
+    return _PREFIX.pack(4 + len(head) + len(body), len(head)) + head, body
+
+
+def _answer(opaque: int, code: int, remark: str, fields: dict[str, str] | None, body: bytes) -> tuple[bytes, bytes]:
+    """The answer frame's (head, body), as the Python path's ``cmd.response(...)`` is written."""
+    return encode_parts(RemotingCommand(code, language="JAVA", opaque=opaque, flag=1, remark=remark, ext=fields,
+                                        body=body))

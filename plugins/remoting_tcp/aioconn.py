@@ -181,7 +181,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
         self._expiry_at = _NEVER  # the deadline it is armed for
         self._done = self._loop.create_future()
         self.write_through = False  # the client side: a turn's first request written at once (see _write_now)
-        # the compiled send path (a handler's, see plugins/broker/fastsend.py): None not given (yet), False never
+        # the compiled sends and pulls of a read (a handler's, see plugins/broker/fastpull.py FastReads): None not
+        # given (yet), False never
         self.fast_send: Any = None
 
     # ------------------------------------------------------------------ public API
@@ -343,8 +344,8 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             self._fail(self._close_reason or "internal error")
 
     def _serve_fast(self, data: bytes) -> bytes | bytearray:
-        """The read's leading common-case sends served by ``fast_send`` (one compiled call, their answers
-        queued in one piece); the rest, for the session. Only while every request of earlier reads has begun
+        """The read's leading common-case sends and pulls served by ``fast_send`` (their answers queued in one
+        piece); the rest, for the session. Only while every request of earlier reads has begun
         (a held pull may wait on): a send the Python path has not stored yet must not be overtaken."""
         session = self._session
         src = session.take_buffered(data)

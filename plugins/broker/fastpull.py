@@ -51,6 +51,8 @@ class FastReads:
 
     def __call__(self, src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
         send, pull = self.send, self.pull
+        if not pull:  # a producer's connection: the send half alone, as it was before pulls joined it
+            return send(src, 0, max_frame) if send else (0, None, None)
         pos = 0
         parts: list[bytes] = []
         while True:

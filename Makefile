@@ -125,7 +125,7 @@ java: install-test java-deps
 # Same properties as in `make test` (profile rmq-quick), here with FUZZ_EXAMPLES examples each (profile
 # rmq-fuzz, see rmq.testing.fuzz). The total counts every passing generated input.
 FUZZ_EXAMPLES ?= 50000
-FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py \
+FUZZ_TESTS = tests/protocol/test_fuzz_frames.py tests/protocol/test_fastframe_diff.py tests/protocol/test_fastrecord_diff.py \
              tests/plugins/storage_mmap/test_faststore_diff.py tests/plugins/storage_mmap/test_faststore_cq_diff.py \
              tests/plugins/storage_mmap/test_fastsend_fuzz.py tests/plugins/storage_mmap/test_faststore_reput_diff.py \
              tests/plugins/storage_mmap/test_fastpull_fuzz.py tests/protocol/test_pulldecode_diff.py \
@@ -147,7 +147,8 @@ fuzz: install-test
 
 # The compiled codec's and store append's properties against AddressSanitizer/UBSan builds of them
 # (RMQ_FASTFRAME / RMQ_FASTSTORE name the builds the tests load; the sanitizer runtime must be preloaded).
-FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/plugins/storage_mmap/test_faststore_diff.py \
+FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/protocol/test_fastrecord_diff.py \
+                  tests/plugins/storage_mmap/test_faststore_diff.py \
                   tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py \
                   tests/plugins/storage_mmap/test_faststore_reput_diff.py tests/plugins/storage_mmap/test_fastpull_fuzz.py \
                   tests/protocol/test_pulldecode_diff.py

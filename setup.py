@@ -11,7 +11,7 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-
 
 # each extension's C files (``make fuzz-asan`` builds protocol/<name>*.c the same way)
 _SOURCES = {
-    "_fastframe": ["protocol/_fastframe.c"],
+    "_fastframe": ["protocol/_fastframe.c", "protocol/_fastframe_record.c"],
     "_faststore": ["protocol/_faststore.c", "protocol/_faststore_cq.c", "protocol/_faststore_send.c",
                    "protocol/_faststore_batch.c", "protocol/_faststore_reput.c", "protocol/_faststore_pull.c",
                    "protocol/_faststore_pullreq.c"],

@@ -796,10 +796,17 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* _fastframe_record.c: the stored-record decoder (rmq.protocol.message.decode_messages) */
+PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *configure_records(PyObject *self, PyObject *args);
+extern const char decode_records_doc[], configure_records_doc[];
+
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL, split_doc},
     {"encode_parts", encode_parts, METH_O, encode_parts_doc},
     {"configure", configure, METH_VARARGS, configure_doc},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, decode_records_doc},
+    {"configure_records", configure_records, METH_VARARGS, configure_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

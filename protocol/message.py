@@ -22,9 +22,10 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 from rmq.protocol.common import MAGIC_MESSAGE, Prop, SysFlag, decode_properties, encode_properties
+from rmq.protocol.extensions import load_extension, select
 from rmq.protocol.record import HEAD, TAIL
 
 __all__ = [
@@ -390,7 +391,17 @@ _EXT_EQ_FIELDS = ("properties",) + tuple(
 
 
 def decode_messages(buf: bytes | bytearray | memoryview, decompress: bool = True) -> list[MessageExt]:
-    """All records laid back to back in ``buf`` (a pull/query/view body), in order."""
+    """All records laid back to back in ``buf`` (a pull/query/view body), in order; compiled (one C call
+    per body, :data:`RECORDS`) where the extension was built, else :func:`decode_messages_pure`."""
+    data = bytes(buf) if not isinstance(buf, bytes) else buf
+    if _decode_records is not None:
+        return _decode_records(data, decompress)  # type: ignore[no-any-return]
+    return decode_messages_pure(data, decompress)
+
+
+def decode_messages_pure(buf: bytes | bytearray | memoryview, decompress: bool = True) -> list[MessageExt]:
+    """The reference decoder of :func:`decode_messages` (the compiled one hands it the records it does not
+    take on itself, one at a time, through :func:`_decode_one`)."""
     data = bytes(buf) if not isinstance(buf, bytes) else buf
     out: list[MessageExt] = []
     pos = 0
@@ -482,6 +493,24 @@ def _decode_one(data: bytes, start: int, n: int, decompress: bool) -> tuple[Mess
     msg.prepared_transaction_offset = prepared
     msg.store_host_raw = store_raw
     return msg, end
+
+
+def compiled_records() -> Any:
+    """``_fastframe.decode_records`` bound to :class:`MessageExt` and this module's pure decoder of one
+    record, or None when the extension was not built; loaded whatever ``RMQ_PURE`` says (``RMQ_FASTFRAME``
+    names another build). A MessageExt laid out otherwise than the C decoder expects means None too."""
+    codec = load_extension("_fastframe", "RMQ_FASTFRAME")
+    if codec is None or not hasattr(codec, "decode_records"):
+        return None
+    try:
+        codec.configure_records(MessageExt, _decode_one, _host_str)
+    except TypeError:
+        return None
+    return codec.decode_records
+
+
+_decode_records, RECORDS = select(compiled_records)
+"""``RECORDS``: which record decoder serves, in words ("compiled" / "pure (...)")."""
 
 
 def encode_message(

@@ -24,6 +24,7 @@ from rmq.protocol.command import DEFAULT_VERSION, FrameError, RemotingCommand, U
 from rmq.protocol.common import decode_properties, tags_code
 from rmq.testing.fuzzdrive import Breach, Target
 from rmq.testing.fuzztargets_pull import PullDecode
+from rmq.testing.fuzztargets_record import DecodeRecords
 from rmq.testing.storage import decode_record
 
 __all__ = ["make_targets", "target_names"]
@@ -668,8 +669,8 @@ class IndexPut(Target):
 
 
 _ALL: tuple[tuple[type[Target], str], ...] = (
-    (Split, "codec"), (EncodeParts, "codec"), (SendServe, "store"), (MeasurePack, "store"), (Requests, "store"),
-    (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"), (PullDecode, "store"))
+    (Split, "codec"), (EncodeParts, "codec"), (DecodeRecords, "codec"), (SendServe, "store"), (MeasurePack, "store"),
+    (Requests, "store"), (Scan, "store"), (PullJoin, "store"), (CqPut, "store"), (IndexPut, "store"), (PullDecode, "store"))
 
 
 def _all() -> tuple[tuple[type[Target], str], ...]:

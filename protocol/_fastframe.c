@@ -739,6 +739,28 @@ static PyObject *encode_parts(PyObject *self, PyObject *cmd) {
     return out;
 }
 
+/* The offsets of ``t``'s object slots ``names`` (its own __slots__ members, T_OBJECT_EX, within the
+ * instance) into ``off``; -1 with TypeError when one is not such a slot. _fastframe_record.c uses it too. */
+int slot_offsets(PyTypeObject *t, const char *const *names, int n, Py_ssize_t *off, const char *what) {
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)t, names[i]);
+        if (d == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+        }
+        int ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
+                 ((PyMemberDescrObject *)d)->d_common.d_type == t;
+        if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_XDECREF(d);
+        if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "slot %s is not an object slot of the %s type", names[i], what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(configure_doc,
 "configure(command_type, language_names, slow_decode, slow_encode)\n\n"
 "Bind the RemotingCommand class (its slots are read and written directly), LanguageCode's names by\n"
@@ -755,19 +777,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t off[N_SLOTS];
-    for (int i = 0; i < N_SLOTS; i++) {
-        PyObject *d = PyObject_GetAttrString(type, slot_names[i]);
-        if (d == NULL) return NULL;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
-                 ((PyMemberDescrObject *)d)->d_common.d_type == t;
-        if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "slot %s is not an object slot of the command type", slot_names[i]);
-            return NULL;
-        }
-    }
+    if (slot_offsets(t, slot_names, N_SLOTS, off, "command") < 0) return NULL;
     Py_ssize_t nn = PyTuple_GET_SIZE(names);
     if (nn < 8) {
         PyErr_SetString(PyExc_ValueError, "language names: index 7 must be OTHER");

@@ -13,7 +13,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,6 +51,8 @@ static int host_next = 0;
 static unsigned char last_topic[255];
 static Py_ssize_t last_topic_len = -1;
 static PyObject *last_topic_str = NULL;
+
+int slot_offsets(PyTypeObject *t, const char *const *names, int n, Py_ssize_t *off, const char *what); /* _fastframe.c */
 
 static inline int32_t rd32(const unsigned char *p) {
     return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
@@ -255,23 +256,7 @@ PyObject *configure_records(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t off[N_MSG];
-    for (int i = 0; i < N_MSG; i++) {
-        PyObject *dsc = PyObject_GetAttrString(type, msg_slot_names[i]);
-        if (dsc == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
-            PyErr_Clear();
-            dsc = Py_NewRef(Py_None);
-        }
-        int ok = Py_IS_TYPE(dsc, &PyMemberDescr_Type) &&
-                 ((PyMemberDescrObject *)dsc)->d_member->type == T_OBJECT_EX &&
-                 ((PyMemberDescrObject *)dsc)->d_common.d_type == t;
-        if (ok) off[i] = ((PyMemberDescrObject *)dsc)->d_member->offset;
-        Py_DECREF(dsc);
-        if (!ok || off[i] <= 0 || off[i] + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "slot %s is not an object slot of the message type", msg_slot_names[i]);
-            return NULL;
-        }
-    }
+    if (slot_offsets(t, msg_slot_names, N_MSG, off, "message") < 0) return NULL;
     if (!PyCallable_Check(slow) || !PyCallable_Check(hs)) {
         PyErr_SetString(PyExc_TypeError, "slow_record and host_str must be callable");
         return NULL;

@@ -809,7 +809,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 /* _fastframe_record.c: the stored-record decoder (rmq.protocol.message.decode_messages) */
 PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *configure_records(PyObject *self, PyObject *args);
-extern const char decode_records_doc[], configure_records_doc[];
+PyObject *decode_props(PyObject *self, PyObject *raw);
+extern const char decode_records_doc[], configure_records_doc[], decode_props_doc[];
 
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL, split_doc},
@@ -817,6 +818,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, configure_doc},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, decode_records_doc},
     {"configure_records", configure_records, METH_VARARGS, configure_records_doc},
+    {"decode_props", decode_props, METH_O, decode_props_doc},
     {NULL, NULL, 0, NULL},
 };
 

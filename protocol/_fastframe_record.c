@@ -268,3 +268,38 @@ PyObject *configure_records(PyObject *self, PyObject *args) {
     Py_XSETREF(host_str, Py_NewRef(hs));
     Py_RETURN_NONE;
 }
+
+const char decode_props_doc[] = PyDoc_STR(
+"decode_props(raw: bytes) -> dict: rmq.protocol.common.decode_properties of bytes, compiled.");
+
+/* Split at 0x02, each item at its first 0x01, both sides UTF-8 with U+FFFD for what is not (as the pure
+ * path's decode of the whole: neither byte is ever part of a multi-byte sequence); empty names or values
+ * are dropped, a later value of a name wins. */
+PyObject *decode_props(PyObject *self, PyObject *raw) {
+    if (!PyBytes_Check(raw)) {
+        PyErr_SetString(PyExc_TypeError, "decode_props(raw: bytes)");
+        return NULL;
+    }
+    const char *s = PyBytes_AS_STRING(raw), *end = s + PyBytes_GET_SIZE(raw);
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    while (s < end) {
+        const char *item_end = memchr(s, 0x02, (size_t)(end - s));
+        if (item_end == NULL) item_end = end;
+        const char *sep = memchr(s, 0x01, (size_t)(item_end - s));
+        if (sep != NULL && sep > s && sep + 1 < item_end) {
+            PyObject *k = PyUnicode_DecodeUTF8(s, sep - s, "replace");
+            PyObject *v = k == NULL ? NULL : PyUnicode_DecodeUTF8(sep + 1, item_end - sep - 1, "replace");
+            int rc = v == NULL ? -1 : PyDict_SetItem(out, k, v);
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (rc < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        if (item_end == end) break;
+        s = item_end + 1;
+    }
+    return out;
+}

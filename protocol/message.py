@@ -339,7 +339,7 @@ class MessageExt:
     def properties(self) -> dict[str, str]:
         props = self._props
         if props is None:  # decoded on first use, once
-            props = self._props = decode_properties(self._props_raw or b"")
+            props = self._props = _decode_props(self._props_raw or b"")
             self._props_raw = None
         return props
 
@@ -496,9 +496,10 @@ def _decode_one(data: bytes, start: int, n: int, decompress: bool) -> tuple[Mess
 
 
 def compiled_records() -> Any:
-    """``_fastframe.decode_records`` bound to :class:`MessageExt` and this module's pure decoder of one
-    record, or None when the extension was not built; loaded whatever ``RMQ_PURE`` says (``RMQ_FASTFRAME``
-    names another build). A MessageExt laid out otherwise than the C decoder expects means None too."""
+    """The ``_fastframe`` module with ``decode_records`` bound to :class:`MessageExt` and this module's pure
+    decoder of one record (and ``decode_props``, :func:`decode_properties` of bytes), or None when the
+    extension was not built; loaded whatever ``RMQ_PURE`` says (``RMQ_FASTFRAME`` names another build).
+    A MessageExt laid out otherwise than the C decoder expects means None too."""
     codec = load_extension("_fastframe", "RMQ_FASTFRAME")
     if codec is None or not hasattr(codec, "decode_records"):
         return None
@@ -506,11 +507,13 @@ def compiled_records() -> Any:
         codec.configure_records(MessageExt, _decode_one, _host_str)
     except TypeError:
         return None
-    return codec.decode_records
+    return codec
 
 
-_decode_records, RECORDS = select(compiled_records)
+_records_codec, RECORDS = select(compiled_records)
 """``RECORDS``: which record decoder serves, in words ("compiled" / "pure (...)")."""
+_decode_records = None if _records_codec is None else _records_codec.decode_records
+_decode_props = decode_properties if _records_codec is None else _records_codec.decode_props
 
 
 def encode_message(

@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from rmq.protocol.common import SysFlag
+from rmq.protocol.common import SysFlag, decode_properties
 from rmq.protocol.message import (
     MessageDecodeError,
     MessageExt,
@@ -34,7 +34,8 @@ def _outcome(fn: Callable[[bytes, bool], list[MessageExt]], body: bytes, decompr
 
 class DecodeRecords(Target):
     """_fastframe.decode_records: pull bodies of records (IPv4/IPv6 hosts, properties, COMPRESSED bodies),
-    valid and not; byte 0 says whether to decompress."""
+    valid and not; byte 0 says whether to decompress. Each record's raw properties go through
+    _fastframe.decode_props too (what ``MessageExt.properties`` parses them with)."""
 
     name = "decode_records"
     weight = 2
@@ -43,6 +44,7 @@ class DecodeRecords(Target):
     def __init__(self, codec: Any) -> None:
         codec.configure_records(MessageExt, _decode_one, _host_str)
         self.decode = codec.decode_records
+        self.props = codec.decode_props
 
     @staticmethod
     def _record(rng: random.Random, mutate: Callable[[bytes], bytes] | None = None) -> bytes:
@@ -79,10 +81,15 @@ class DecodeRecords(Target):
             raise Breach(f"decode_records returned {len(msgs)} messages not covering {len(body)} bytes")
         if any(type(m) is not MessageExt or type(m.body) is not bytes or type(m.topic) is not str for m in msgs):
             raise Breach(f"decode_records returned something other than MessageExt: {msgs!r:.300}")
-        return min(len(msgs), 3), bool(msgs) and msgs[-1].sys_flag & 0x31
+        props = [self.props(m._props_raw) for m in msgs if m._props_raw is not None]
+        return min(len(msgs), 3), bool(msgs) and msgs[-1].sys_flag & 0x31, min(len(props[-1]), 3) if props else -1
 
     def check(self, data: bytes) -> None:
         decompress, body = bool(data[0] & 1) if data else True, data[1:]
         want, got = _outcome(decode_messages_pure, body, decompress), _outcome(self.decode, body, decompress)
         if want != got:
             raise Breach(f"compiled decode_records {got!r:.300} != pure {want!r:.300}")
+        for raw in (body, *(m._props_raw for m in decode_messages_pure(body, False) if m._props_raw)) if isinstance(
+                want, list) else (body,):
+            if list(self.props(raw).items()) != list(decode_properties(raw).items()):
+                raise Breach(f"decode_props({raw!r:.200}) != decode_properties")

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.protocol import message
-from rmq.protocol.common import SysFlag
+from rmq.protocol.common import SysFlag, decode_properties
 from rmq.protocol.message import MessageExt, decode_messages_pure, encode_message
 from rmq.testing.fuzz import compiler_present, fuzz_settings, mutate
 
@@ -30,11 +30,15 @@ _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklis
 _hosts = st.tuples(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str), st.integers(-(2**31), 2**31 - 1))
 
 
-def _compiled() -> Any:
-    fn = message._decode_records or message.compiled_records()
-    if fn is None:
+def _codec() -> Any:
+    codec = message._records_codec or message.compiled_records()
+    if codec is None:
         pytest.fail("the compiled record decoder was not built: run make install-test")
-    return fn
+    return codec
+
+
+def _compiled() -> Any:
+    return _codec().decode_records
 
 
 pytestmark = pytest.mark.skipif(not compiler_present() and message.compiled_records() is None,
@@ -44,6 +48,7 @@ pytestmark = pytest.mark.skipif(not compiler_present() and message.compiled_reco
 def test_compiled_records_serve_unless_rmq_pure() -> None:
     if os.getenv("RMQ_PURE"):
         assert message.RECORDS == "pure (RMQ_PURE set)" and message._decode_records is None
+        assert message._decode_props is decode_properties
     else:
         assert message.RECORDS == "compiled", "the compiled record decoder was not built: run make install-test"
     alt = os.getenv("RMQ_FASTFRAME")  # make fuzz-asan: the sanitizer build must be the one tested
@@ -131,7 +136,7 @@ def test_the_shapes_by_hand() -> None:
 def test_unexpected_class_layouts_are_refused() -> None:
     """configure_records binds only a MessageExt laid out as the C decoder writes it; compiled_records then
     says None and the pure path serves."""
-    codec = sys.modules[_compiled().__module__]
+    codec = _codec()
 
     class Other:
         __slots__ = MessageExt.__slots__[:-1] + ("other",)
@@ -149,3 +154,17 @@ def test_unexpected_class_layouts_are_refused() -> None:
         codec.decode_records("not bytes", True)
     codec.configure_records(MessageExt, message._decode_one, message._host_str)  # as it was
     assert message.decode_messages(encode_message("T", b"x"))[0].body == b"x"
+
+
+_prop_bytes = st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"a", b"\xc3\xa9", b"\xe2\x82", b"\xff", b"\xf0\x9f",
+                                        b"\xed\xa0\x80", b"\x00"]), max_size=24).map(b"".join)
+
+
+@fuzz_settings(300)
+@given(st.one_of(_prop_bytes, st.binary(max_size=64)))
+def test_compiled_properties_decode_as_the_pure(raw: bytes) -> None:
+    """decode_props (what a decoded record's ``properties`` parse with) against decode_properties: the
+    same pairs in the same order, invalid UTF-8 replaced the same way."""
+    want = list(decode_properties(raw).items())
+    got = list(_codec().decode_props(raw).items())
+    assert got == want

@@ -334,8 +334,8 @@ def test_record_properties_parsed_on_first_use_only(monkeypatch: pytest.MonkeyPa
     props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F00000100002A9F0000000000000001", "a": "b"}
     data = b"".join(encode_message("T", f"m{i}".encode(), queue_offset=i, properties=props) for i in range(3))
     calls = []
-    real = message_mod.decode_properties
-    monkeypatch.setattr(message_mod, "decode_properties", lambda raw: calls.append(raw) or real(raw))
+    real = message_mod._decode_props  # decode_properties, or its compiled twin (_fastframe.decode_props)
+    monkeypatch.setattr(message_mod, "_decode_props", lambda raw: calls.append(raw) or real(raw))
     msgs = decode_messages(data)
     assert calls == [] and [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
     first = msgs[0]

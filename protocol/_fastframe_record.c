@@ -134,14 +134,16 @@ static Py_ssize_t fast_one(const unsigned char *d, Py_ssize_t start, Py_ssize_t 
 
     PyObject *topic = topic_str(r + topic_at, topic_len);
     if (topic == NULL) return PyErr_Occurred() ? -1 : 0;
+    /* references taken at once: a later miss (Python code, maybe another thread's call) may replace an entry */
     HostEntry *born = host(r + born_at, bl);
-    PyObject *born_str = born == NULL ? NULL : Py_NewRef(born->str); /* store's miss may replace born's entry */
+    PyObject *born_str = born == NULL ? NULL : Py_NewRef(born->str);
     HostEntry *store = born == NULL ? NULL : host(r + store_at, sl);
     if (store == NULL) {
         Py_DECREF(topic);
         Py_XDECREF(born_str);
         return -1;
     }
+    PyObject *store_str = Py_NewRef(store->str), *store_raw = Py_NewRef(store->bytes);
     PyObject *v[N_MSG];
     v[M_TOPIC] = topic;
     v[M_BODY] = PyBytes_FromStringAndSize((const char *)r + body_at, body_len);
@@ -162,10 +164,10 @@ static Py_ssize_t fast_one(const unsigned char *d, Py_ssize_t start, Py_ssize_t 
     v[M_BORN_TIMESTAMP] = PyLong_FromLongLong(rd64(r + 40));
     v[M_BORN_HOST] = born_str;
     v[M_STORE_TIMESTAMP] = PyLong_FromLongLong(rd64(r + 48 + bl));
-    v[M_STORE_HOST] = Py_NewRef(store->str);
+    v[M_STORE_HOST] = store_str;
     v[M_RECONSUME_TIMES] = PyLong_FromLong(rd32(r + store_at + sl));
     v[M_PREPARED] = PyLong_FromLongLong(rd64(r + store_at + sl + 4));
-    v[M_STORE_HOST_RAW] = Py_NewRef(store->bytes);
+    v[M_STORE_HOST_RAW] = store_raw;
     PyObject *msg = NULL;
     int ok = 1;
     for (int i = 0; i < N_MSG; i++) ok &= v[i] != NULL;

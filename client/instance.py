@@ -144,6 +144,9 @@ class SigningRemotingClient:
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self._inner.invoke_oneway(addr, self._sign(cmd))
+    def start_request(self, addr: str, cmd: RemotingCommand, timeout: float, on_done: Any) -> bool:
+        start = getattr(self._inner, "start_request", None)
+        return start is not None and bool(start(addr, self._sign(cmd), timeout, on_done))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -15,7 +15,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -40,6 +40,7 @@ from rmq.client.selector import (
     LatencyFaultTolerance,
     QueueSelector,
 )
+from rmq.client.sendcb import AioSend
 from rmq.client.trace import TraceDispatcher, start_tracing
 from rmq.kernel.model import MessageQueue
 from rmq.protocol.codes import RequestCode, ResponseCode
@@ -160,6 +161,8 @@ class Producer(ClientBase):
         self._aio_tasks: set[asyncio.Task[None]] = set()
         self._aio_inflight = 0
         self._aio_slot: asyncio.Future[None] | None = None
+        self._aio_idle: asyncio.Future[None] | None = None  # wait_async_sends: woken when none is in flight
+        self._aio_sends: set[AioSend] = set()  # sends in flight without a task (see rmq.client.sendcb)
         self._hash_selector = HashSelector()
         self._trace: TraceDispatcher | None = None  # enable_trace: Pub records
 
@@ -184,6 +187,8 @@ class Producer(ClientBase):
     async def _on_shutdown(self) -> None:
         for task in list(self._aio_tasks):  # as the task group's cancellation does on other backends
             task.cancel()
+        for send in list(self._aio_sends):  # and so for the sends without a task: their outcome is ignored
+            send.cancel()
         if self._trace is not None:
             await self._trace.aclose()
         await self.instance.unregister(producer_group=self.group)
@@ -315,9 +320,11 @@ class Producer(ClientBase):
         arg: Any,
         timeout: float | None,
         retries: int,
+        first: tuple[float, MessageQueue, float, SendResult | BaseException] | None = None,
     ) -> SendResult:
+        """``first``: the first attempt's (begin, queue, its start, outcome), made without a task (sendcb)."""
         timeout = self.options.send_timeout if timeout is None else timeout
-        begin = time.monotonic()
+        begin = time.monotonic() if first is None else first[0]
         if queue is not None:
             return await self._send_to(p, queue, timeout)
         info = await self._publish_info(p.topic)
@@ -335,13 +342,23 @@ class Producer(ClientBase):
         attempts = 1 + max(0, retries)
         fault = self._fault
         for attempt in range(attempts):
-            remaining = timeout - (time.monotonic() - begin)
-            if remaining <= 0:
-                break
-            mq = self._picker.pick(info.queues, last_broker)
-            t0 = time.monotonic()
+            outcome: SendResult | BaseException | None = None
+            if first is not None:
+                _, mq, t0, outcome = first
+                first = None
+            else:
+                remaining = timeout - (time.monotonic() - begin)
+                if remaining <= 0:
+                    break
+                mq = self._picker.pick(info.queues, last_broker)
+                t0 = time.monotonic()
             try:
-                result = await self._send_to(p, mq, remaining)
+                if outcome is None:
+                    result = await self._send_to(p, mq, remaining)
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    result = outcome
             except BrokerError as exc:
                 if fault is not None:
                     fault.update(mq.broker_name, 0, failed=True)
@@ -378,6 +395,10 @@ class Producer(ClientBase):
         cmd = RemotingCommand.request(p.code, self._ext(p, mq), p.body)
         begin_ms = time.time_ns() // 1_000_000 if self._trace is not None else 0
         resp = await inst.remoting.invoke(addr, cmd, timeout)
+        return self._answer(p, mq, addr, resp, begin_ms)
+
+    def _answer(self, p: _Prepared, mq: MessageQueue, addr: str, resp: RemotingCommand, begin_ms: int) -> SendResult:
+        """The SendResult of a send's answer (BrokerError when refused), traced."""
         if resp.code not in _STATUS:
             raise BrokerError(resp.code, resp.remark, f"send to {mq.topic}", addr)
         result = parse_send_response(resp, mq, p.uniq_id)
@@ -407,26 +428,43 @@ class Producer(ClientBase):
                 fut = self._aio_slot = self._aio_slot or self._aio.create_future()
                 await fut
             self._aio_inflight += 1
-            task = self._aio.create_task(self._async_send(p, callback, queue, sharding_key, timeout))
-            self._aio_tasks.add(task)
-            task.add_done_callback(self._aio_tasks.discard)
+            if not AioSend(self, p, callback, queue, sharding_key, timeout).start():
+                self._aio_task(self._async_send(p, callback, queue, sharding_key, timeout))
             return
         await self._async_slots.acquire()
         assert self._tg is not None
         self._tg.start_soon(self._async_send, p, callback, queue, sharding_key, timeout)
+
+    def _aio_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self._aio is not None
+        task = self._aio.create_task(coro)
+        self._aio_tasks.add(task)
+        task.add_done_callback(self._aio_tasks.discard)
 
     def _aio_release(self) -> None:
         self._aio_inflight -= 1
         fut, self._aio_slot = self._aio_slot, None
         if fut is not None and not fut.done():
             fut.set_result(None)
+        if not self._aio_inflight:
+            fut, self._aio_idle = self._aio_idle, None
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     async def _async_send(
-        self, p: _Prepared, callback: SendCallback | None, queue: MessageQueue | None, key: Any, timeout: float | None
+        self, p: _Prepared, callback: SendCallback | None, queue: MessageQueue | None, key: Any, timeout: float | None,
+        first: tuple[float, MessageQueue, float, SendResult | BaseException] | None = None,
     ) -> None:
+        """A send_async in a task: from the start, or the retries after a first attempt made without one."""
         try:
             try:
-                result = await self._send(p, queue, None, key, None, timeout, self.options.retry_times_async)
+                if first is not None and (queue is not None or key is not None):  # no retry for these
+                    if isinstance(first[3], BaseException):
+                        raise first[3]
+                    result = first[3]
+                else:
+                    result = await self._send(p, queue, None, key, None, timeout, self.options.retry_times_async,
+                                              first)
             except Exception as exc:
                 if callback is not None:
                     await _call(callback, None, exc)
@@ -534,8 +572,9 @@ class Producer(ClientBase):
     async def wait_async_sends(self) -> None:
         """Wait until every ``send_async`` started so far has completed."""
         if self._aio is not None:
-            while self._aio_tasks:
-                await asyncio.wait(list(self._aio_tasks))
+            while self._aio_inflight:
+                fut = self._aio_idle = self._aio_idle or self._aio.create_future()
+                await fut
             return
         n = self.options.max_async_in_flight
         for _ in range(n):

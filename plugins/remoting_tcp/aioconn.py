@@ -82,6 +82,43 @@ class _Resume:
                     return
 
 
+class _Callback:
+    """A request's wake-up object that runs ``on_done(response, error)`` where a task would be resumed: a
+    caller that only needs the answer handed on (an async send) then costs no task, nor its loop turns."""
+
+    __slots__ = ("conn", "cmd", "timeout", "on_done", "pending", "fired")
+
+    def __init__(self, conn: AsyncioConnection, cmd: RemotingCommand, timeout: float, on_done: Any) -> None:
+        self.conn = conn
+        self.cmd = cmd
+        self.timeout = timeout
+        self.on_done = on_done
+        self.pending: Any = None
+        self.fired = False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _: object) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        try:
+            resp = self.conn._outcome(self.pending, self.cmd, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - the request's error is the callback's to handle
+            self._call(None, exc)
+        else:
+            self._call(resp, None)
+
+    def _call(self, resp: RemotingCommand | None, exc: BaseException | None) -> None:
+        try:
+            self.on_done(resp, exc)
+        except Exception as err:  # noqa: BLE001 - runs inside a read or a timer: never let it fail
+            conn = self.conn
+            conn._rlog.error("request-callback", "%s: a request callback for %s failed: %s", conn.name, conn.peer,
+                             printable(repr(err)))
+
+
 class _Release:
     """Future-like waiter on a watermark for answers held until their bytes are durable: queues them
     when woken (by the advance that reaches ``at``, or by its timeout: then they leave late, see
@@ -204,6 +241,30 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             if pending.state is WAITING:
                 self._session.discard(pending)  # cancelled or failed: a late response is dropped
         return self._outcome(pending, cmd, timeout)
+
+    def request_callback(self, cmd: RemotingCommand, timeout: float, on_done: Any) -> None:
+        """``send_request`` without a task: ``on_done(response, None)`` or ``on_done(None, error)`` runs exactly
+        once, from the read that brings the answer, the expiry timer or the close; never from this call."""
+        token = _Callback(self, cmd, timeout, on_done)
+        if self._closed:
+            token.fired = True
+            self._loop.call_soon(token._call, None, RemotingClosedError(f"connection to {self.peer} is closed"))
+            return
+        pending, head, body = self._session.send_request(cmd, timeout, time.monotonic(), token)
+        token.pending = pending
+        if pending.deadline < self._expiry_at:
+            self._arm_expiry(pending.deadline, max(timeout, 0.0))
+        try:
+            if self.write_through:
+                self._write_now(head, body)
+            else:
+                self._queue(head, body)
+        except Exception as exc:  # noqa: BLE001 - a failed write closed the connection, which may have woken it
+            if pending.state is WAITING:
+                self._session.discard(pending)
+            if not token.fired:
+                token.fired = True
+                self._loop.call_soon(token._call, None, exc)
 
     async def aclose(self) -> None:
         self._abandon("closed locally")

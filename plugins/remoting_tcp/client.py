@@ -180,6 +180,15 @@ class TcpRemotingClient:
                 " (including connect)"
             ) from None
 
+    def start_request(self, addr: str, cmd: RemotingCommand, timeout: float, on_done: Any) -> bool:
+        """Send on the live asyncio connection to ``addr`` with ``on_done(response, error)`` run on the
+        outcome (see ``AsyncioConnection.request_callback``); False, nothing sent: no such connection."""
+        conn = self._conns.get(addr)
+        if type(conn) is not AsyncioConnection or conn.closed:
+            return False
+        conn.request_callback(cmd, timeout, on_done)
+        return True
+
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
         await conn.send_oneway(cmd)

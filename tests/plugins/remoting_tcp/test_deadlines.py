@@ -95,3 +95,49 @@ async def test_a_burst_of_requests_leaves_in_fewer_writes_each_answered_once() -
             assert echoed == {i: str(i) for i in range(50)}
             assert 0 < writes["n"] < 50
             conn._transport = transport  # noqa: SLF001
+
+
+@pytest.mark.anyio
+async def test_callback_requests_get_each_outcome_once() -> None:
+    """``start_request``: no task per request; the callback runs once, never from the call itself, with the
+    answer, the timeout at the request's deadline, or the close; nothing stays pending."""
+    with anyio.fail_after(20):
+        async with serving() as srv, client() as c:
+            addr = f"127.0.0.1:{srv.port}"
+            assert not c.start_request(addr, req(id="x"), 1.0, print)  # no connection yet: nothing sent
+            conn = await c.connection(addr)
+            got: dict[str, list[tuple[object, object]]] = {}
+            done = anyio.Event()
+
+            def on(name: str, until: int) -> object:
+                def cb(resp: object, exc: object) -> None:
+                    got.setdefault(name, []).append((resp, exc))
+                    if sum(map(len, got.values())) == until:
+                        done.set()
+                return cb
+
+            t = time.monotonic()
+            for i in range(50):
+                assert c.start_request(addr, req(id=str(i)), 5.0, on(str(i), 52))
+            assert c.start_request(addr, req(sleep="3000"), 0.2, on("late", 52))
+            assert c.start_request(addr, req(sleep="3000"), 10.0, on("closed", 52))
+            assert not got  # outcomes arrive from the loop, not from the call
+            with anyio.fail_after(5):
+                while sum(map(len, got.values())) < 51:
+                    await anyio.sleep(0.01)
+            assert all(got[str(i)][0][0].ext["echo"] == str(i) for i in range(50))  # type: ignore[union-attr]
+            (resp, exc), = got["late"]
+            assert resp is None and isinstance(exc, RemotingTimeoutError)
+            assert 0.2 <= time.monotonic() - t < 0.2 + SLACK + 1.0
+            await conn.aclose()
+            await done.wait()
+            (resp, exc), = got["closed"]
+            assert resp is None and "closed" in str(exc)
+            assert all(len(v) == 1 for v in got.values())
+            assert conn._session.pending == 0  # noqa: SLF001
+            conn.request_callback(req(id="after"), 1.0, on("after", 53))  # closed: the error, from the loop
+            assert "after" not in got
+            with anyio.fail_after(5):
+                while "after" not in got:
+                    await anyio.sleep(0.01)
+            assert got["after"][0][0] is None

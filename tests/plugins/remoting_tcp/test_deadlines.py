@@ -107,37 +107,34 @@ async def test_callback_requests_get_each_outcome_once() -> None:
             assert not c.start_request(addr, req(id="x"), 1.0, print)  # no connection yet: nothing sent
             conn = await c.connection(addr)
             got: dict[str, list[tuple[object, object]]] = {}
-            done = anyio.Event()
+            reached = {n: anyio.Event() for n in (51, 52, 53)}
 
-            def on(name: str, until: int) -> object:
+            def on(name: str) -> object:
                 def cb(resp: object, exc: object) -> None:
                     got.setdefault(name, []).append((resp, exc))
-                    if sum(map(len, got.values())) == until:
-                        done.set()
+                    n = sum(map(len, got.values()))
+                    if n in reached:
+                        reached[n].set()
                 return cb
 
             t = time.monotonic()
             for i in range(50):
-                assert c.start_request(addr, req(id=str(i)), 5.0, on(str(i), 52))
-            assert c.start_request(addr, req(sleep="3000"), 0.2, on("late", 52))
-            assert c.start_request(addr, req(sleep="3000"), 10.0, on("closed", 52))
+                assert c.start_request(addr, req(id=str(i)), 5.0, on(str(i)))
+            assert c.start_request(addr, req(sleep="3000"), 0.2, on("late"))
+            assert c.start_request(addr, req(sleep="3000"), 10.0, on("closed"))
             assert not got  # outcomes arrive from the loop, not from the call
-            with anyio.fail_after(5):
-                while sum(map(len, got.values())) < 51:
-                    await anyio.sleep(0.01)
+            await reached[51].wait()
             assert all(got[str(i)][0][0].ext["echo"] == str(i) for i in range(50))  # type: ignore[union-attr]
             (resp, exc), = got["late"]
             assert resp is None and isinstance(exc, RemotingTimeoutError)
             assert 0.2 <= time.monotonic() - t < 0.2 + SLACK + 1.0
             await conn.aclose()
-            await done.wait()
+            await reached[52].wait()
             (resp, exc), = got["closed"]
             assert resp is None and "closed" in str(exc)
             assert all(len(v) == 1 for v in got.values())
             assert conn._session.pending == 0  # noqa: SLF001
-            conn.request_callback(req(id="after"), 1.0, on("after", 53))  # closed: the error, from the loop
+            conn.request_callback(req(id="after"), 1.0, on("after"))  # closed: the error, from the loop
             assert "after" not in got
-            with anyio.fail_after(5):
-                while "after" not in got:
-                    await anyio.sleep(0.01)
+            await reached[53].wait()
             assert got["after"][0][0] is None

@@ -42,7 +42,14 @@ class AioSend:
         self.cancelled = False
 
     def start(self) -> bool:
-        """Send the first attempt; False (nothing done): it needs to wait for something, use a task."""
+        """Send the first attempt; False (nothing sent): it needs to wait for something, use a task (which
+        meets the same error, if any, and hands it to the callback as before)."""
+        try:
+            return self._start()
+        except Exception:  # noqa: BLE001 - e.g. a selector's error: the task path reports it
+            return False
+
+    def _start(self) -> bool:
         prod = self.producer
         p = self.p
         timeout = prod.options.send_timeout if self.timeout is None else self.timeout
@@ -60,14 +67,15 @@ class AioSend:
                 mq = prod._picker.pick(info.queues, None)
         inst = prod.instance
         addr = inst.master_addr(mq.broker_name)
-        if addr is None:
+        start_request = getattr(inst.remoting, "start_request", None)  # another remoting plugin may lack it
+        if addr is None or start_request is None:
             return False
         self.mq = mq
         self.addr = addr
         cmd = RemotingCommand.request(p.code, prod._ext(p, mq), p.body)
         self.begin_ms = time.time_ns() // 1_000_000 if prod._trace is not None else 0
         self.t0 = time.monotonic()
-        if not inst.remoting.start_request(addr, cmd, timeout, self._on_answer):
+        if not start_request(addr, cmd, timeout, self._on_answer):
             return False
         prod._aio_sends.add(self)
         return True
@@ -84,6 +92,14 @@ class AioSend:
             return
         prod = self.producer
         prod._aio_sends.discard(self)
+        try:
+            self._settle(resp, exc)
+        except Exception:  # a bug here must not keep the in-flight slot
+            log.exception("async send to %s: handling the answer failed", self.p.topic)
+            prod._aio_release()
+
+    def _settle(self, resp: RemotingCommand | None, exc: BaseException | None) -> None:
+        prod = self.producer
         outcome: SendResult | BaseException
         if exc is None:
             assert resp is not None

@@ -82,11 +82,30 @@ class _Resume:
                     return
 
 
-class _Callback:
+class _OneShot:
+    """Future-like wake-up object (``done``/``set_result``, what ``_wake`` and a watermark call) that acts,
+    once, in place of resuming a task: ``_fire``."""
+
+    __slots__ = ("fired",)
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _: object) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        self._fire()
+
+    def _fire(self) -> None:
+        raise NotImplementedError
+
+
+class _Callback(_OneShot):
     """A request's wake-up object that runs ``on_done(response, error)`` where a task would be resumed: a
     caller that only needs the answer handed on (an async send) then costs no task, nor its loop turns."""
 
-    __slots__ = ("conn", "cmd", "timeout", "on_done", "pending", "fired")
+    __slots__ = ("conn", "cmd", "timeout", "on_done", "pending")
 
     def __init__(self, conn: AsyncioConnection, cmd: RemotingCommand, timeout: float, on_done: Any) -> None:
         self.conn = conn
@@ -96,13 +115,7 @@ class _Callback:
         self.pending: Any = None
         self.fired = False
 
-    def done(self) -> bool:
-        return self.fired
-
-    def set_result(self, _: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
+    def _fire(self) -> None:
         try:
             resp = self.conn._outcome(self.pending, self.cmd, self.timeout)
         except Exception as exc:  # noqa: BLE001 - the request's error is the callback's to handle
@@ -119,12 +132,12 @@ class _Callback:
                              printable(repr(err)))
 
 
-class _Release:
+class _Release(_OneShot):
     """Future-like waiter on a watermark for answers held until their bytes are durable: queues them
     when woken (by the advance that reaches ``at``, or by its timeout: then they leave late, see
     ``_send``). Subclasses say what leaves."""
 
-    __slots__ = ("conn", "mark", "at", "fired")
+    __slots__ = ("conn", "mark", "at")
 
     def __init__(self, conn: AsyncioConnection, mark: Any, at: int) -> None:
         self.conn = conn
@@ -132,13 +145,7 @@ class _Release:
         self.at = at
         self.fired = False
 
-    def done(self) -> bool:
-        return self.fired
-
-    def set_result(self, _: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
+    def _fire(self) -> None:
         conn = self.conn
         if conn._closed:
             return
@@ -227,8 +234,19 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
     async def send_request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
         self._check_open()
         woken: asyncio.Future[None] = self._loop.create_future()
-        now = time.monotonic()
-        pending, head, body = self._session.send_request(cmd, timeout, now, woken)
+        pending = self._request_out(cmd, timeout, woken)
+        try:
+            await woken
+        finally:
+            if pending.state is WAITING:
+                self._session.discard(pending)  # cancelled or failed: a late response is dropped
+        return self._outcome(pending, cmd, timeout)
+
+    def _request_out(self, cmd: RemotingCommand, timeout: float, token: Any) -> Any:
+        """Register ``cmd`` with the session (``token`` woken by its outcome) and write it; its pending entry."""
+        pending, head, body = self._session.send_request(cmd, timeout, time.monotonic(), token)
+        if type(token) is _Callback:
+            token.pending = pending  # before the write: a failed one closes the connection, which fires it
         if pending.deadline < self._expiry_at:  # the connection's one timer, armed for the earliest deadline
             self._arm_expiry(pending.deadline, max(timeout, 0.0))
         try:
@@ -236,11 +254,11 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
                 self._write_now(head, body)
             else:
                 self._queue(head, body)
-            await woken
-        finally:
+        except BaseException:
             if pending.state is WAITING:
-                self._session.discard(pending)  # cancelled or failed: a late response is dropped
-        return self._outcome(pending, cmd, timeout)
+                self._session.discard(pending)  # failed: a late response is dropped
+            raise
+        return pending
 
     def request_callback(self, cmd: RemotingCommand, timeout: float, on_done: Any) -> None:
         """``send_request`` without a task: ``on_done(response, None)`` or ``on_done(None, error)`` runs exactly
@@ -250,18 +268,9 @@ class AsyncioConnection(ConnectionCore, asyncio.Protocol):
             token.fired = True
             self._loop.call_soon(token._call, None, RemotingClosedError(f"connection to {self.peer} is closed"))
             return
-        pending, head, body = self._session.send_request(cmd, timeout, time.monotonic(), token)
-        token.pending = pending
-        if pending.deadline < self._expiry_at:
-            self._arm_expiry(pending.deadline, max(timeout, 0.0))
         try:
-            if self.write_through:
-                self._write_now(head, body)
-            else:
-                self._queue(head, body)
+            self._request_out(cmd, timeout, token)
         except Exception as exc:  # noqa: BLE001 - a failed write closed the connection, which may have woken it
-            if pending.state is WAITING:
-                self._session.discard(pending)
             if not token.fired:
                 token.fired = True
                 self._loop.call_soon(token._call, None, exc)

@@ -320,9 +320,10 @@ class Producer(ClientBase):
         arg: Any,
         timeout: float | None,
         retries: int,
-        first: tuple[float, MessageQueue, float, SendResult | BaseException] | None = None,
+        first: tuple[float, MessageQueue, float, SendResult | BaseException | None] | None = None,
     ) -> SendResult:
-        """``first``: the first attempt's (begin, queue, its start, outcome), made without a task (sendcb)."""
+        """``first``: the first attempt's (begin, queue, its start, outcome), made without a task (sendcb);
+        outcome None: not made yet, to that queue."""
         timeout = self.options.send_timeout if timeout is None else timeout
         begin = time.monotonic() if first is None else first[0]
         if queue is not None:
@@ -346,6 +347,7 @@ class Producer(ClientBase):
             if first is not None:
                 _, mq, t0, outcome = first
                 first = None
+                remaining = timeout - (time.monotonic() - begin)
             else:
                 remaining = timeout - (time.monotonic() - begin)
                 if remaining <= 0:
@@ -428,8 +430,7 @@ class Producer(ClientBase):
                 fut = self._aio_slot = self._aio_slot or self._aio.create_future()
                 await fut
             self._aio_inflight += 1
-            if not AioSend(self, p, callback, queue, sharding_key, timeout).start():
-                self._aio_task(self._async_send(p, callback, queue, sharding_key, timeout))
+            AioSend(self, p, callback, queue, sharding_key, timeout).start()
             return
         await self._async_slots.acquire()
         assert self._tg is not None
@@ -453,15 +454,17 @@ class Producer(ClientBase):
 
     async def _async_send(
         self, p: _Prepared, callback: SendCallback | None, queue: MessageQueue | None, key: Any, timeout: float | None,
-        first: tuple[float, MessageQueue, float, SendResult | BaseException] | None = None,
+        first: tuple[float, MessageQueue, float, SendResult | BaseException | None] | None = None,
     ) -> None:
         """A send_async in a task: from the start, or the retries after a first attempt made without one."""
         try:
             try:
                 if first is not None and (queue is not None or key is not None):  # no retry for these
-                    if isinstance(first[3], BaseException):
-                        raise first[3]
-                    result = first[3]
+                    outcome = first[3]
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    assert outcome is not None  # only a send that may retry hands on an attempt not made
+                    result = outcome
                 else:
                     result = await self._send(p, queue, None, key, None, timeout, self.options.retry_times_async,
                                               first)

@@ -40,14 +40,21 @@ class AioSend:
         self.key = key
         self.timeout = timeout
         self.cancelled = False
+        self.mq: MessageQueue | None = None
+        self.retrying = False
 
-    def start(self) -> bool:
-        """Send the first attempt; False (nothing sent): it needs to wait for something, use a task (which
-        meets the same error, if any, and hands it to the callback as before)."""
+    def start(self) -> None:
+        """Send the first attempt; when that needs to wait for something (a route, a connection), a task does
+        (which meets the same error, if any, and hands it to the callback as before), to the queue already
+        picked if one was: the round robin moves on once per send."""
         try:
-            return self._start()
-        except Exception:  # noqa: BLE001 - e.g. a selector's error: the task path reports it
-            return False
+            if self._start():
+                return
+        except Exception:  # noqa: BLE001 - e.g. building the request: the task path reports it
+            pass
+        prod = self.producer
+        first = (self.t0, self.mq, self.t0, None) if self.retrying and self.mq is not None else None
+        prod._aio_task(prod._async_send(self.p, self.callback, self.queue, self.key, self.timeout, first))
 
     def _start(self) -> bool:
         prod = self.producer
@@ -64,7 +71,8 @@ class AioSend:
             if self.key is not None:
                 mq = prod._hash_selector(info.queues, None, self.key)
             else:
-                mq = prod._picker.pick(info.queues, None)
+                mq = self.mq = prod._picker.pick(info.queues, None)
+                self.t0 = time.monotonic()
         inst = prod.instance
         addr = inst.master_addr(mq.broker_name)
         start_request = getattr(inst.remoting, "start_request", None)  # another remoting plugin may lack it
@@ -131,7 +139,7 @@ class AioSend:
             except Exception:
                 log.exception("send callback failed")
             else:
-                if inspect.isawaitable(res):  # a coroutine function: it keeps a task
+                if res is not None and inspect.isawaitable(res):  # a coroutine function: it keeps a task
                     self.producer._aio_task(self._await(res))
                     return
         self.producer._aio_release()

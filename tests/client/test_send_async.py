@@ -58,6 +58,27 @@ async def test_callbacks_without_a_task(ns: str, name: str) -> None:
     assert len(got) == 63
 
 
+async def test_round_robin_when_the_first_sends_wait_for_a_connection(ns: str, name: str) -> None:
+    """Route known, broker not connected yet: the sends go to tasks (to the queue send_async picked), all
+    succeed, spread evenly over the queues."""
+    topic = f"T_{name}"
+    await create_topic(ns, topic, 4)
+    results: list[Any] = []
+    with anyio.fail_after(30):
+        async with Producer(f"P_{name}", ns) as producer:
+            assert len(await producer.fetch_publish_queues(topic)) == 4
+            assert not producer.instance.remoting.connections() or all(
+                c.remote_addr[1] != int(producer.instance.master_addr("broker-a").rsplit(":", 1)[1])
+                for c in producer.instance.remoting.connections())
+            for i in range(8):
+                await producer.send_async(Message(topic, f"f{i}"), lambda r, e: results.append((r, e)))
+            assert len(producer._aio_tasks) == 8
+            await producer.wait_async_sends()
+    assert all(e is None for _, e in results)
+    counts = [sum(r.queue.queue_id == q for r, _ in results) for q in range(4)]
+    assert counts == [2, 2, 2, 2], counts
+
+
 async def test_retry_on_another_broker(rmqd_factory: Any, name: str) -> None:
     """A broker refusing the send (NO_PERMISSION, a retried code): the answer's callback hands the send to
     the retry loop, which sends it to the other broker."""

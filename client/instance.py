@@ -144,7 +144,9 @@ class SigningRemotingClient:
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self._inner.invoke_oneway(addr, self._sign(cmd))
+
     def start_request(self, addr: str, cmd: RemotingCommand, timeout: float, on_done: Any) -> bool:
+        """The inner client's callback request, signed (False, nothing sent: it has none, or no connection)."""
         start = getattr(self._inner, "start_request", None)
         return start is not None and bool(start(addr, self._sign(cmd), timeout, on_done))
 

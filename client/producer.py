@@ -344,12 +344,11 @@ class Producer(ClientBase):
         fault = self._fault
         for attempt in range(attempts):
             outcome: SendResult | BaseException | None = None
+            remaining = timeout - (time.monotonic() - begin)
             if first is not None:
                 _, mq, t0, outcome = first
                 first = None
-                remaining = timeout - (time.monotonic() - begin)
             else:
-                remaining = timeout - (time.monotonic() - begin)
                 if remaining <= 0:
                     break
                 mq = self._picker.pick(info.queues, last_broker)
@@ -577,7 +576,7 @@ class Producer(ClientBase):
         if self._aio is not None:
             while self._aio_inflight:
                 fut = self._aio_idle = self._aio_idle or self._aio.create_future()
-                await fut
+                await asyncio.shield(fut)  # a waiter cancelled leaves the others waiting
             return
         n = self.options.max_async_in_flight
         for _ in range(n):

@@ -16,6 +16,8 @@ from rmq.client import Admin, Message, Producer, SendError, SendStatus
 from rmq.client.route import PERM_READ
 from rmq.client.testing import create_topic, drain
 
+from .test_trace import _traces
+
 pytestmark = pytest.mark.anyio
 
 
@@ -128,3 +130,23 @@ async def test_timeout_and_shutdown_in_flight(rmqd_factory: Any, name: str) -> N
         assert producer._aio_inflight == 0 and not producer._aio_sends
         os.kill(d.proc.pid, signal.SIGCONT)
     assert len(results) == 1
+
+
+async def test_async_sends_are_traced(rmqd_factory: Any, name: str) -> None:
+    """A send answered through the callback path writes its Pub trace record as a task-run send does."""
+    proc = rmqd_factory(broker_conf={"traceTopicEnable": True})
+    ns = proc.namesrv_addr
+    topic = f"T_{name}"
+    await create_topic(ns, topic, 2)
+    ids: list[str] = []
+    with anyio.fail_after(60):
+        async with Producer(f"P_{name}", ns, enable_trace=True) as producer:
+            ids.append((await producer.send(Message(topic, "warm"))).msg_id)
+            for i in range(4):
+                await producer.send_async(Message(topic, f"a{i}"), lambda r, e: ids.append(r.msg_id))
+                assert not producer._aio_tasks
+            await producer.wait_async_sends()
+    records, _ = await _traces(ns, "RMQ_SYS_TRACE_TOPIC", 5)
+    pubs = {r["msgId"]: r for r in records if r["traceType"] == "Pub"}
+    assert set(ids) == set(pubs) and len(ids) == 5
+    assert all(r["success"] == "true" and r["topic"] == topic for r in pubs.values())

@@ -76,9 +76,13 @@ async def produce(cfg: dict[str, Any]) -> None:
     kind = cfg.get("kind", "normal")
     stop = anyio.Event()
     if kind == "tx":
-        def checker(msg: Any) -> LocalTransactionState:  # the same answer the local transaction gave
-            return (LocalTransactionState.COMMIT_MESSAGE if index(msg.body.decode()) % 2 == 0
-                    else LocalTransactionState.ROLLBACK_MESSAGE)
+        def checker(msg: Any) -> LocalTransactionState:
+            """The answer the local transaction gave (END_TRANSACTION is oneway: a restart can lose it, and
+            the check decides); an unknown one is decided here as a later producer would, even commits."""
+            i = index(msg.body.decode())
+            outcome = tx_outcome(cfg, i)
+            commit = outcome == "commit" or (outcome == "unknown" and i % 2 == 0)
+            return LocalTransactionState.COMMIT_MESSAGE if commit else LocalTransactionState.ROLLBACK_MESSAGE
         p: Producer = TransactionProducer(cfg["group"], cfg["namesrv"], checker=checker, **client_opts(cfg))
     else:
         p = Producer(cfg["group"], cfg["namesrv"], **client_opts(cfg))

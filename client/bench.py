@@ -29,6 +29,7 @@ from rmq.client.admin import Admin
 from rmq.client.message import Message
 from rmq.client.producer import Producer
 from rmq.client.push import PushConsumer
+from rmq.protocol.names import is_system_topic
 
 _TS = struct.Struct(">q")
 
@@ -105,8 +106,8 @@ async def _reporter(stats: Stats, label: str, quiet: bool) -> None:
 
 
 async def _ensure_topic(ns: str, topic: str, queues: int, creds: tuple[str, str] | None = None) -> None:
-    if queues <= 0:
-        return
+    if queues <= 0 or is_system_topic(topic):
+        return  # a broker carries its system topics (BenchmarkTest, the default) and refuses to create them
     async with Admin(ns, credentials=creds) as admin:
         await admin.create_topic(topic, queues)
 

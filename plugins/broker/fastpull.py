@@ -7,8 +7,11 @@ and all after it take the Python path, as before. A pull is decoded by ``_fastst
 plain JSON shape the Java, C++ and rmq clients write) into its fields; ``PullProcessor.plan`` -- the one
 place that decides, shared with the Python path -- refuses it or reads the store (the compiled walk's one
 body); an answer that needs nothing awaited is encoded at once. A pull that would suspend (long polling),
-move its offset (the OFFSET_MOVED_EVENT is stored, awaited) or fail is left, untouched, to the Python path,
-which decides it again from the start: nothing was changed (the reads that hand a pull over found nothing).
+move its offset (the OFFSET_MOVED_EVENT is stored, awaited) or fail is left to the Python path with its plan
+(``FastReads.handed``: the store read, or the exception ``plan`` raised), which that frame's dispatch takes
+and goes on from -- commit, hold, re-read after the hold, event -- as if it had planned it itself: the store
+is read (and its gets counted) once per decision, as on the pure path. The plan is used only by the frame
+it was decided from (its opaque and fields, checked against the Python decode) and dropped at the next read.
 Static reasons (interceptors that see every request, another PULL_MESSAGE handler, RMQ_PURE_PULL or
 RMQ_PURE_PULL_REQUESTS, no compiled walk or decoder) keep every pull on the Python path; a slave, whose offsets and answers differ,
 too, checked per read. tests/plugins/broker/test_fastpull_diff.py compares both paths.
@@ -43,13 +46,15 @@ class FastReads:
     kind from ``pos`` (the answers: one bytes object, a list of pieces); None: not decided yet, False: never on
     this connection. The read's answers are joined once."""
 
-    __slots__ = ("send", "pull")
+    __slots__ = ("send", "pull", "handed")
 
     def __init__(self) -> None:
         self.send: Any = None
         self.pull: Any = None
+        self.handed: Handed | None = None  # the plan of the frame this read left to the Python path
 
     def __call__(self, src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
+        self.handed = None  # a plan never outlives its read (its frame's task starts before the next read)
         send, pull = self.send, self.pull
         if not pull:  # a producer's connection: the send half alone, as it was before pulls joined it
             return send(src, 0, max_frame) if send else (0, None, None)
@@ -67,19 +72,21 @@ class FastReads:
                 pos, frames = pull(src, pos, max_frame)
                 if frames is not None:
                     parts += frames
-            if pos == start or not (send and pull):  # one kind only: it took all it could at once
+            # one kind only: it took all it could at once; a pull planned and handed over ends the read's share
+            if pos == start or not (send and pull) or self.handed is not None:
                 break
         return pos, (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None, None
 
 
-def attach(conn: Connection, kind: str, serve: Any) -> None:
+def attach(conn: Connection, kind: str, serve: Any) -> FastReads | None:
     """Give ``conn`` its ``send`` or ``pull`` half (``serve``, or False: never); a TLS connection (False) keeps none."""
     reads = getattr(conn, "fast_send", False)
     if reads is False:
-        return
+        return None
     if reads is None:
         reads = conn.fast_send = FastReads()  # type: ignore[attr-defined]
     setattr(reads, kind, serve)
+    return reads  # type: ignore[no-any-return]
 
 
 def wants(conn: Connection, kind: str) -> bool:
@@ -124,12 +131,15 @@ class FastPull:
         serve = self.serve
 
         def pull(src: Any, pos: int, max_frame: int) -> tuple[int, list[bytes] | None]:
-            return serve(src, pos, max_frame, addr)
+            return serve(src, pos, max_frame, addr, reads)
 
-        attach(conn, "pull", pull)
+        reads = attach(conn, "pull", pull)
 
-    def serve(self, src: Any, pos: int, max_frame: int, addr: str) -> tuple[int, list[bytes] | None]:
-        """The pulls from ``pos`` on that need nothing awaited: where they end, their answers' pieces."""
+    def serve(self, src: Any, pos: int, max_frame: int, addr: str,
+              reads: FastReads | None = None) -> tuple[int, list[bytes] | None]:
+        """The pulls from ``pos`` on that need nothing awaited: where they end, their answers' pieces. The one
+        that stops them after its store read (a suspend, a moved offset, a failure) leaves its plan (or the
+        plan's exception) in ``reads.handed`` for the Python path: its read is not done twice."""
         b = self.ctx
         if b.is_slave:
             return pos, None
@@ -144,15 +154,24 @@ class FastPull:
             end, opaque, group, topic, qid, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub, etype, sub_v = f
             try:
                 p = plan(addr, group, topic, qid, offset, max_nums, sys_flag, etype, sub, sub_v)
+            except Exception as e:  # noqa: BLE001 - the Python path answers it (its error response)
+                if reads is not None:
+                    reads.handed = Handed(opaque, group, topic, qid, offset, max_nums, sys_flag, etype, sub,
+                                          sub_v, e)
+                break
+            try:
                 if type(p) is tuple:
                     head, body = _answer(opaque, p[0], p[1], None, b"")
                 else:
                     if p.code == _MOVED or suspends(p, sys_flag, suspend_ms):
-                        break
+                        raise _HandOver
                     if sys_flag & COMMIT_OFFSET:  # a master's (checked per read)
                         commit(group, topic, qid, commit_offset)
                     head, body = _status_answer(opaque, *finish(p, group, topic))
-            except Exception:  # noqa: BLE001 - the Python path answers it (its error response), nothing changed
+            except Exception:  # noqa: BLE001 - the Python path goes on from the plan (a suspend: the same hold)
+                if reads is not None:
+                    reads.handed = Handed(opaque, group, topic, qid, offset, max_nums, sys_flag, etype, sub,
+                                          sub_v, p)
                 break
             out.append(head)
             if body:
@@ -163,6 +182,34 @@ class FastPull:
             return pos, None
         self.served += n
         return pos, out
+
+
+class _HandOver(Exception):  # noqa: N818 - not an error: the plan goes on in the Python path
+    """A planned pull the Python path finishes (its suspension or offset-moved event is awaited)."""
+
+
+class Handed:
+    """A pull frame's plan (or ``plan``'s exception) that the compiled half read and left to the Python path,
+    with the fields it was decided from: used only for the frame that has them all (``PullProcessor.process``
+    checks them against its own decode), never kept past the next read or pull of its connection."""
+
+    __slots__ = ("opaque", "fields", "sub_version", "plan")
+
+    def __init__(self, opaque: int, group: str, topic: str, qid: int, offset: int, max_nums: int, sys_flag: int,
+                 etype: str | None, sub: str | None, sub_version: int, plan: Any) -> None:
+        self.opaque = opaque
+        self.fields = (group, topic, qid, offset, max_nums, sys_flag, etype, sub)
+        self.sub_version = sub_version
+        self.plan = plan
+
+
+def take(conn: Connection) -> Handed | None:
+    """The plan the compiled half left for ``conn``'s next pull, if any; taken (the slot cleared) either way."""
+    reads = getattr(conn, "fast_send", None)
+    if type(reads) is not FastReads:
+        return None
+    handed, reads.handed = reads.handed, None
+    return handed
 
 
 _PREFIX = struct.Struct(">iI")

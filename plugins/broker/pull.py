@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq.kernel import FilterExpressionError, GetStatus, MessageRecord, RateLimitedLog
 from rmq.plugins.broker.consumer import physical_memory
-from rmq.plugins.broker.fastpull import FastPull
+from rmq.plugins.broker.fastpull import FastPull, Handed, take
 from rmq.protocol.access import SUB, topic
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_i32, ext_int, ext_str
@@ -82,7 +82,7 @@ class PullProcessor:
         self.compiled = True
         why = self.fast.decide(registry)
         per_request = "requests decoded and answered per read (PULL_MESSAGE / LITE_PULL_MESSAGE common case; " \
-            "long polls, moved offsets: per request)" if not why else f"requests per task: {why}"
+            "long polls, moved offsets: read per read, awaited per request)" if not why else f"requests per task: {why}"
         return f"compiled (TAG / no filter: one body from the mapped records; {per_request})"
 
     def register(self, registry: object, owner: str) -> None:
@@ -105,13 +105,18 @@ class PullProcessor:
             log.debug("offset moved event for %s not stored: %s", group, result.status.name)
 
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        if not self.fast.why and getattr(conn, "fast_send", False) is not False:
-            self.fast.install(conn)
-        return await self.process(conn, cmd, True)
+        handed = None
+        if not self.fast.why:
+            if getattr(conn, "fast_send", False) is not False:
+                self.fast.install(conn)
+            handed = take(conn)
+        return await self.process(conn, cmd, True, handed)
 
-    async def process(self, conn: Connection, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand:
+    async def process(self, conn: Connection, cmd: RemotingCommand, allow_suspend: bool,
+                      handed: Handed | None = None) -> RemotingCommand:
         """The Python path: the header read field by field (lazily: a field a refusal comes before is not
-        parsed), then what ``plan`` decides, suspension and the offset-moved event awaited here."""
+        parsed), then what ``plan`` decides (or what the compiled half planned for this very frame: ``handed``),
+        suspension and the offset-moved event awaited here."""
         ext = cmd.ext
         group = ext_str(cmd, "consumerGroup")
         topic = ext_str(cmd, "topic")
@@ -119,8 +124,12 @@ class PullProcessor:
         offset = ext_int(cmd, "queueOffset")
         max_nums = ext_i32(cmd, "maxMsgNums")
         sys_flag = ext_i32(cmd, "sysFlag")
-        p = self.plan(conn.remote_addr[0], group, topic, queue_id, offset, max_nums, sys_flag,
-                      ext.get("expressionType"), ext.get("subscription"), lambda: ext_int(cmd, "subVersion", 0))
+        etype, expr = ext.get("expressionType"), ext.get("subscription")
+        p = None if handed is None else _planned(handed, cmd, (group, topic, queue_id, offset, max_nums, sys_flag,
+                                                                 etype or None, expr or None))
+        if p is None:
+            p = self.plan(conn.remote_addr[0], group, topic, queue_id, offset, max_nums, sys_flag, etype, expr,
+                          lambda: ext_int(cmd, "subVersion", 0))
         if type(p) is tuple:
             return cmd.response(*p)
         b = self.ctx
@@ -254,6 +263,20 @@ class PullProcessor:
         if st is not None:
             st.got(topic, group, p.n, len(p.body))
         return 0, _STATUS_NAMES[status], fields, p.body
+
+
+def _planned(handed: Handed, cmd: RemotingCommand, fields: tuple[Any, ...]) -> Plan | tuple[int, str] | None:
+    """The compiled half's plan of ``cmd`` when ``handed`` was decided from this frame's fields (its opaque, the
+    fields the Python path parsed; the subVersion where the plan read it), else None: plan it here. A plan
+    that failed raises its exception here, as ``plan`` would have (the Python path's error answer)."""
+    if handed.opaque != cmd.opaque or handed.fields != fields:
+        return None
+    p = handed.plan
+    if isinstance(p, Exception):
+        raise p
+    if type(p) is Plan and not fields[5] & SUBSCRIPTION and handed.sub_version != ext_int(cmd, "subVersion", 0):
+        return None
+    return p  # type: ignore[no-any-return]
 
 
 class Plan:

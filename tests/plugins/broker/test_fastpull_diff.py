@@ -17,6 +17,7 @@ same consumer offsets, store get counters and per-group get statistics.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -29,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq.protocol.codes import RequestCode
-from rmq.protocol.frame import decode, encode
+from rmq.protocol.frame import FrameDecoder, decode, encode
 from rmq.testing.daemon import RmqdProcess, eventually, runtime_info
 from rmq.testing.fuzz import compiler_present, fuzz_settings
 
@@ -42,8 +43,12 @@ TAGS = ["TagA", "TagB", "TagC", None]
 GROUPS = ["g1", "g2", "hb", "nosuchgroup"]
 # slaveReadEnable with no memory for messages: every found pull but one of the last record suggests the
 # group's whichBrokerWhenConsumeSlowly (the lagging test reads the last record's PHYSICAL_OFFSET)
+# No store read by the clock (the timer wheel's, the delay levels', the transaction checker's): the store's
+# get counters ("gets": what getTotalTps / getMissTps are made of) count the pulls alone, and compare.
 CONF = {"autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": False, "transactionTimeOut": 86_400_000,
-        "transactionCheckInterval": 86_400_000, "slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 0}
+        "transactionCheckInterval": 86_400_000, "slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 0,
+        "timerWheelEnable": False}
+QUIET = {"plugin": {"processors": {"schedule": {"poll_interval_ms": 86_400_000}}}}
 
 
 def _store_messages(peer: Peer) -> None:
@@ -94,12 +99,12 @@ def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Peer
     """(pure, compiled) over the same store bytes."""
     fast_dir, pure_dir = tmp_path_factory.mktemp("fastpull"), tmp_path_factory.mktemp("purepull")
     with ExitStack() as running:
-        fast = RmqdProcess(fast_dir, broker_conf=CONF, env={"RMQ_PURE": ""}, proxy=False)
+        fast = RmqdProcess(fast_dir, broker_conf=CONF, env={"RMQ_PURE": ""}, proxy=False, extra=QUIET)
         running.callback(fast.stop)
         _store_messages(Peer(fast.start()))
         fast.stop()
         shutil.copytree(fast_dir / "store", pure_dir / "store")
-        pure = RmqdProcess(pure_dir, broker_conf=CONF, env={"RMQ_PURE": "1"}, proxy=False)
+        pure = RmqdProcess(pure_dir, broker_conf=CONF, env={"RMQ_PURE": "1"}, proxy=False, extra=QUIET)
         running.callback(pure.stop)
         pair = (Peer(pure.start()), Peer(fast.start()))
         for peer in pair:
@@ -206,10 +211,11 @@ def _offsets(peer: Peer) -> list[str]:
 
 
 def _gets(peer: Peer) -> dict[str, Any]:
-    """The store's counters of gets that found messages and each group's GROUP_GET_NUMS / GROUP_GET_SIZE
-    live totals (all gets, "gets", also count the background services' polls by the clock)."""
+    """The store's counters of gets (all: a long poll reads once before its hold and once after, a moved offset
+    once; CONF keeps the clock's reads out), of those that found messages, and each group's GROUP_GET_NUMS /
+    GROUP_GET_SIZE live totals."""
     info = runtime_info(peer.proc.broker_addr)
-    out: dict[str, Any] = {k: info[f"store.{k}"] for k in ("get_messages", "found_gets")}
+    out: dict[str, Any] = {k: info[f"store.{k}"] for k in ("gets", "get_messages", "found_gets")}
     for group in GROUPS:
         for name in ("GROUP_GET_NUMS", "GROUP_GET_SIZE"):
             r = _admin(peer, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": f"PullT@{group}"}, 19)
@@ -240,6 +246,18 @@ def test_compiled_and_pure_pulls_agree(peers: tuple[Peer, Peer]) -> None:
         + [_frame(_cpp_pull(RequestCode.PULL_MESSAGE, {"consumerGroup": "g2", "topic": "PullU", "queueId": "0",
                                                        "queueOffset": "3", "maxMsgNums": "2", "sysFlag": "4"}, 5010))]),
            list(range(1, 1500))))
+    # long polls held at each queue's end and offsets moved past it, by PULL_MESSAGE and LITE_PULL_MESSAGE: the
+    # compiled half plans them and the Python path goes on from its plan (the gets below count each read once)
+    frames = []
+    for q in range(4):
+        end = _admin(fast, RequestCode.GET_MAX_OFFSET, {"topic": "PullT", "queueId": str(q)}, 16).ext["offset"]
+        for i, (offset, flag, code) in enumerate([(end, "6", 11), (end, "7", 361), ("1000000", "4", 11),
+                                                  (str(int(end) + 1), "5", 361)]):
+            frames.append(encode(_cmd(code, {
+                "consumerGroup": "g2", "topic": "PullT", "queueId": str(q), "queueOffset": offset, "maxMsgNums": "8",
+                "sysFlag": flag, "commitOffset": "3", "suspendTimeoutMillis": "15", "subscription": "TagB"},
+                opaque=6000 + 10 * q + i)))
+    check((b"".join(frames), list(itertools.accumulate(len(f) for f in frames))))
     assert _offsets(pure) == _offsets(fast)
     pure_info, fast_info = runtime_info(pure.proc.broker_addr), runtime_info(fast.proc.broker_addr)
     assert pure_info["store.compiled_pulls"] == "0" and pure_info["compiledPullRequests"] == "0"
@@ -252,3 +270,115 @@ def test_compiled_and_pure_pulls_agree(peers: tuple[Peer, Peer]) -> None:
         return want == _gets(fast) and want["GROUP_GET_NUMS g1"][0] == 0 or None
 
     eventually(same_gets, 30, "the same get statistics")
+
+
+POLL_GROUP, POLL_TOPIC = "pg1", "PollT"  # queue 0 stays empty, queue 1 holds 3 messages, queue 2 is woken
+
+
+def _poll_store(peer: Peer) -> None:
+    r = _admin(peer, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": POLL_TOPIC, "defaultTopic": "TBW102", "readQueueNums": "3", "writeQueueNums": "3", "perm": "6",
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, 10)
+    assert r.code == 0, r
+    body = {"groupName": POLL_GROUP, "consumeEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0}
+    assert _admin_body(peer, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, json.dumps(body).encode()).code == 0
+    answers = peer.run(b"".join(_poll_send(1, i) for i in range(3)), [])
+    assert [decode(a).code for a in answers] == [0, 0, 0]
+    eventually(lambda: _admin(peer, RequestCode.GET_MAX_OFFSET, {"topic": POLL_TOPIC, "queueId": "1"}, 16)
+               .ext["offset"] == "3", 30, "the messages dispatched")
+
+
+def _poll_send(queue: int, opaque: int) -> bytes:
+    return encode(_cmd(RequestCode.SEND_MESSAGE_V2, {
+        "a": "pp", "b": POLL_TOPIC, "e": str(queue), "f": "0", "g": "1700000000000", "h": "0",
+        "i": "TAGS\x01TagA\x02WAIT\x01true"}, b"polled", opaque=opaque))
+
+
+def _poll(queue: int, offset: int, opaque: int, suspend_ms: int = 0, code: int = RequestCode.PULL_MESSAGE) -> bytes:
+    """A pull of PollT by its own subscription (TagA), SUSPEND (long polling) when ``suspend_ms``."""
+    return encode(_cmd(code, {
+        "consumerGroup": POLL_GROUP, "topic": POLL_TOPIC, "queueId": str(queue), "queueOffset": str(offset),
+        "maxMsgNums": "32", "sysFlag": str(5 | (2 if suspend_ms else 0)), "commitOffset": str(offset),
+        "suspendTimeoutMillis": str(suspend_ms), "subscription": "TagA"}, opaque=opaque))
+
+
+@pytest.fixture(scope="module")
+def pollers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Peer]]:
+    """(RMQ_PURE_PULL_REQUESTS=1: every pull a task's, compiled per-read pulls) over stores set up alike."""
+    with ExitStack() as running:
+        pair = []
+        for name, pure in (("polltask", "1"), ("pollread", "")):
+            proc = RmqdProcess(tmp_path_factory.mktemp(name), broker_conf=CONF, proxy=False, extra=QUIET,
+                               env={"RMQ_PURE": "", "RMQ_PURE_PULL_REQUESTS": pure})
+            running.callback(proc.stop)
+            peer = Peer(proc.start())
+            peer.prefix = f"7F000001{peer.port:08X}"
+            _poll_store(peer)
+            pair.append(peer)
+        yield pair[0], pair[1]
+
+
+def _counted(peer: Peer, stream: Callable[[Peer], list[bytes]]) -> tuple[dict[str, int], list[tuple[Any, ...]]]:
+    """The store's get counters' growth over ``stream`` and its answers by opaque: code, remark, fields, body
+    size (the stores were written apart: their records' hosts and times differ)."""
+    before = runtime_info(peer.proc.broker_addr)
+    answers = sorted((c.opaque, c.code, c.remark, c.ext, len(c.body)) for c in map(decode, stream(peer)))
+    after = runtime_info(peer.proc.broker_addr)
+    return {k: int(after[f"store.{k}"]) - int(before[f"store.{k}"]) for k in ("gets", "found_gets")}, answers
+
+
+def test_long_polls_and_moved_offsets_read_the_store_once_per_decision(pollers: tuple[Peer, Peer]) -> None:
+    """Long polls that time out on an empty queue (or at a queue's end), offsets moved, each pull its own read
+    (the compiled half takes each but the first) or all in one: the same answers and the same store gets as
+    the task path -- two per held pull (before and after its hold), one per other pull, none counted twice."""
+    task, read = pollers
+    polls = [_poll(0, 0, 100)]  # the first pull of the connection: the task path's (the compiled half is installed)
+    polls += [_poll(0, 0, 101 + i, 5) for i in range(12)]  # an empty queue: held 5 ms, then PULL_NOT_FOUND
+    polls += [_poll(1, 3, 120 + i, 5, 361) for i in range(6)]  # at the end of a queue, LITE_PULL_MESSAGE
+    polls += [_poll(0, 7, 130), _poll(1, 9, 131), _poll(1, 2, 132)]  # moved offsets (an event stored), a found one
+    assert "requests per task" in _pull_path(task) or not compiler_present(), _pull_path(task)
+    assert "answered per read" in _pull_path(read) or not compiler_present(), _pull_path(read)
+
+    def each(peer: Peer) -> list[bytes]:
+        return [a for p in polls for a in peer.run(p, [])]
+
+    def joined(peer: Peer) -> list[bytes]:  # one read: the compiled half plans the first, the rest are tasks'
+        return peer.run(b"".join(polls), [])
+
+    for stream in (each, joined):
+        (want_gets, want), (gets, answers) = _counted(task, stream), _counted(read, stream)
+        assert answers == want
+        assert [a[1] for a in want].count(19) == 19 and [a[1] for a in want].count(21) == 2, want
+        assert gets == want_gets
+        assert want_gets == {"gets": 2 * 18 + 4, "found_gets": 1}, want_gets
+    assert int(runtime_info(read.proc.broker_addr)["compiledPullRequests"]) > 0 or not compiler_present()
+
+
+def _answer_to(peer: Peer, opaque: int) -> Any:
+    """The next answer of ``opaque`` on ``peer``'s connection."""
+    dec = FrameDecoder()
+    while True:
+        for c in dec.feed(peer.sock.recv(1 << 16)):
+            if c.opaque == opaque:
+                return c
+
+
+def test_a_held_long_poll_is_woken_by_a_message(pollers: tuple[Peer, Peer]) -> None:
+    """A long poll held (for a minute) on an empty queue answers the message another connection stores: woken by
+    the arrival notifier on both paths, its store read once before the hold and once after."""
+    got = []
+    for peer in pollers:
+        assert [decode(a).code for a in peer.run(_poll(0, 0, 140), [])] == [19]  # the compiled half installed
+        before = runtime_info(peer.proc.broker_addr)
+        peer.sock.sendall(_poll(2, 0, 141, 60_000))
+        eventually(lambda: int(runtime_info(peer.proc.broker_addr)["store.gets"]) > int(before["store.gets"]),  # noqa: B023
+                   30, "the held pull's first read")
+        sender = Peer(peer.proc)
+        assert [decode(a).code for a in sender.run(_poll_send(2, 142), [])] == [0]
+        sender.sock.close()
+        answer = _answer_to(peer, 141)
+        after = runtime_info(peer.proc.broker_addr)
+        got.append(((answer.opaque, answer.code, answer.ext, len(answer.body)),
+                    {k: int(after[f"store.{k}"]) - int(before[f"store.{k}"]) for k in ("gets", "found_gets")}))
+    assert got[0] == got[1]
+    assert got[0][0][:2] == (141, 0) and got[0][1] == {"gets": 2, "found_gets": 1}, got[0]

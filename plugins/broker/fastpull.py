@@ -152,23 +152,22 @@ class FastPull:
             if f is None:
                 break
             end, opaque, group, topic, qid, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub, etype, sub_v = f
+            p: Any = None
             try:
                 p = plan(addr, group, topic, qid, offset, max_nums, sys_flag, etype, sub, sub_v)
-            except Exception as e:  # noqa: BLE001 - the Python path answers it (its error response)
-                if reads is not None:
-                    reads.handed = Handed(opaque, group, topic, qid, offset, max_nums, sys_flag, etype, sub,
-                                          sub_v, e)
-                break
-            try:
                 if type(p) is tuple:
                     head, body = _answer(opaque, p[0], p[1], None, b"")
+                elif p.code == _MOVED or suspends(p, sys_flag, suspend_ms):
+                    head = None  # awaited: the Python path goes on from the plan (a suspend: the same hold)
                 else:
-                    if p.code == _MOVED or suspends(p, sys_flag, suspend_ms):
-                        raise _HandOver
                     if sys_flag & COMMIT_OFFSET:  # a master's (checked per read)
                         commit(group, topic, qid, commit_offset)
                     head, body = _status_answer(opaque, *finish(p, group, topic))
-            except Exception:  # noqa: BLE001 - the Python path goes on from the plan (a suspend: the same hold)
+            except Exception as e:  # noqa: BLE001 - the Python path answers it: from the plan, or plan's error
+                head = None
+                if p is None:
+                    p = e
+            if head is None:  # the plan (or its exception) goes to this frame's dispatch: no second store read
                 if reads is not None:
                     reads.handed = Handed(opaque, group, topic, qid, offset, max_nums, sys_flag, etype, sub,
                                           sub_v, p)
@@ -182,10 +181,6 @@ class FastPull:
             return pos, None
         self.served += n
         return pos, out
-
-
-class _HandOver(Exception):  # noqa: N818 - not an error: the plan goes on in the Python path
-    """A planned pull the Python path finishes (its suspension or offset-moved event is awaited)."""
 
 
 class Handed:

@@ -166,7 +166,7 @@ class FastPull:
             except Exception as e:  # noqa: BLE001 - the Python path answers it: from the plan, or plan's error
                 head = None
                 if p is None:
-                    p = e
+                    p = e.with_traceback(None)  # not this frame (and the read's bytes) kept alive by it
             if head is None:  # the plan (or its exception) goes to this frame's dispatch: no second store read
                 if reads is not None:
                     reads.handed = Handed(opaque, group, topic, qid, offset, max_nums, sys_flag, etype, sub,

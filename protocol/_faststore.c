@@ -508,6 +508,7 @@ static PyMethodDef methods[] = {
     {"reput_put", reput_put, METH_VARARGS, "Consume-queue units and index entries for a run of hand-offs (_faststore_reput.c)."},
     {"scan", pull_scan, METH_VARARGS, "A pull's scan of consume-queue units: the records it returns, or None."},
     {"pull_decode", pull_decode, METH_VARARGS, "A PULL_MESSAGE request's fields in its common shape (_faststore_pullreq.c), or None."},
+    {"beat_decode", beat_decode, METH_VARARGS, "A HEART_BEAT request's opaque, language, version and body (_faststore_pullreq.c), or None."},
     {"pull_join", pull_join, METH_VARARGS, "A pull's records by tag codes in one body (_faststore_pull.c), or None."},
     {NULL, NULL, 0, NULL},
 };

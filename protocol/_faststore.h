@@ -26,6 +26,7 @@ PyObject *pull_scan(PyObject *self, PyObject *args); /* _faststore_pull.c */
 PyObject *pull_join(PyObject *self, PyObject *args);
 int pull_init(void);
 PyObject *pull_decode(PyObject *self, PyObject *args); /* _faststore_pullreq.c */
+PyObject *beat_decode(PyObject *self, PyObject *args); /* _faststore_pullreq.c */
 extern PyObject *crc_fn; /* bytes -> int: the pure path's crc32 (configure()) */
 extern int32_t magic;
 

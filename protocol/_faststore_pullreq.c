@@ -115,3 +115,42 @@ done:
     PyBuffer_Release(&in);
     return result;
 }
+
+/* beat_decode(src, pos, max_frame) -> None | (end, opaque, language, version, body)
+ *
+ * The frame at ``pos`` of ``src``, when it is whole and a HEART_BEAT (34) request (not oneway) whose JSON
+ * header parse_head accepts with a language and a version, and holds no escape (no backslash anywhere in it):
+ * its end, opaque, language (the header's string as written), version and body (bytes). fastbeat.py
+ * compares language, version and body with those of the connection's previous heartbeat (the Python path's,
+ * whose language a known name): anything else gives None, and the Python path decodes the frame.
+ * Every read of client bytes is bounds-checked against the frame (here, parse_head). */
+PyObject *beat_decode(PyObject *self, PyObject *args) {
+    PyObject *src;
+    Py_ssize_t pos;
+    long long max_frame;
+    if (!PyArg_ParseTuple(args, "OnL", &src, &pos, &max_frame)) return NULL;
+    Py_buffer in;
+    if (PyObject_GetBuffer(src, &in, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    const unsigned char *buf = in.buf;
+    const Py_ssize_t n = in.len;
+    if (pos < 0 || n - pos < 8) goto none;
+    const unsigned char *f = buf + pos;
+    long long length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
+    if (length < 4 || length + 4 > max_frame || length > n - pos - 4) goto none;
+    long long hword = ((long long)f[4] << 24) | (f[5] << 16) | (f[6] << 8) | f[7];
+    long long hlen = hword & 0xFFFFFF;
+    if ((hword >> 24) != 0 || hlen > length - 4) goto none; /* a JSON header within the frame */
+    if (memchr(f + 8, '\\', (size_t)hlen) != NULL) goto none;
+    Head h;
+    if (!parse_head(f + 8, f + 8 + hlen, &h) || h.flag != 0 || h.code != 34 || !h.has_version || h.lang.p == NULL)
+        goto none;
+    result = Py_BuildValue("(nLs#Ly#)", pos + 4 + (Py_ssize_t)length, h.opaque, (const char *)h.lang.p,
+                           h.lang.n, h.version, (const char *)(f + 8 + hlen), (Py_ssize_t)(length - 4 - hlen));
+    goto done;
+none:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&in);
+    return result;
+}

@@ -153,11 +153,12 @@ int parse_head(const unsigned char *p, const unsigned char *end, Head *h) {
         if (key_is(&k, "code")) { bit = 1; if (!scan_int(&p, end, &h->code)) return 0; h->has_code = 1; }
         else if (key_is(&k, "opaque")) { bit = 2; if (!scan_int(&p, end, &h->opaque)) return 0; h->has_opaque = 1; }
         else if (key_is(&k, "flag")) { bit = 4; if (!scan_int(&p, end, &h->flag)) return 0; h->has_flag = 1; }
-        else if (key_is(&k, "version")) { long long v; bit = 8; if (!scan_int(&p, end, &v)) return 0; }
+        else if (key_is(&k, "version")) { bit = 8; if (!scan_int(&p, end, &h->version)) return 0; h->has_version = 1; }
         else if (key_is(&k, "language") || key_is(&k, "remark") || key_is(&k, "serializeTypeCurrentRPC")) {
             Span v;
             bit = k.p[0] == 'l' ? 16 : k.p[0] == 'r' ? 32 : 64;
             if (p >= end || *p++ != '"' || !scan_str(&p, end, &v)) return 0;
+            if (bit == 16) h->lang = v;
         } else if (key_is(&k, "extFields")) {
             bit = 128;
             if (p >= end || *p++ != '{') return 0;

@@ -13,8 +13,9 @@ typedef struct { const unsigned char *p; Py_ssize_t n; int esc; } Span; /* a JSO
 
 /* A request header in the plain JSON shape (parse_head): its top-level numbers and its extFields' spans. */
 typedef struct {
-    long long code, opaque, flag;
-    int has_code, has_opaque, has_flag;
+    long long code, opaque, flag, version;
+    int has_code, has_opaque, has_flag, has_version;
+    Span lang; /* the language's span (p NULL when absent) */
     int n_ext;
     Span ek[MAX_EXT], ev[MAX_EXT];
 } Head;

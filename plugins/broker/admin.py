@@ -327,6 +327,8 @@ class AdminProcessor(TableProcessor):
         table.update(self._runtime_extra())
         pulls = getattr(b, "pull_processor", None)  # pulls decoded and answered per read (fastpull), not per task
         table["compiledPullRequests"] = str(pulls.fast.served if pulls is not None else 0)
+        beats = getattr(b, "consumer_processor", None)  # heartbeats answered per read (fastbeat)
+        table["compiledHeartbeats"] = str(beats.fast.served if beats is not None else 0)
         stats = getattr(b, "stats", None)
         if stats is not None:  # RocketMQ's keys: putTps, getTransferedTps, msgPutTotalTodayNow...
             table.update(stats.runtime())

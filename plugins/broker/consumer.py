@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rmq.kernel import GetStatus, PutStatus, RateLimitedLog, record_of
 from rmq.plugins.broker.clients import ClientChannel, parse_heartbeat
 from rmq.plugins.broker.context import TableProcessor
+from rmq.plugins.broker.fastbeat import FastBeat
 from rmq.protocol import access
 from rmq.protocol.codes import RequestCode, ResponseCode
 from rmq.protocol.command import RemotingCommand, ext_bool, ext_i32, ext_int, ext_str
@@ -61,6 +62,7 @@ class ConsumerProcessor(TableProcessor):
     def __init__(self, ctx: ProcessorContext) -> None:
         super().__init__(ctx)
         self._in_memory_bytes = int(physical_memory() * ctx.config.accessMessageInMemoryMaxRatio / 100)
+        self.fast = FastBeat(ctx, self)  # unchanged heartbeats answered per read, after the first one served here
 
     def requests(self) -> Iterable[tuple[int, Any, access.Access]]:
         rc = RequestCode
@@ -88,6 +90,9 @@ class ConsumerProcessor(TableProcessor):
 
     async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         b = self.ctx
+        beat = self.fast.beat_of(conn)  # the connection's last heartbeat: this one once served (fastbeat)
+        if beat is not None:
+            beat.body = None
         try:
             hb = parse_heartbeat(cmd.body)
         except (ValueError, UnicodeDecodeError) as e:
@@ -108,6 +113,8 @@ class ConsumerProcessor(TableProcessor):
                 b.notify_consumer_ids_changed(data.group)
         for group in hb.producer_groups:
             b.producers.register(group, ClientChannel(conn, hb.client_id, cmd.language, cmd.version, now))
+        if beat is not None:
+            beat.remember(cmd.body, cmd.language, cmd.version, hb)
         return cmd.response()
 
     async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

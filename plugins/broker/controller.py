@@ -489,10 +489,10 @@ class BrokerController:
                             tg.start_soon(self.replicas.run)
 
             kernel.task_group.start_soon(loops)
-            log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s; send path: %s; pull path: %s",
-                     cfg.brokerName, cfg.brokerRole, cfg.brokerClusterName, self.broker_addr,
+            log.info("broker %s (%s, cluster %s) serving at %s, namesrv %s; send path: %s; heartbeat path: %s; "
+                     "pull path: %s", cfg.brokerName, cfg.brokerRole, cfg.brokerClusterName, self.broker_addr,
                      ";".join(addrs) or "(none)", self.send_processor.fast.decide(registry),
-                     self.pull_processor.decide(registry))
+                     self.consumer_processor.fast.decide(registry), self.pull_processor.decide(registry))
             yield self
             log.info("broker %s shutting down", cfg.brokerName)
             self.hold.wake_all()

@@ -42,24 +42,26 @@ _DECODE: Any = getattr(storepath.FAST, "pull_decode", None)
 
 class FastReads:
     """A connection's compiled serving of whole reads (the transport calls it as ``fast_send(src, max_frame)``):
-    ``send(src, pos, max_frame)`` and ``pull(src, pos, max_frame)`` each serve the leading frames of their
-    kind from ``pos`` (the answers: one bytes object, a list of pieces); None: not decided yet, False: never on
-    this connection. The read's answers are joined once."""
+    ``send(src, pos, max_frame)``, ``pull(...)`` and ``beat(...)`` (unchanged heartbeats, ``fastbeat``) each
+    serve the leading frames of their kind from ``pos`` (the answers: one bytes object, a list of pieces); None:
+    not decided yet, False: never on this connection. The read's answers are joined once."""
 
-    __slots__ = ("send", "pull", "handed")
+    __slots__ = ("send", "pull", "beat", "handed")
 
     def __init__(self) -> None:
         self.send: Any = None
         self.pull: Any = None
+        self.beat: Any = None
         self.handed: Handed | None = None  # the plan of the frame this read left to the Python path
 
     def __call__(self, src: Any, max_frame: int) -> tuple[int, bytes | None, Any]:
         self.handed = None  # a plan never outlives its read (its frame's task starts before the next read)
-        send, pull = self.send, self.pull
-        if not pull:  # a producer's connection: the send half alone, as it was before pulls joined it
+        send, pull, beat = self.send, self.pull, self.beat
+        if not (pull or beat):  # a producer's connection before its heartbeat: the send half alone
             return send(src, 0, max_frame) if send else (0, None, None)
         pos = 0
         parts: list[bytes] = []
+        one = bool(send) + bool(pull) + bool(beat) == 1
         while True:
             start = pos
             if send:
@@ -72,14 +74,20 @@ class FastReads:
                 pos, frames = pull(src, pos, max_frame)
                 if frames is not None:
                     parts += frames
-            # one kind only: it took all it could at once; a pull planned and handed over ends the read's share
-            if pos == start or not (send and pull) or self.handed is not None:
+                if self.handed is not None:  # a pull planned and handed over ends the read's share
+                    break
+            if beat:
+                pos, frames = beat(src, pos, max_frame)
+                if frames is not None:
+                    parts += frames
+            if pos == start or one:  # one kind only: it took all it could at once
                 break
         return pos, (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None, None
 
 
 def attach(conn: Connection, kind: str, serve: Any) -> FastReads | None:
-    """Give ``conn`` its ``send`` or ``pull`` half (``serve``, or False: never); a TLS connection (False) keeps none."""
+    """Give ``conn`` its ``send``, ``pull`` or ``beat`` half (``serve``, or False: never); a TLS connection (False)
+    keeps none."""
     reads = getattr(conn, "fast_send", False)
     if reads is False:
         return None

@@ -151,7 +151,7 @@ FUZZ_ASAN_TESTS = tests/protocol/test_fastframe_diff.py tests/protocol/test_fast
                   tests/plugins/storage_mmap/test_faststore_diff.py \
                   tests/plugins/storage_mmap/test_faststore_cq_diff.py tests/plugins/storage_mmap/test_fastsend_fuzz.py \
                   tests/plugins/storage_mmap/test_faststore_reput_diff.py tests/plugins/storage_mmap/test_fastpull_fuzz.py \
-                  tests/protocol/test_pulldecode_diff.py
+                  tests/protocol/test_pulldecode_diff.py tests/protocol/test_beatdecode_diff.py
 EXT_SUFFIX = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 PY_INCLUDE = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 fuzz-asan: install-test

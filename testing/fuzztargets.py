@@ -675,9 +675,10 @@ _ALL: tuple[tuple[type[Target], str], ...] = (
 
 def _all() -> tuple[tuple[type[Target], str], ...]:
     """The targets here and those in the modules beside this one (which import from it: loaded late)."""
+    from rmq.testing.fuzztargets_beat import BeatDecode
     from rmq.testing.fuzztargets_reput import ReputPut
 
-    return (*_ALL, (ReputPut, "store"))
+    return (*_ALL, (ReputPut, "store"), (BeatDecode, "store"))
 
 
 def target_names() -> list[str]:

@@ -189,6 +189,7 @@ class ConsumerBase(ClientBase):
         self._allocation = allocation
         self.strategy: AllocateStrategy | None = None
         self.subscriptions: dict[str, Subscription] = {}
+        self._retry_sub: Subscription | None = None  # made once: its version stays, so does the heartbeat's body
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self.offset_store: OffsetStore | None = None
         self._rebalance_now = anyio.Event()
@@ -219,7 +220,9 @@ class ConsumerBase(ClientBase):
         if self.message_model == CLUSTERING and self.consume_type == "CONSUME_PASSIVELY":
             rt = retry_topic(self.group)
             if rt not in self.subscriptions:
-                subs.append(Subscription.parse(rt, "*"))
+                if self._retry_sub is None:  # as Java's copySubscription at start: one version from then on
+                    self._retry_sub = Subscription.parse(rt, "*")
+                subs.append(self._retry_sub)
         return subs
 
     def _heartbeat_data(self) -> dict[str, Any]:

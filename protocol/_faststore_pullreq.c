@@ -59,6 +59,19 @@ static PyObject *text_of(const Span *s, unsigned char *buf) {
     return PyUnicode_DecodeASCII((const char *)buf, n, NULL);
 }
 
+/* The whole frame at ``pos`` of the read ``in`` (its length word within ``max_frame``), when its header is JSON
+ * and within the frame: its start, *length (the length word) and *hlen (the header's); NULL otherwise. */
+static const unsigned char *json_frame(const Py_buffer *in, Py_ssize_t pos, long long max_frame, long long *length,
+                                       long long *hlen) {
+    if (pos < 0 || in->len - pos < 8) return NULL;
+    const unsigned char *f = (const unsigned char *)in->buf + pos;
+    *length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
+    if (*length < 4 || *length + 4 > max_frame || *length > in->len - pos - 4) return NULL;
+    long long hword = ((long long)f[4] << 24) | (f[5] << 16) | (f[6] << 8) | f[7];
+    *hlen = hword & 0xFFFFFF;
+    return (hword >> 24) != 0 || *hlen > *length - 4 ? NULL : f;
+}
+
 PyObject *pull_decode(PyObject *self, PyObject *args) {
     PyObject *src;
     Py_ssize_t pos;
@@ -67,15 +80,9 @@ PyObject *pull_decode(PyObject *self, PyObject *args) {
     Py_buffer in;
     if (PyObject_GetBuffer(src, &in, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
-    const unsigned char *buf = in.buf;
-    const Py_ssize_t n = in.len;
-    if (pos < 0 || n - pos < 8) goto none;
-    const unsigned char *f = buf + pos;
-    long long length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
-    if (length < 4 || length + 4 > max_frame || length > n - pos - 4) goto none;
-    long long hword = ((long long)f[4] << 24) | (f[5] << 16) | (f[6] << 8) | f[7];
-    long long hlen = hword & 0xFFFFFF;
-    if ((hword >> 24) != 0 || hlen != length - 4) goto none; /* a JSON header, no body */
+    long long length, hlen;
+    const unsigned char *f = json_frame(&in, pos, max_frame, &length, &hlen);
+    if (f == NULL || hlen != length - 4) goto none; /* a JSON header, no body */
     Head h;
     if (!parse_head(f + 8, f + 8 + hlen, &h) || h.flag != 0 || (h.code != 11 && h.code != 361)) goto none;
     Span fld[N_PULL];
@@ -132,15 +139,9 @@ PyObject *beat_decode(PyObject *self, PyObject *args) {
     Py_buffer in;
     if (PyObject_GetBuffer(src, &in, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
-    const unsigned char *buf = in.buf;
-    const Py_ssize_t n = in.len;
-    if (pos < 0 || n - pos < 8) goto none;
-    const unsigned char *f = buf + pos;
-    long long length = ((long long)f[0] << 24) | (f[1] << 16) | (f[2] << 8) | f[3];
-    if (length < 4 || length + 4 > max_frame || length > n - pos - 4) goto none;
-    long long hword = ((long long)f[4] << 24) | (f[5] << 16) | (f[6] << 8) | f[7];
-    long long hlen = hword & 0xFFFFFF;
-    if ((hword >> 24) != 0 || hlen > length - 4) goto none; /* a JSON header within the frame */
+    long long length, hlen;
+    const unsigned char *f = json_frame(&in, pos, max_frame, &length, &hlen);
+    if (f == NULL) goto none;
     if (memchr(f + 8, '\\', (size_t)hlen) != NULL) goto none;
     Head h;
     if (!parse_head(f + 8, f + 8 + hlen, &h) || h.flag != 0 || h.code != 34 || !h.has_version || h.lang.p == NULL)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import os
 import shutil
 import sysconfig
+from collections.abc import Callable
+from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 
-__all__ = ["FUZZ_ENV", "compiler_present", "fuzz_settings", "fuzzing", "mutate"]
+__all__ = ["FUZZ_ENV", "compiler_present", "decoder_takes", "fuzz_settings", "fuzzing", "mutate"]
 
 FUZZ_ENV = "RMQ_FUZZ"
 EXAMPLES_ENV = "RMQ_FUZZ_EXAMPLES"
@@ -67,6 +69,27 @@ def mutate(data: bytes, draw: st.DrawFn) -> bytes:
             else:
                 del b[i]
     return bytes(b)
+
+
+def decoder_takes(data: st.DataObject, frame: bytes, common: bool,
+                  decode: Callable[[bytes, int, int], Any]) -> tuple[Any, bytes] | None:
+    """A compiled request decoder (``decode(src, pos, max_frame)``: None or a tuple led by the frame's end) on
+    ``frame`` -- mutated unless ``common`` --, after 0..3 bytes, before more, under a limit of any size: what it
+    took and the frame's bytes, or None. Checked: what it took is a whole frame within the read and the limit,
+    and a ``common`` frame, whole and within the limit, is taken."""
+    before = data.draw(st.binary(max_size=3))
+    src = before + (mutate(frame, data.draw) if not common and data.draw(st.booleans()) else frame)
+    src += data.draw(st.sampled_from([b"", frame, b"\x00\x00"]))
+    limit = data.draw(st.sampled_from([1 << 24, len(frame) + 3, len(frame) - 1, 8]))
+    pos = len(before)
+    got = decode(src, pos, limit)
+    event("taken" if got is not None else "left to the Python path")
+    if got is None:
+        assert not (common and src[pos:].startswith(frame) and limit >= len(frame))
+        return None
+    end = got[0]
+    assert pos + 8 <= end <= len(src) and end - pos <= limit
+    return got, src[pos:end]
 
 
 def compiler_present() -> bool:

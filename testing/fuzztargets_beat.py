@@ -19,12 +19,12 @@ from rmq.plugins.broker.fastbeat import answer
 from rmq.protocol import frame as frame_mod
 from rmq.protocol.codes import LanguageCode
 from rmq.protocol.command import CommandDecodeError, FrameError
-from rmq.testing.fuzzdrive import Breach, Target
+from rmq.testing.fuzzdrive import Breach
+from rmq.testing.fuzztargets_pull import PullDecode
 
 __all__ = ["BeatDecode", "beat_agrees", "pure_beat_fields"]
 
 _FRAME = struct.Struct(">iI")
-_I32 = struct.Struct(">i")
 _LANGS = frozenset(m.name for m in LanguageCode)
 _BODY = json.dumps({"clientID": "127.0.0.1@1", "producerDataSet": [{"groupName": "pg"}], "consumerDataSet": [{
     "groupName": "cg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING", "subscriptionDataSet": [{
@@ -57,15 +57,14 @@ def beat_agrees(got: tuple[Any, ...], frame: bytes) -> bool:
     return (opaque, version, body) == (want[0], want[2], want[3]) and (language not in _LANGS or language == want[1])
 
 
-class BeatDecode(Target):
-    """_faststore.beat_decode: a read's bytes from a position, HEART_BEAT headers of every shape."""
+class BeatDecode(PullDecode):
+    """_faststore.beat_decode: a read's bytes from a position, HEART_BEAT headers of every shape (its reads and
+    their checks as pull_decode's)."""
 
     name = "beat_decode"
     weight = 1
     tokens = (b'"code":34', b'"flag":0', b'"language":"JAVA"', b'"language":"CPP"', b'"language":"NOPE"',
               b'"version":409', b'"version":-1', b'"remark":"', b'"extFields":{}', b"\\u0041", b"\n", b"-")
-    LIMITS = (1 << 24, 64, 300, 1 << 24)
-
     def __init__(self, store: Any) -> None:
         self.decode = store.beat_decode
 
@@ -89,31 +88,22 @@ class BeatDecode(Target):
         body = _BODY[:rng.randrange(len(_BODY) + 1)] if rng.getrandbits(1) else _BODY
         return bytes([skip << 2 | rng.getrandbits(2)]) + bytes(skip) + _frame(mutate(h), body)
 
-    def args(self, data: bytes) -> tuple[bytes, int, int]:
-        c = data[0] if data else 0
-        src = data[1:]
-        return src, min((c >> 2) & 3, len(src)), self.LIMITS[c & 3]
-
     def run(self, data: bytes) -> Any:
-        src, pos, limit = self.args(data)
-        got = self.decode(src, pos, limit)
-        if got is None:
+        taken = self.taken(data)
+        if taken is None:
             return None
-        end = got[0]
-        if not pos + 8 <= end <= len(src) or end != pos + 4 + _I32.unpack_from(src, pos)[0] or end - pos > limit:
-            raise Breach(f"beat_decode ended at {end} for a frame from {pos} of {len(src)} bytes (limit {limit})")
-        if len(got[4]) > end - pos - 8:
+        got, frame = taken
+        if len(got[4]) > len(frame) - 8:
             raise Breach(f"beat_decode's body of {len(got[4])} bytes is longer than its frame")
         return got[2] in _LANGS, len(got[4]) > 0
 
     def check(self, data: bytes) -> None:
-        src, pos, limit = self.args(data)
-        got = self.decode(src, pos, limit)
-        if got is None:
+        taken = self.taken(data)
+        if taken is None:
             return
-        if not beat_agrees(got, bytes(src[pos:got[0]])):
-            raise Breach(f"beat_decode {got!r:.300} != pure {pure_beat_fields(bytes(src[pos:got[0]]))!r:.300}")
-        opaque = got[1]
-        reply = frame_mod.encode(frame_mod.decode(bytes(src[pos:got[0]])).response())
-        if answer(opaque) != reply:
-            raise Breach(f"fastbeat's answer {answer(opaque)!r} != the Python path's {reply!r}")
+        got, frame = taken
+        if not beat_agrees(got, frame):
+            raise Breach(f"beat_decode {got!r:.300} != pure {pure_beat_fields(frame)!r:.300}")
+        reply = frame_mod.encode(frame_mod.decode(frame).response())
+        if answer(got[1]) != reply:
+            raise Breach(f"fastbeat's answer {answer(got[1])!r} != the Python path's {reply!r}")

@@ -90,21 +90,27 @@ class PullDecode(Target):
         src = data[1:]
         return src, min((c >> 2) & 3, len(src)), self.LIMITS[c & 3]
 
-    def run(self, data: bytes) -> Any:
+    def taken(self, data: bytes) -> tuple[Any, bytes] | None:
+        """What the decoder took from ``data``'s read, checked to be a whole frame within it and the limit, and
+        that frame's bytes; None when it took nothing."""
         src, pos, limit = self.args(data)
         got = self.decode(src, pos, limit)
         if got is None:
             return None
         end = got[0]
         if not pos + 8 <= end <= len(src) or end != pos + 4 + _I32.unpack_from(src, pos)[0] or end - pos > limit:
-            raise Breach(f"pull_decode ended at {end} for a frame from {pos} of {len(src)} bytes (limit {limit})")
-        return got[6] & 7, got[10] is None, got[11] is None
+            raise Breach(f"{self.name} ended at {end} for a frame from {pos} of {len(src)} bytes (limit {limit})")
+        return got, bytes(src[pos:end])
+
+    def run(self, data: bytes) -> Any:
+        taken = self.taken(data)
+        return None if taken is None else (taken[0][6] & 7, taken[0][10] is None, taken[0][11] is None)
 
     def check(self, data: bytes) -> None:
-        src, pos, limit = self.args(data)
-        got = self.decode(src, pos, limit)
-        if got is None:
+        taken = self.taken(data)
+        if taken is None:
             return
-        want = pure_pull_fields(bytes(src[pos:got[0]]))
+        got, frame = taken
+        want = pure_pull_fields(frame)
         if want != got[1:]:
             raise Breach(f"pull_decode {got!r:.300} != pure {want!r:.300}")

@@ -24,7 +24,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from rmq.plugins.broker.fastpull import attach, wants
+from rmq.plugins.broker.fastpull import attach, seen_elsewhere, wants
 from rmq.plugins.broker.groups import SYSTEM_GROUPS
 from rmq.protocol import storepath
 from rmq.protocol.codes import RequestCode
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from rmq.plugins.broker.context import ProcessorContext
 
 MAX_BODY = 64 * 1024  # a larger heartbeat (hundreds of subscriptions) always takes the Python path
-_GUARD = "LoopbackAdminGuard"  # the kernel's interceptor: it looks at admin codes only
 _DECODE: Any = getattr(storepath.FAST, "beat_decode", None)
 _HEAD = encode_parts(RemotingCommand(RequestCode.HEART_BEAT, opaque=0).response())[0][8:]  # the Python path's answer
 _PRE, _POST = _HEAD.split(b'"opaque":0,')
@@ -99,17 +98,12 @@ class FastBeat:
 
     def decide(self, registry: Any) -> str:
         """What serves heartbeats, for the broker's start line; fixes ``why`` ('' when per read)."""
-        others = [type(i).__name__ for i in registry.interceptors if type(i).__name__ != _GUARD]
-        if os.environ.get("RMQ_PURE_HEARTBEAT"):  # bench/broker.py's baseline
+        if os.environ.get("RMQ_PURE_HEARTBEAT"):  # bench/heartbeat.py's baseline
             why = "RMQ_PURE_HEARTBEAT set"
         elif _DECODE is None:
             why = "no compiled request decoder"
-        elif others:
-            why = f"interceptors {', '.join(others)} see every request"
-        elif registry.table.get(RequestCode.HEART_BEAT) != self.processor.heart_beat:
-            why = "another handler serves HEART_BEAT"
         else:
-            why = ""
+            why = seen_elsewhere(registry, self.processor.heart_beat, (RequestCode.HEART_BEAT,), "HEART_BEAT")
         self.why = why
         return "compiled (an unchanged HEART_BEAT answered per read; others per request)" if not why else f"pure: {why}"
 

@@ -103,6 +103,17 @@ def wants(conn: Connection, kind: str) -> bool:
     return reads is None or (type(reads) is FastReads and getattr(reads, kind) is None)
 
 
+def seen_elsewhere(registry: Any, handler: Any, codes: tuple[int, ...], what: str) -> str:
+    """Why requests of ``codes`` must each be seen by the registry's dispatch (interceptors that see every
+    request, another handler than ``handler``), '' when a per-read half may serve them."""
+    others = [type(i).__name__ for i in registry.interceptors if type(i).__name__ != _GUARD]
+    if others:
+        return f"interceptors {', '.join(others)} see every request"
+    if any(registry.table.get(c) != handler for c in codes):
+        return f"another handler serves {what}"
+    return ""
+
+
 class FastPull:
     """Decides whether per-request compiled pulls serve, and serves a read's leading pulls."""
 
@@ -115,19 +126,14 @@ class FastPull:
     def decide(self, registry: Any) -> str:
         """'' when per-request pulls are compiled, else why not (the start line's)."""
         proc = self.processor
-        others = [type(i).__name__ for i in registry.interceptors if type(i).__name__ != _GUARD]
         if not proc.compiled:
             why = "the store walk is pure"
         elif os.environ.get("RMQ_PURE_PULL_REQUESTS"):  # the compiled walk without it: bench/broker.py's baseline
             why = "RMQ_PURE_PULL_REQUESTS set"
         elif _DECODE is None:
             why = "no compiled request decoder"
-        elif others:
-            why = f"interceptors {', '.join(others)} see every request"
-        elif any(registry.table.get(c) != proc.pull for c in _PULLS):
-            why = "another handler serves PULL_MESSAGE"
         else:
-            why = ""
+            why = seen_elsewhere(registry, proc.pull, _PULLS, "PULL_MESSAGE")
         self.why = why
         return why
 

@@ -14,13 +14,13 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.protocol import storepath
 from rmq.protocol.command import RemotingCommand
 from rmq.protocol.frame import encode
-from rmq.testing.fuzz import compiler_present, fuzz_settings, mutate
+from rmq.testing.fuzz import compiler_present, decoder_takes, fuzz_settings
 from rmq.testing.fuzztargets_pull import _FIELDS, _frame, pure_pull_fields
 
 FAST = storepath.compiled_store()
@@ -66,19 +66,10 @@ def pull_frames(draw: st.DrawFn) -> tuple[bytes, bool]:
 @fuzz_settings(300)
 def test_what_the_compiled_decoder_takes_the_pure_one_reads_alike(data: st.DataObject) -> None:
     assert FAST is not None
-    frame, common = data.draw(pull_frames())
-    before = data.draw(st.binary(max_size=3))
-    src = before + (mutate(frame, data.draw) if not common and data.draw(st.booleans()) else frame)
-    src += data.draw(st.sampled_from([b"", frame, b"\x00\x00"]))
-    limit = data.draw(st.sampled_from([1 << 24, len(frame) + 3, len(frame) - 1, 8]))
-    got = FAST.pull_decode(src, len(before), limit)
-    event("taken" if got is not None else "left to the Python path")
-    if got is None:
-        assert not (common and src[len(before):].startswith(frame) and limit >= len(frame))
-        return
-    end = got[0]
-    assert len(before) + 8 <= end <= len(src) and end - len(before) <= limit
-    assert got[1:] == pure_pull_fields(src[len(before):end])
+    taken = decoder_takes(data, *data.draw(pull_frames()), FAST.pull_decode)
+    if taken is not None:
+        got, frame = taken
+        assert got[1:] == pure_pull_fields(frame)
 
 
 @given(st.binary(max_size=64), st.integers(-3, 80))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from rmq.plugins.broker.fastpull import attach, seen_elsewhere, wants
@@ -56,7 +57,7 @@ class Beat:
     __slots__ = ("conn", "fast", "body", "language", "version", "hb")
 
     def __init__(self, conn: Connection, fast: FastBeat) -> None:
-        self.conn = conn
+        self.conn = weakref.ref(conn)  # the connection holds this (fast_send): no cycle, dropped with it
         self.fast = fast
         self.body: bytes | None = None
         self.language = ""
@@ -71,13 +72,14 @@ class Beat:
         """The unchanged heartbeats from ``pos`` on: where they end, their answers."""
         out: list[bytes] = []
         refresh = self.fast.refresh
-        while self.body is not None:
+        conn = self.conn()
+        while self.body is not None and conn is not None:
             f = _DECODE(src, pos, max_frame)
             if f is None:
                 break
             end, opaque, language, version, body = f
             if body != self.body or language != self.language or version != self.version \
-                    or not refresh(self.conn, self.hb):  # type: ignore[arg-type]
+                    or not refresh(conn, self.hb):  # type: ignore[arg-type]
                 break
             out.append(answer(opaque))
             pos = end
